@@ -1,0 +1,98 @@
+#include "support/testing.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+namespace attn::testing {
+
+template <class T>
+Tensor<T> random_tensor(const std::vector<index_t>& shape, std::uint64_t seed, double lo, double hi) {
+  Tensor<T> t{std::span<const index_t>(shape)};
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (index_t i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(dist(gen));
+  return t;
+}
+
+template <class T>
+Tensor<T> random_tensor(std::initializer_list<index_t> shape, std::uint64_t seed, double lo, double hi) {
+  return random_tensor<T>(std::vector<index_t>(shape), seed, lo, hi);
+}
+
+template <class A, class B>
+double max_abs_diff(const Tensor<A>& a, const Tensor<B>& b) {
+  if (a.shape() != b.shape()) {
+    ADD_FAILURE() << "shapes differ: " << a.shape_string() << " vs " << b.shape_string();
+    return INFINITY;
+  }
+  double worst = 0;
+  for (index_t i = 0; i < a.numel(); ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    if (std::isnan(d)) return INFINITY;
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+template <class A, class B>
+::testing::AssertionResult within_error_budget(const Tensor<A>& tested, const Tensor<B>& same_precision_ref,
+                                               const Tensor<double>& oracle, double factor, double floor) {
+  const double err = max_abs_diff(tested, oracle);
+  const double ref_err = max_abs_diff(same_precision_ref, oracle);
+  const double budget = factor * ref_err + floor;
+  if (err <= budget) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "error " << err << " against float64 exceeds the budget " << budget << " ("
+                                       << factor << " x same-precision reference error " << ref_err << " + "
+                                       << floor << ")";
+}
+
+std::vector<double> numeric_gradient(const std::function<double()>& loss, std::vector<double>& x, double eps) {
+  std::vector<double> g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + eps;
+    const double up = loss();
+    x[i] = saved - eps;
+    const double down = loss();
+    x[i] = saved;
+    g[i] = (up - down) / (2 * eps);
+  }
+  return g;
+}
+
+double gradient_error(const std::vector<double>& analytic, const std::vector<double>& numeric, std::string* where) {
+  double worst = analytic.size() == numeric.size() ? 0.0 : INFINITY;
+  for (std::size_t i = 0; i < std::min(analytic.size(), numeric.size()); ++i) {
+    const double e = std::abs(analytic[i] - numeric[i]) / std::max(1.0, std::abs(numeric[i]));
+    if (!(e <= worst)) {
+      worst = std::isnan(e) ? INFINITY : e;
+      if (where) {
+        std::ostringstream os;
+        os << "element " << i << ": analytic " << analytic[i] << ", finite difference " << numeric[i];
+        *where = os.str();
+      }
+    }
+  }
+  return worst;
+}
+
+double dot(const Tensor<double>& out, const Tensor<double>& weight) {
+  double s = 0;
+  for (index_t i = 0; i < out.numel(); ++i) s += out[i] * weight[i];
+  return s;
+}
+
+#define ATTN_INSTANTIATE(T)                                                                                   \
+  template Tensor<T> random_tensor<T>(const std::vector<index_t>&, std::uint64_t, double, double);            \
+  template Tensor<T> random_tensor<T>(std::initializer_list<index_t>, std::uint64_t, double, double);          \
+  template double max_abs_diff<T, double>(const Tensor<T>&, const Tensor<double>&);                          \
+  template ::testing::AssertionResult within_error_budget<T, T>(const Tensor<T>&, const Tensor<T>&,           \
+                                                                const Tensor<double>&, double, double);
+ATTN_INSTANTIATE(float)
+ATTN_INSTANTIATE(double)
+template double max_abs_diff<float, float>(const Tensor<float>&, const Tensor<float>&);
+#undef ATTN_INSTANTIATE
+
+}  // namespace attn::testing
