@@ -36,8 +36,12 @@ inline index_t checked_mul(index_t a, index_t b, const char* what) {
 
 inline std::string dims_string(std::span<const index_t> dims) {
   std::string s = "(";
-  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
-  return s + (dims.size() == 1 ? ",)" : ")");
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(dims[i]);
+  }
+  s += dims.size() == 1 ? ",)" : ")";
+  return s;
 }
 
 }  // namespace detail

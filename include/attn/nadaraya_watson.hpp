@@ -1,0 +1,40 @@
+// Nadaraya-Watson kernel regression, the first attention pooling of the seeds:
+//   f(q) = sum_j K(||q - k_j|| / sigma) v_j / sum_j K(||q - k_j|| / sigma)
+// with the seeds' kernels of u = ||q - k|| / sigma:
+//   gaussian      exp(-u^2 / 2)            (= softmax of -||q - k||^2 / (2 sigma^2))
+//   boxcar        1 if u <= 1, else 0
+//   epanechnikov  max(0, 1 - u)            (the seeds' definition; textbooks' is 3/4 (1 - u^2))
+//   constant      1                        (every key weighs the same: the plain average)
+//
+//   queries (B, n, p) or (B, H, n, p)     keys (B, m, p) / (B, H, m, p)
+//   values  (B, m, v) / (B, H, m, v)      out  (B, n, v) / (B, H, n, v)
+//   weights (B, n, m) / (B, H, n, m)      only written when given
+// A query with no key inside a compact kernel's support outputs 0 and has weights 0 (as an empty
+// masked row does). sigma must be positive and finite.
+#pragma once
+
+#include <string_view>
+
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+enum class Kernel { gaussian, boxcar, epanechnikov, constant };
+
+// "gaussian" -> Kernel::gaussian, ...; attn::Error for an unknown name, listing the known ones.
+Kernel kernel_from_name(std::string_view name);
+const char* kernel_name(Kernel kernel);
+
+template <class T>
+void nadaraya_watson_forward(TensorView<T> out, TensorView<T> weights, TensorView<const T> queries,
+                             TensorView<const T> keys, TensorView<const T> values, Kernel kernel, T sigma);
+
+// Gradients of queries, keys, values and sigma (each may be empty / null when not needed).
+// The boxcar's weights are piecewise constant: its gradients with respect to queries, keys and sigma
+// are 0 (almost everywhere). At q == k the Epanechnikov kernel is not differentiable; 0 is used.
+template <class T>
+void nadaraya_watson_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, T* dsigma,
+                              TensorView<const T> dout, TensorView<const T> queries, TensorView<const T> keys,
+                              TensorView<const T> values, Kernel kernel, T sigma);
+
+}  // namespace attn

@@ -1,0 +1,46 @@
+// Scaled dot-product attention: out = dropout(masked_softmax(Q K^T * scale)) V.
+//
+//   queries (B, n, d) or (B, H, n, d)      keys (B, m, d) / (B, H, m, d)
+//   values  (B, m, v) / (B, H, m, v)       out  (B, n, v) / (B, H, n, v)
+//   lse     (B, n)    / (B, H, n)          log-sum-exp of each masked, scaled score row (-inf for
+//                                          an empty row), what the backward needs to rebuild the
+//                                          weights without storing them
+//   weights (B, n, m) / (B, H, n, m)       the attention weights before dropout (the seeds'
+//                                          `attention_weights`), only written when given
+// All tensors of one call have the same rank. Masks and empty rows: attn/mask.hpp.
+#pragma once
+
+#include <optional>
+
+#include "attn/dropout.hpp"
+#include "attn/mask.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+struct SdpaOptions {
+  std::optional<double> scale;  // default 1 / sqrt(d)
+  Dropout dropout;              // p = 0: nothing is dropped
+};
+
+// out (and, when given, lse and weights) from queries, keys and values.
+template <class T>
+void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, TensorView<const T> queries,
+                  TensorView<const T> keys, TensorView<const T> values, const Mask<T>& mask = {},
+                  const SdpaOptions& options = {});
+
+// dqueries, dkeys, dvalues from dout, given the forward's inputs, out and lse and the same mask and
+// options (the same dropout seed gives the same mask).
+template <class T>
+void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
+                   TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
+                   TensorView<const T> out, TensorView<const T> lse, const Mask<T>& mask = {},
+                   const SdpaOptions& options = {});
+
+// Convenience: returns out; fills *weights when not null.
+template <class T>
+Tensor<T> scaled_dot_product_attention(TensorView<const T> queries, TensorView<const T> keys,
+                                       TensorView<const T> values, const Mask<T>& mask = {},
+                                       const SdpaOptions& options = {}, Tensor<T>* weights = nullptr);
+
+}  // namespace attn

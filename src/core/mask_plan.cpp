@@ -1,0 +1,91 @@
+#include "core/mask_plan.hpp"
+
+#include <string>
+
+#include "core/view4.hpp"
+
+namespace attn {
+namespace {
+
+std::string scores_shape(index_t B, index_t H, index_t n, index_t m, int rank) {
+  const index_t d4[] = {B, H, n, m};
+  const index_t d3[] = {B, n, m};
+  return rank == 4 ? detail::dims_string(d4) : detail::dims_string(d3);
+}
+
+// NumPy broadcasting of `t` (rank <= 4) to (B, H, n, m): returns the four strides, 0 on the
+// broadcast dimensions. A 3-D mask of a 3-D call is (B, n, m) and broadcasts the same way.
+template <class U>
+void broadcast_strides(const TensorView<U>& t, index_t B, index_t H, index_t n, index_t m, int rank, const char* op,
+                       const char* name, index_t out[4]) {
+  detail::to_view4(t, op, name, 1, 4);  // strides, contiguity, overflow
+  const index_t target4[] = {B, H, n, m};
+  const index_t target3[] = {B, n, m};
+  const index_t* target = rank == 4 ? target4 : target3;
+  if (t.rank() > rank)
+    detail::fail(op, ": ", name, " has shape ", t.shape_string(), " which does not broadcast to the scores' shape ",
+                 scores_shape(B, H, n, m, rank), ": it has more dimensions");
+  index_t strides[4] = {0, 0, 0, 0};
+  for (int i = 0; i < t.rank(); ++i) {
+    const int target_dim = rank - t.rank() + i;
+    const index_t size = t.dim(i);
+    if (size != 1 && size != target[target_dim])
+      detail::fail(op, ": ", name, " has shape ", t.shape_string(), " which does not broadcast to the scores' shape ",
+                   scores_shape(B, H, n, m, rank), ": dimension ", i, " is ", size, " where ",
+                   target[target_dim], " or 1 is needed");
+    const int axis = rank == 4 ? target_dim : (target_dim == 0 ? 0 : target_dim + 1);
+    strides[axis] = size == 1 ? 0 : t.stride(i);
+  }
+  for (int i = 0; i < 4; ++i) out[i] = strides[i];
+}
+
+}  // namespace
+
+template <class T>
+MaskPlan<T> plan_mask(const Mask<T>& mask, index_t B, index_t H, index_t n, index_t m, int rank, const char* op) {
+  MaskPlan<T> p;
+  p.B = B, p.H = H, p.n = n, p.m = m;
+  p.seeds_fill = mask.fill == MaskedFill::seeds_minus_1e6;
+
+  if (!mask.valid_lens.empty()) {
+    const auto& vl = mask.valid_lens;
+    const bool per_batch = vl.rank() == 1 && vl.dim(0) == B;
+    const bool per_query = vl.rank() == 2 && vl.dim(0) == B && vl.dim(1) == n;
+    if (!per_batch && !per_query)
+      detail::fail(op, ": valid_lens has shape ", vl.shape_string(), "; it must be (B,) = (", B, ",) or (B, n) = (",
+                   B, ",", n, ") for scores of shape ", scores_shape(B, H, n, m, rank));
+    if (vl.numel() > 0 && vl.data() == nullptr) detail::fail(op, ": valid_lens has no data");
+    if (vl.stride(0) < 0 || (per_query && vl.stride(1) < 0))
+      detail::fail(op, ": valid_lens has a negative stride");
+    p.lens = vl.data();
+    p.lens_sb = vl.stride(0);
+    p.lens_si = per_query ? vl.stride(1) : 0;
+    for (index_t b = 0; b < B; ++b)
+      for (index_t i = 0; i < (per_query ? n : 1); ++i) {
+        const std::int64_t len = p.lens[b * p.lens_sb + i * p.lens_si];
+        if (len < 0 || len > m) {
+          if (per_query)
+            detail::fail(op, ": valid_lens[", b, ",", i, "] is ", len, "; valid lengths must lie in [0, m] = [0, ", m, "]");
+          detail::fail(op, ": valid_lens[", b, "] is ", len, "; valid lengths must lie in [0, m] = [0, ", m, "]");
+        }
+      }
+  }
+  if (mask.causal != Causal::none) {
+    p.causal = true;
+    p.causal_offset = mask.causal == Causal::bottom_right ? m - n : 0;
+  }
+  if (!mask.keep.empty()) {
+    broadcast_strides(mask.keep, B, H, n, m, rank, op, "mask", p.keep_s);
+    p.keep = mask.keep.data();
+  }
+  if (!mask.additive.empty()) {
+    broadcast_strides(mask.additive, B, H, n, m, rank, op, "additive mask", p.bias_s);
+    p.bias = mask.additive.data();
+  }
+  return p;
+}
+
+template MaskPlan<float> plan_mask(const Mask<float>&, index_t, index_t, index_t, index_t, int, const char*);
+template MaskPlan<double> plan_mask(const Mask<double>&, index_t, index_t, index_t, index_t, int, const char*);
+
+}  // namespace attn

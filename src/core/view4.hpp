@@ -1,0 +1,71 @@
+// The canonical form every kernel receives: a 4-D strided view (B, H, rows, cols) with a contiguous
+// last dimension. 3-D tensors get H = 1; parameters (rows, cols) and vectors (cols,) get B = H = 1.
+// Built once at the API boundary (src/api), after validation; kernels trust it.
+#pragma once
+
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+template <class T>
+struct View4 {
+  T* data = nullptr;
+  index_t B = 0, H = 0, R = 0, C = 0;  // batch, heads, rows, columns
+  index_t sB = 0, sH = 0, sR = 0;      // element strides; the column stride is 1
+
+  bool empty() const { return data == nullptr; }
+  T* row(index_t b, index_t h, index_t r) const { return data + b * sB + h * sH + r * sR; }
+  T& at(index_t b, index_t h, index_t r, index_t c) const { return row(b, h, r)[c]; }
+  operator View4<const T>() const { return {data, B, H, R, C, sB, sH, sR}; }  // NOLINT
+};
+
+// A dense, contiguous (B, H, R, C) view over `data`.
+template <class T>
+View4<T> dense_view4(T* data, index_t B, index_t H, index_t R, index_t C) {
+  return {data, B, H, R, C, H * R * C, R * C, C};
+}
+
+namespace detail {
+
+// The checks every tensor argument passes: a rank in [min_rank, max_rank], non-negative strides,
+// a contiguous last dimension, and offsets that fit in index_t. Throws attn::Error naming
+// `op` and `name`. Returns the canonical view (nullptr data for an empty optional argument).
+template <class T>
+View4<T> to_view4(const TensorView<T>& t, const char* op, const char* name, int min_rank = 3, int max_rank = 4) {
+  if (t.empty()) return {};
+  if (t.rank() < min_rank || t.rank() > max_rank) {
+    if (min_rank == max_rank) fail(op, ": ", name, " has shape ", t.shape_string(), "; it must have ", min_rank, " dimensions");
+    fail(op, ": ", name, " has shape ", t.shape_string(), "; it must have ", min_rank, " to ", max_rank, " dimensions");
+  }
+  if (t.data() == nullptr && t.numel() > 0) fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
+  index_t extent = 0;
+  for (int i = 0; i < t.rank(); ++i) {
+    if (t.stride(i) < 0)
+      fail(op, ": ", name, " has stride ", t.stride(i), " in dimension ", i, "; strides must not be negative");
+    if (t.dim(i) > 1) {
+      index_t span = 0;
+      if (__builtin_mul_overflow(t.dim(i) - 1, t.stride(i), &span) || __builtin_add_overflow(extent, span, &extent))
+        fail(op, ": ", name, " with shape ", t.shape_string(), " spans more elements than a 64-bit index holds");
+    }
+  }
+  if (t.rank() > 0 && t.dim(-1) > 1 && t.stride(-1) != 1)
+    fail(op, ": ", name, " has stride ", t.stride(-1), " in its last dimension; it must be 1 (contiguous)");
+  View4<T> v;
+  v.data = t.data();
+  index_t dims[4] = {1, 1, 1, 1}, strides[4] = {0, 0, 0, 1};
+  const int pad = 4 - t.rank();
+  for (int i = 0; i < t.rank(); ++i) {
+    dims[pad + i] = t.dim(i);
+    strides[pad + i] = t.stride(i);
+  }
+  if (t.rank() == 3) {  // (B, R, C): the heads axis is inserted, not the batch axis
+    dims[0] = t.dim(0), strides[0] = t.stride(0);
+    dims[1] = 1, strides[1] = 0;
+  }
+  v.B = dims[0], v.H = dims[1], v.R = dims[2], v.C = dims[3];
+  v.sB = strides[0], v.sH = strides[1], v.sR = strides[2];
+  return v;
+}
+
+}  // namespace detail
+}  // namespace attn
