@@ -123,9 +123,28 @@ class TensorView {
   std::array<index_t, kMaxRank> strides_{};
 };
 
+namespace detail {
+// Element storage of Tensor<T>: T itself, except for bool, where std::vector<bool> packs bits and
+// has no data(); a one-byte struct whose only member is a bool stands in (pointer-interconvertible).
+struct StoredBool {
+  bool value;
+};
+static_assert(sizeof(StoredBool) == sizeof(bool));
+template <class T>
+struct Stored {
+  using type = T;
+};
+template <>
+struct Stored<bool> {
+  using type = StoredBool;
+};
+}  // namespace detail
+
 // An owning, contiguous tensor, zero-initialised. view() and cview() give TensorViews of it.
 template <class T>
 class Tensor {
+  using Storage = std::vector<typename detail::Stored<T>::type>;
+
  public:
   Tensor() = default;
   explicit Tensor(std::span<const index_t> shape) : shape_(shape.begin(), shape.end()) {
@@ -134,35 +153,36 @@ class Tensor {
       if (s < 0) detail::fail("Tensor: shape ", detail::dims_string(shape_), " has a negative size");
       n = detail::checked_mul(n, s, "Tensor shape");
     }
-    values_.assign(static_cast<std::size_t>(n), T{});
+    values_.assign(static_cast<std::size_t>(n), {});
   }
   Tensor(std::initializer_list<index_t> shape) : Tensor(std::span<const index_t>(shape.begin(), shape.size())) {}
-  Tensor(std::span<const index_t> shape, std::vector<T> values) : Tensor(shape) {
+  Tensor(std::span<const index_t> shape, const std::vector<T>& values) : Tensor(shape) {
     if (values.size() != values_.size())
       detail::fail("Tensor: shape ", detail::dims_string(shape_), " holds ", values_.size(), " elements but ",
                    values.size(), " values were given");
-    values_ = std::move(values);
+    for (std::size_t i = 0; i < values.size(); ++i) data()[i] = values[i];
   }
-  Tensor(std::initializer_list<index_t> shape, std::vector<T> values)
-      : Tensor(std::span<const index_t>(shape.begin(), shape.size()), std::move(values)) {}
+  Tensor(std::initializer_list<index_t> shape, const std::vector<T>& values)
+      : Tensor(std::span<const index_t>(shape.begin(), shape.size()), values) {}
 
-  TensorView<T> view() { return {values_.data(), shape_}; }
-  TensorView<const T> view() const { return {values_.data(), shape_}; }
+  TensorView<T> view() { return {data(), shape_}; }
+  TensorView<const T> view() const { return {data(), shape_}; }
   TensorView<const T> cview() const { return view(); }
   operator TensorView<T>() { return view(); }              // NOLINT(google-explicit-constructor)
   operator TensorView<const T>() const { return view(); }  // NOLINT(google-explicit-constructor)
 
-  T* data() { return values_.data(); }
-  const T* data() const { return values_.data(); }
+  T* data() { return reinterpret_cast<T*>(values_.data()); }
+  const T* data() const { return reinterpret_cast<const T*>(values_.data()); }
   int rank() const { return static_cast<int>(shape_.size()); }
   index_t dim(int i) const { return shape_[static_cast<std::size_t>(i < 0 ? i + rank() : i)]; }
   const std::vector<index_t>& shape() const { return shape_; }
   std::string shape_string() const { return detail::dims_string(shape_); }
   index_t numel() const { return static_cast<index_t>(values_.size()); }
-  std::vector<T>& values() { return values_; }
-  const std::vector<T>& values() const { return values_; }
-  T& operator[](index_t i) { return values_[static_cast<std::size_t>(i)]; }
-  const T& operator[](index_t i) const { return values_[static_cast<std::size_t>(i)]; }
+  // The elements in C order (for bool, one-byte wrappers of them).
+  Storage& values() { return values_; }
+  const Storage& values() const { return values_; }
+  T& operator[](index_t i) { return data()[i]; }
+  const T& operator[](index_t i) const { return data()[i]; }
   template <class... I>
   T& operator()(I... idx) { return view()(idx...); }
   template <class... I>
@@ -170,7 +190,7 @@ class Tensor {
 
  private:
   std::vector<index_t> shape_;
-  std::vector<T> values_;
+  Storage values_;
 };
 
 }  // namespace attn

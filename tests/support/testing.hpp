@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "attn/config.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::testing {
@@ -49,5 +50,54 @@ double gradient_error(const std::vector<double>& analytic, const std::vector<dou
 
 // sum(out * weight): the loss whose gradient with respect to out is `weight`.
 double dot(const Tensor<double>& out, const Tensor<double>& weight);
+
+// Runs `run` (a generic lambda `[&]<class T>() -> std::vector<Tensor<T>>`, computing the same
+// outputs and gradients in precision T with the current backend) four ways and checks the cpu
+// backend against the float64 reference: in float32 within the error budget of the float32
+// reference, and in float64 within `tol64` of it.
+template <class Run>
+void expect_cpu_matches_reference(const Run& run, double tol64 = 1e-9) {
+  std::vector<Tensor<double>> oracle, cpu64;
+  std::vector<Tensor<float>> ref32, cpu32;
+  {
+    ScopedBackend reference(Backend::reference);
+    oracle = run.template operator()<double>();
+    ref32 = run.template operator()<float>();
+  }
+  {
+    ScopedBackend cpu(Backend::cpu);
+    cpu64 = run.template operator()<double>();
+    cpu32 = run.template operator()<float>();
+  }
+  ASSERT_EQ(oracle.size(), cpu32.size());
+  for (std::size_t i = 0; i < oracle.size(); ++i) {
+    EXPECT_TRUE(within_error_budget(cpu32[i], ref32[i], oracle[i])) << "output " << i << " in float32";
+    EXPECT_LE(max_abs_diff(cpu64[i], oracle[i]), tol64) << "output " << i << " in float64";
+  }
+}
+
+// Runs `run` (returning std::vector<Tensor<T>>) at 1 and 2 threads and expects bit-identical results.
+template <class T, class Run>
+void expect_same_at_1_and_2_threads(const Run& run) {
+  ScopedBackend cpu(Backend::cpu);
+  set_num_threads(1);
+  const std::vector<Tensor<T>> one = run();
+  set_num_threads(2);
+  const std::vector<Tensor<T>> two = run();
+  set_num_threads(0);
+  ASSERT_EQ(one.size(), two.size());
+  for (std::size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i].values(), two[i].values()) << "output " << i;
+}
+
+// Expects `f` to throw attn::Error whose message contains every one of `parts`.
+template <class F>
+void expect_error(const F& f, std::initializer_list<const char*> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no attn::Error was thrown";
+  } catch (const Error& e) {
+    for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "message: " << e.what() << "\nmissing: " << p;
+  }
+}
 
 }  // namespace attn::testing

@@ -1,0 +1,142 @@
+// Public scaled dot-product attention: argument checks, then the kernels of the current backend.
+#include "attn/sdpa.hpp"
+
+#include <cmath>
+
+#include "api/checks.hpp"
+#include "cpu/cpu.hpp"
+#include "ref/ref.hpp"
+
+namespace attn {
+namespace {
+
+// Everything a kernel needs, checked: canonical views of the inputs, the sizes, scale and plans.
+template <class T>
+struct SdpaCall {
+  View4<const T> q, k, v;
+  index_t B, H, n, m, d, dv;
+  int rank;
+  T scale;
+  MaskPlan<T> mask;
+  DropoutPlan dropout;
+};
+
+template <class T>
+SdpaCall<T> check_inputs(const TensorView<const T>& queries, const TensorView<const T>& keys,
+                         const TensorView<const T>& values, const Mask<T>& mask, const SdpaOptions& options,
+                         const char* op) {
+  SdpaCall<T> c;
+  c.q = detail::require_tensor(queries, op, "queries", 0);
+  c.rank = queries.rank();
+  c.k = detail::require_tensor(keys, op, "keys", c.rank);
+  c.v = detail::require_tensor(values, op, "values", c.rank);
+  c.B = c.q.B, c.H = c.q.H, c.n = c.q.R, c.d = c.q.C, c.m = c.k.R, c.dv = c.v.C;
+  detail::require_shape(keys, detail::caller_dims(c.rank, c.B, c.H, c.m, c.d), op, "keys",
+                        "keys must have the batch size, heads and last dimension d of queries " + queries.shape_string());
+  detail::require_shape(values, detail::caller_dims(c.rank, c.B, c.H, c.m, c.dv), op, "values",
+                        "values must have the batch size, heads and number of keys m of keys " + keys.shape_string());
+  if (c.d == 0 && !options.scale)
+    detail::fail(op, ": queries has shape ", queries.shape_string(), " with d = 0; the default scale 1/sqrt(d) needs d >= 1");
+  const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(c.d));
+  if (!std::isfinite(scale)) detail::fail(op, ": scale is ", scale, "; it must be finite");
+  c.scale = static_cast<T>(scale);
+  c.mask = plan_mask(mask, c.B, c.H, c.n, c.m, c.rank, op);
+  c.dropout = plan_dropout(options.dropout, op);
+  return c;
+}
+
+// lse is (B, n) for 3-D calls and (B, H, n) for 4-D ones: one value per score row, as a (B, H, n, 1) view.
+template <class L, class T>
+View4<L> lse_view(const TensorView<L>& lse, const SdpaCall<T>& c, const char* op, bool required) {
+  if (lse.empty()) {
+    if (required) detail::fail(op, ": lse is required but was not given; sdpa_forward writes it");
+    return {};
+  }
+  const std::vector<index_t> expected =
+      c.rank == 4 ? std::vector<index_t>{c.B, c.H, c.n} : std::vector<index_t>{c.B, c.n};
+  detail::require_shape(lse, expected, op, "lse", "one log-sum-exp per query row: (B, n) or (B, H, n)");
+  for (int i = 0; i < lse.rank(); ++i)
+    if (lse.stride(i) < 0) detail::fail(op, ": lse has stride ", lse.stride(i), " in dimension ", i, "; strides must not be negative");
+  View4<L> v;
+  v.data = lse.data(), v.B = c.B, v.H = c.H, v.R = c.n, v.C = 1;
+  v.sB = lse.stride(0), v.sH = c.rank == 4 ? lse.stride(1) : 0, v.sR = lse.stride(-1);
+  return v;
+}
+
+}  // namespace
+
+template <class T>
+void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, TensorView<const T> queries,
+                  TensorView<const T> keys, TensorView<const T> values, const Mask<T>& mask,
+                  const SdpaOptions& options) {
+  const char* op = "sdpa_forward";
+  const SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
+  const View4<T> o = detail::require_tensor(out, op, "out", c.rank);
+  detail::require_shape(out, detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv), op, "out",
+                        "(B, n, v) from queries and values");
+  const View4<T> l = lse_view(lse, c, op, false);
+  const View4<T> w = detail::optional_tensor(weights, op, "weights", c.rank);
+  if (!weights.empty())
+    detail::require_shape(weights, detail::caller_dims(c.rank, c.B, c.H, c.n, c.m), op, "weights",
+                          "(B, n, m) from queries and keys");
+  for (const TensorView<const T>* in : {&queries, &keys, &values}) {
+    detail::require_distinct(out, *in, op, "out", "an input");
+    detail::require_distinct(weights, *in, op, "weights", "an input");
+    detail::require_distinct(lse, *in, op, "lse", "an input");
+  }
+  ATTN_DISPATCH(sdpa_forward<T>, o, l, w, c.q, c.k, c.v, c.mask, c.scale, c.dropout);
+}
+
+template <class T>
+void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
+                   TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
+                   TensorView<const T> out, TensorView<const T> lse, const Mask<T>& mask,
+                   const SdpaOptions& options) {
+  const char* op = "sdpa_backward";
+  const SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
+  const auto out_dims = detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv);
+  const View4<const T> g = detail::require_tensor(dout, op, "dout", c.rank);
+  detail::require_shape(dout, out_dims, op, "dout", "the shape of sdpa_forward's out");
+  const View4<const T> o = detail::require_tensor(out, op, "out", c.rank);
+  detail::require_shape(out, out_dims, op, "out", "sdpa_forward's out, (B, n, v)");
+  const View4<const T> l = lse_view(lse, c, op, true);
+  const View4<T> dq = detail::optional_tensor(dqueries, op, "dqueries", c.rank);
+  const View4<T> dk = detail::optional_tensor(dkeys, op, "dkeys", c.rank);
+  const View4<T> dv = detail::optional_tensor(dvalues, op, "dvalues", c.rank);
+  if (!dqueries.empty()) detail::require_shape(dqueries, {queries.shape().begin(), queries.shape().end()}, op, "dqueries", "the shape of queries");
+  if (!dkeys.empty()) detail::require_shape(dkeys, {keys.shape().begin(), keys.shape().end()}, op, "dkeys", "the shape of keys");
+  if (!dvalues.empty()) detail::require_shape(dvalues, {values.shape().begin(), values.shape().end()}, op, "dvalues", "the shape of values");
+  for (const TensorView<const T>* in : {&dout, &queries, &keys, &values, &out, &lse}) {
+    detail::require_distinct(dqueries, *in, op, "dqueries", "an input");
+    detail::require_distinct(dkeys, *in, op, "dkeys", "an input");
+    detail::require_distinct(dvalues, *in, op, "dvalues", "an input");
+  }
+  ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, g, c.q, c.k, c.v, o, l, c.mask, c.scale, c.dropout);
+}
+
+template <class T>
+Tensor<T> scaled_dot_product_attention(TensorView<const T> queries, TensorView<const T> keys,
+                                       TensorView<const T> values, const Mask<T>& mask, const SdpaOptions& options,
+                                       Tensor<T>* weights) {
+  const char* op = "scaled_dot_product_attention";
+  const SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
+  Tensor<T> out(detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv));
+  if (weights != nullptr) *weights = Tensor<T>(detail::caller_dims(c.rank, c.B, c.H, c.n, c.m));
+  sdpa_forward<T>(out.view(), {}, weights != nullptr ? weights->view() : TensorView<T>{}, queries, keys, values, mask,
+                  options);
+  return out;
+}
+
+#define ATTN_INSTANTIATE(T)                                                                                         \
+  template void sdpa_forward(TensorView<T>, TensorView<T>, TensorView<T>, TensorView<const T>, TensorView<const T>, \
+                             TensorView<const T>, const Mask<T>&, const SdpaOptions&);                              \
+  template void sdpa_backward(TensorView<T>, TensorView<T>, TensorView<T>, TensorView<const T>, TensorView<const T>, \
+                              TensorView<const T>, TensorView<const T>, TensorView<const T>, TensorView<const T>,   \
+                              const Mask<T>&, const SdpaOptions&);                                                  \
+  template Tensor<T> scaled_dot_product_attention(TensorView<const T>, TensorView<const T>, TensorView<const T>,    \
+                                                  const Mask<T>&, const SdpaOptions&, Tensor<T>*);
+ATTN_INSTANTIATE(float)
+ATTN_INSTANTIATE(double)
+#undef ATTN_INSTANTIATE
+
+}  // namespace attn

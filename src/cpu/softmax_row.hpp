@@ -1,0 +1,60 @@
+// The cpu backend's masked softmax of one score row, shared by every attention op of the backend.
+#pragma once
+
+#include <cmath>
+#include <limits>
+
+#include "core/mask_plan.hpp"
+
+namespace attn::cpu {
+
+// The value softmax sees for key j: score + additive mask where allowed; -1e6 where masked under
+// the seeds' fill; -inf (weight exactly 0) where masked otherwise.
+template <class T>
+T masked_score(const T* s, const RowMask<T>& rm, index_t j) {
+  if (rm.allowed(j)) return s[j] + rm.bias_at(j);
+  return rm.seeds_fill ? T(-1e6) : -std::numeric_limits<T>::infinity();
+}
+
+// w (m) = masked softmax of s (m); w may alias s. Returns the row's log-sum-exp, -inf for an empty
+// row, whose weights are then all 0. Three passes over contiguous memory the compiler vectorises:
+// masked values, maximum, exponentials and their sum, then a scale by 1/sum.
+template <class T>
+T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
+  const T inf = std::numeric_limits<T>::infinity();
+  T max = -inf;
+  for (index_t j = 0; j < m; ++j) {
+    w[j] = masked_score(s, rm, j);
+    max = w[j] > max ? w[j] : max;
+  }
+  if (max == -inf) {
+    for (index_t j = 0; j < m; ++j) w[j] = 0;
+    return -inf;
+  }
+  T sum = 0;
+  for (index_t j = 0; j < m; ++j) {
+    w[j] = std::exp(w[j] - max);
+    sum += w[j];
+  }
+  const T inv = T(1) / sum;
+  for (index_t j = 0; j < m; ++j) w[j] *= inv;
+  return max + std::log(sum);
+}
+
+// Rebuilds a row's weights from its scores and the log-sum-exp the forward stored:
+// w_j = exp(masked score_j - lse), 0 for keys that do not take part and for empty rows.
+template <class T>
+void weights_from_lse(T* w, const T* s, const RowMask<T>& rm, T lse, index_t m) {
+  const bool empty = lse == -std::numeric_limits<T>::infinity();
+  for (index_t j = 0; j < m; ++j) w[j] = !empty && rm.participates(j) ? std::exp(masked_score(s, rm, j) - lse) : T(0);
+}
+
+// ds (m) from dw (m) and w (m): w_j (dw_j - sum_k w_k dw_k) for allowed keys, 0 for masked ones.
+template <class T>
+void softmax_row_backward(T* ds, const T* dw, const T* w, const RowMask<T>& rm, index_t m) {
+  T dot = 0;
+  for (index_t j = 0; j < m; ++j) dot += rm.participates(j) ? w[j] * dw[j] : T(0);
+  for (index_t j = 0; j < m; ++j) ds[j] = rm.allowed(j) ? w[j] * (dw[j] - dot) : T(0);
+}
+
+}  // namespace attn::cpu
