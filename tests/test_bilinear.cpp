@@ -87,6 +87,9 @@ TEST(BilinearAttention, SeedsExampleAveragesTheValidValues) {
   }
 }
 
+// Out, weights and every gradient of the cpu backend against the float64 reference, for every mask
+// case of qkv_cases.hpp (dropout included: its mask is keyed by position, so both backends drop the
+// same weights), at 1 and 2 threads.
 class BilinearAttentionCases : public ::testing::TestWithParam<testing::MaskCase> {};
 
 TEST_P(BilinearAttentionCases, MatchesFloat64ReferenceOn3DTensors) {
@@ -116,6 +119,8 @@ TEST(BilinearAttention, OverflowingScoresMatchFloat64Reference) {
   testing::expect_op_matches_reference<Bilinear>(s, {"lens_per_query", false, true}, in);
 }
 
+// The analytic gradients of every input and parameter, with a per-query valid-lens mask (lengths 0
+// to m) and with dropout, 3-D and 4-D, by both backends.
 TEST(BilinearAttention, BackwardMatchesFiniteDifferences) {
   for (const QkvSizes& s : {testing::kSmall3, testing::kSmall4})
     for (const testing::MaskCase& mc : {testing::MaskCase{"lens", false, true},
@@ -126,6 +131,8 @@ TEST(BilinearAttention, BackwardMatchesFiniteDifferences) {
     }
 }
 
+// attn/mask.hpp: a query with nothing to attend to outputs 0, has weights 0 and gradients 0; a key
+// no query sees gets gradient 0.
 TEST(BilinearAttention, EmptyRowsOutputZeroWithZeroGradients) {
   const QkvSizes s = testing::kSmall3;
   const std::vector<Tensor<double>> in = make_inputs(s, 500);
@@ -149,6 +156,7 @@ TEST(BilinearAttention, EmptyRowsOutputZeroWithZeroGradients) {
   }
 }
 
+// m = 0: every row is empty; nothing is read from the (null) keys and values.
 TEST(BilinearAttention, NoKeysOutputsZero) {
   const QkvSizes s{2, 0, 3, 0, 4, 3, 2};
   const std::vector<Tensor<double>> in = make_inputs(s, 600);
@@ -181,6 +189,7 @@ struct Call {
   }
 };
 
+// The unbroken call passes, so each failure below comes from the one part a test breaks.
 TEST(BilinearAttentionBadInput, ValidCallPasses) {
   Call c;
   c.fwd();
@@ -213,6 +222,7 @@ TEST(BilinearAttentionBadInput, KeysAndValuesMustShareM) {
   testing::expect_error([&] { c.bwd(); }, {"bilinear_attention_backward", "values has shape (2,6,2) but must be (2,5,2)", "m = 5 rows"});
 }
 
+// W maps keys (k) into query space (q): (q, k), not (k, q), and a matrix.
 TEST(BilinearAttentionBadInput, WMustBeQByK) {
   Call c;
   c.in[3] = Tensor<float>{3, 4};
@@ -269,6 +279,7 @@ TEST(BilinearAttentionBadInput, OutputAndGradientShapes) {
   testing::expect_error([&] { e.bwd(); }, {"dw has shape (3,4) but must be (4,3)"});
 }
 
+// An output sharing memory with an input would be read after being overwritten.
 TEST(BilinearAttentionBadInput, OutputsMustNotAliasInputs) {
   Call c;
   const TensorView<float> values_as_dvalues(c.in[2].data(), {2, 5, 2});
