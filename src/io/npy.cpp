@@ -99,10 +99,12 @@ class HeaderParser {
     if (pos_ != text_.size()) syntax_error("only spaces and a newline after the closing '}'");
     if (!has_descr || !has_fortran_order || !has_shape) {
       std::string missing;
-      if (!has_descr) missing += "'descr' ";
-      if (!has_fortran_order) missing += "'fortran_order' ";
-      if (!has_shape) missing += "'shape' ";
-      missing.pop_back();
+      const auto note_missing = [&](bool seen, const char* key) {
+        if (!seen) missing += (missing.empty() ? "'" : ", '") + std::string(key) + "'";
+      };
+      note_missing(has_descr, "descr");
+      note_missing(has_fortran_order, "fortran_order");
+      note_missing(has_shape, "shape");
       fail_header(cat("the header lacks the key(s) ", missing,
                       "; a .npy header has exactly the keys 'descr', 'fortran_order' and 'shape'"));
     }
