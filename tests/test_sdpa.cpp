@@ -92,6 +92,9 @@ std::vector<Tensor<T>> run_sdpa(const SdpaCase& sc, const Tensor<float>& q32, co
   return {out, lse, weights, dq, dk, dv};
 }
 
+// gtest (and CTest's test names) print a case by its name.
+void PrintTo(const SdpaCase& c, std::ostream* os) { *os << c.name; }
+
 class SdpaCases : public ::testing::TestWithParam<SdpaCase> {};
 
 TEST_P(SdpaCases, MatchesFloat64ReferenceOnOddSizes) {
@@ -242,6 +245,33 @@ TEST(Sdpa, GarbageInMaskedKeysAndValuesNeverReachesOutputsOrGradients) {
     const auto dirty = run();
     for (std::size_t t = 0; t < clean.size(); ++t) EXPECT_EQ(clean[t].values(), dirty[t].values()) << "tensor " << t;
     k = random_tensor<float>({2, 6, 4}, 21), v = random_tensor<float>({2, 6, 2}, 22);
+  }
+}
+
+TEST(Sdpa, HeadsInterleavedLayoutIsReadThroughStridesWithoutACopy) {
+  // Projections laid out (B, n, H, d), as a linear layer writes them, viewed as (B, H, n, d).
+  const index_t B = 2, H = 3, n = 5, m = 7, d = 4;
+  const Tensor<float> q_bnhd = random_tensor<float>({B, n, H, d}, 27), k_bmhd = random_tensor<float>({B, m, H, d}, 28);
+  const Tensor<float> v_bmhd = random_tensor<float>({B, m, H, d}, 29);
+  auto as_bhnd = [&](const Tensor<float>& t, index_t rows) {
+    return TensorView<const float>(t.data(), {B, H, rows, d}, {rows * H * d, d, H * d, 1});
+  };
+  auto dense = [&](const Tensor<float>& t, index_t rows) {
+    Tensor<float> out({B, H, rows, d});
+    const TensorView<const float> view = as_bhnd(t, rows);
+    for (index_t b = 0; b < B; ++b)
+      for (index_t h = 0; h < H; ++h)
+        for (index_t i = 0; i < rows; ++i)
+          for (index_t c = 0; c < d; ++c) out(b, h, i, c) = view(b, h, i, c);
+    return out;
+  };
+  for (Backend backend : {Backend::reference, Backend::cpu}) {
+    ScopedBackend use(backend);
+    const Tensor<float> strided =
+        scaled_dot_product_attention<float>(as_bhnd(q_bnhd, n), as_bhnd(k_bmhd, m), as_bhnd(v_bmhd, m));
+    const Tensor<float> copied = scaled_dot_product_attention<float>(dense(q_bnhd, n).view(), dense(k_bmhd, m).view(),
+                                                                     dense(v_bmhd, m).view());
+    EXPECT_EQ(strided.values(), copied.values());
   }
 }
 

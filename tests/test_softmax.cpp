@@ -58,6 +58,9 @@ struct MaskCase {
   MaskedFill fill = MaskedFill::exclude;
 };
 
+// gtest (and CTest's test names) print a case by its name.
+void PrintTo(const MaskCase& c, std::ostream* os) { *os << c.name; }
+
 class MaskedSoftmaxCases : public ::testing::TestWithParam<MaskCase> {};
 
 TEST_P(MaskedSoftmaxCases, MatchesFloat64ReferenceForwardAndBackward) {

@@ -18,7 +18,8 @@ T masked_score(const T* s, const RowMask<T>& rm, index_t j) {
 
 // w (m) = masked softmax of s (m); w may alias s. Returns the row's log-sum-exp, -inf for an empty
 // row, whose weights are then all 0. Three passes over contiguous memory the compiler vectorises:
-// masked values, maximum, exponentials and their sum, then a scale by 1/sum.
+// masked values, maximum, exponentials and their sum, then a scale by 1/sum. The sum is kept in
+// double: summed in float over hundreds of keys it drifts by several ulp, more than PyTorch's.
 template <class T>
 T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
   const T inf = std::numeric_limits<T>::infinity();
@@ -31,22 +32,26 @@ T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
     for (index_t j = 0; j < m; ++j) w[j] = 0;
     return -inf;
   }
-  T sum = 0;
+  double sum = 0;
   for (index_t j = 0; j < m; ++j) {
     w[j] = std::exp(w[j] - max);
-    sum += w[j];
+    sum += static_cast<double>(w[j]);
   }
-  const T inv = T(1) / sum;
+  const T inv = static_cast<T>(1.0 / sum);
   for (index_t j = 0; j < m; ++j) w[j] *= inv;
-  return max + std::log(sum);
+  return max + static_cast<T>(std::log(sum));
 }
 
 // ds (m) from dw (m) and w (m): w_j (dw_j - sum_k w_k dw_k) for allowed keys, 0 for masked ones.
+// The sum is kept in double: in a peaked row dw_j - sum cancels, and a float sum's drift would
+// reach ds directly.
 template <class T>
 void softmax_row_backward(T* ds, const T* dw, const T* w, const RowMask<T>& rm, index_t m) {
-  T dot = 0;
-  for (index_t j = 0; j < m; ++j) dot += rm.participates(j) ? w[j] * dw[j] : T(0);
-  for (index_t j = 0; j < m; ++j) ds[j] = rm.allowed(j) ? w[j] * (dw[j] - dot) : T(0);
+  double dot = 0;
+  for (index_t j = 0; j < m; ++j)
+    if (rm.participates(j)) dot += static_cast<double>(w[j]) * static_cast<double>(dw[j]);
+  for (index_t j = 0; j < m; ++j)
+    ds[j] = rm.allowed(j) ? static_cast<T>(static_cast<double>(w[j]) * (static_cast<double>(dw[j]) - dot)) : T(0);
 }
 
 }  // namespace attn::cpu
