@@ -33,20 +33,16 @@ std::string trim_zeros(std::string s) {
   return s == "-0" ? "0" : s;
 }
 
-// How every element of a tensor is written: a common number of decimals (fixed) or mantissa
-// digits (scientific), chosen from the largest finite magnitude so that it keeps `digits`
-// significant digits.
+// How the elements of a tensor are written: fixed-point with `digits` significant digits each,
+// or, when the magnitudes would need more than 5 integer digits or more than 3 leading zeros,
+// scientific notation for all of them (a column of mixed notations would not align).
 struct NumberFormat {
   bool scientific = false;
-  int decimals = 0;
+  int digits = 4;
 
-  NumberFormat(const std::vector<double>& values, int digits) {
-    double largest = 0;
+  NumberFormat(const std::vector<double>& values, int significant) : digits(significant) {
     for (double v : values)
-      if (std::isfinite(v)) largest = std::max(largest, std::abs(v));
-    if (largest == 0) return;
-    scientific = largest >= 1e5 || largest < 1e-4;
-    decimals = scientific ? digits - 1 : std::max(0, digits - 1 - static_cast<int>(std::floor(std::log10(largest))));
+      if (std::isfinite(v) && v != 0) scientific = scientific || std::abs(v) >= 1e5 || std::abs(v) < 1e-4;
   }
 
   Cell cell(double v) const {
@@ -55,10 +51,12 @@ struct NumberFormat {
       s = "nan";
     else if (std::isinf(v))
       s = v > 0 ? "inf" : "-inf";
+    else if (v == 0)
+      s = "0";
     else if (scientific)
-      s = v == 0 ? "0" : sprint("%.*e", decimals, v);
-    else
-      s = trim_zeros(sprint("%.*f", decimals, v));
+      s = sprint("%.*e", digits - 1, v);
+    else  // digits - 1 decimals for 1.234, digits for 0.1234, ...
+      s = trim_zeros(sprint("%.*f", std::max(0, digits - 1 - static_cast<int>(std::floor(std::log10(std::abs(v))))), v));
     const std::size_t dot = scientific ? std::string::npos : s.find('.');
     if (dot == std::string::npos) return {s, ""};
     return {s.substr(0, dot), s.substr(dot)};

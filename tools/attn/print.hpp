@@ -1,13 +1,16 @@
 // Printing tensors for people: the nested-bracket layout of PyTorch and NumPy,
 //
-//   tensor([[[0.475 , 0.525 , 0     , 0     ],
-//            [0.3652, 0.2816, 0.3532, 0     ]]])
+//   tensor([[[1     , 0     , 0     , 0],
+//            [0.2651, 0.4212, 0.3137, 0]],
 //
-// Every element is rounded to `digits` significant digits of the largest magnitude in the tensor,
-// trailing zeros are dropped element by element (0.5, not 0.5000; 2, not 2.0000) and the columns are
-// aligned on the decimal point, as NumPy's default "maxprec" float mode does. Exact zeros therefore
-// print as a bare 0, which makes masked-out attention weights stand out. Magnitudes outside
-// [1e-4, 1e5) switch the whole tensor to scientific notation.
+//           [[0.5521, 0.4479, 0     , 0],
+//            [0.2637, 0.2519, 0.29  , 0.1953]]])
+//
+// Every element is rounded to `digits` significant digits of its own, trailing zeros are dropped
+// (0.29, not 0.2900; 2, not 2.000) and the columns are aligned on the decimal point, as NumPy's
+// default "maxprec" float mode does. Exact zeros therefore print as a bare 0, which makes
+// masked-out attention weights stand out. A tensor with a magnitude of 1e5 or more, or a nonzero
+// one below 1e-4, is printed in scientific notation throughout.
 #pragma once
 
 #include <cstdint>
@@ -64,10 +67,10 @@ std::string format_tensor(attn::TensorView<const T> view, int digits = 4) {
   return format_tensor(flatten(view), digits);
 }
 
-// Two lines and more: "<name> shape (2, 1, 4)" and then the tensor.
+// Two lines and more: "<name>    # shape (2, 1, 4)" and then the tensor.
 template <class T>
 void print_tensor(std::ostream& os, std::string_view name, attn::TensorView<const T> view) {
-  os << name << " shape " << format_shape(view.shape()) << '\n' << format_tensor(view) << '\n';
+  os << name << "    # shape " << format_shape(view.shape()) << '\n' << format_tensor(view) << '\n';
 }
 
 }  // namespace attn_cli
