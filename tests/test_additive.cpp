@@ -96,6 +96,9 @@ TEST(AdditiveAttention, SeedsExampleAveragesTheValidValues) {
   }
 }
 
+// Out, weights and every gradient of the cpu backend against the float64 reference, for every mask
+// case of qkv_cases.hpp (dropout included: its mask is keyed by position, so both backends drop the
+// same weights), at 1 and 2 threads.
 class AdditiveAttentionCases : public ::testing::TestWithParam<testing::MaskCase> {};
 
 TEST_P(AdditiveAttentionCases, MatchesFloat64ReferenceOn3DTensors) {
@@ -130,6 +133,8 @@ TEST(AdditiveAttention, OverflowingScoresMatchFloat64Reference) {
   testing::expect_op_matches_reference<Additive>(s, {"lens_per_query", false, true}, in);
 }
 
+// The analytic gradients of every input and parameter, with a per-query valid-lens mask (lengths 0
+// to m) and with dropout, 3-D and 4-D, by both backends.
 TEST(AdditiveAttention, BackwardMatchesFiniteDifferences) {
   for (const QkvSizes& s : {testing::kSmall3, testing::kSmall4})
     for (const testing::MaskCase& mc : {testing::MaskCase{"lens", false, true},
@@ -140,6 +145,8 @@ TEST(AdditiveAttention, BackwardMatchesFiniteDifferences) {
     }
 }
 
+// attn/mask.hpp: a query with nothing to attend to outputs 0, has weights 0 and gradients 0; a key
+// no query sees gets gradient 0.
 TEST(AdditiveAttention, EmptyRowsOutputZeroWithZeroGradients) {
   const QkvSizes s = testing::kSmall3;
   const std::vector<Tensor<double>> in = make_inputs(s, 6, 500);
@@ -164,6 +171,7 @@ TEST(AdditiveAttention, EmptyRowsOutputZeroWithZeroGradients) {
   }
 }
 
+// m = 0: every row is empty; nothing is read from the (null) keys and values.
 TEST(AdditiveAttention, NoKeysOutputsZero) {
   const QkvSizes s{2, 0, 3, 0, 4, 3, 2};
   const std::vector<Tensor<double>> in = make_inputs(s, 6, 600);
@@ -204,6 +212,7 @@ TEST(AdditiveWeights, InitDrawsLinearBoundsFromTheSeed) {
   EXPECT_NE(square.w_q.values(), square.w_k.values());
 }
 
+// Sizes must be positive: nn.Linear with no inputs or outputs has no bound 1/sqrt(fan_in).
 TEST(AdditiveWeights, InitRejectsNonPositiveSizes) {
   testing::expect_error([] { AdditiveWeights<float>::init(0, 2, 8, 1); }, {"AdditiveWeights::init", "query_size is 0", "at least 1"});
   testing::expect_error([] { AdditiveWeights<float>::init(20, -1, 8, 1); }, {"key_size is -1"});
@@ -232,6 +241,7 @@ struct Call {
   }
 };
 
+// The unbroken call passes, so each failure below comes from the one part a test breaks.
 TEST(AdditiveAttentionBadInput, ValidCallPasses) {
   Call c;
   c.fwd();
@@ -274,6 +284,7 @@ TEST(AdditiveAttentionBadInput, ParameterShapes) {
   testing::expect_error([&] { f.fwd(); }, {"w_q has shape (0,4)", "hidden size h", "at least 1"});
 }
 
+// W_q fixes h; W_k and w_v must agree with it.
 TEST(AdditiveAttentionBadInput, HiddenSizeMustAgree) {
   Call c;
   c.in[4] = Tensor<float>{7, 3};
@@ -347,6 +358,7 @@ TEST(AdditiveAttentionBadInput, GradientShapes) {
   testing::expect_error([&] { e.bwd(); }, {"dout has shape (2,3,5) but must be (2,3,2)"});
 }
 
+// An output sharing memory with an input or another output would be read after being overwritten.
 TEST(AdditiveAttentionBadInput, OutputsMustNotAliasInputs) {
   Call c;
   const TensorView<float> weights_as_out(c.weights.data(), {2, 3, 2});

@@ -44,6 +44,8 @@ ParamViews<T> check_params(const detail::QkvCall<T>& c, const AdditiveParams<T>&
 
 }  // namespace
 
+// Every argument is checked here, once, in the order of the signature (inputs, mask and dropout,
+// parameters, outputs, aliasing); the backend's kernel then trusts the canonical views.
 template <class T>
 void additive_attention_forward(TensorView<T> out, TensorView<T> weights, TensorView<const T> queries,
                                 TensorView<const T> keys, TensorView<const T> values, const AdditiveParams<T>& params,
@@ -60,6 +62,8 @@ void additive_attention_forward(TensorView<T> out, TensorView<T> weights, Tensor
   ATTN_DISPATCH(additive_forward, o, w, c.queries, c.keys, c.values, p.w_q, p.w_k, p.w_v, c.mask, c.dropout);
 }
 
+// The forward's checks, plus dout and the gradients: those of queries, keys and values are optional
+// (empty = not needed), those of the parameters required, since the kernels write them whole.
 template <class T>
 void additive_attention_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues,
                                  const AdditiveGrads<T>& grads, TensorView<const T> dout,
@@ -126,6 +130,7 @@ AdditiveWeights<T> AdditiveWeights<T>::init(index_t query_size, index_t key_size
   return w;
 }
 
+// The public templates exist for float and double.
 #define ATTN_INSTANTIATE(T)                                                                                      \
   template struct AdditiveWeights<T>;                                                                            \
   template void additive_attention_forward<T>(TensorView<T>, TensorView<T>, TensorView<const T>,                 \

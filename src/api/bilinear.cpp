@@ -20,6 +20,8 @@ std::string w_rule(const detail::QkvCall<T>& c) {
 
 }  // namespace
 
+// Every argument is checked here, once, in the order of the signature (inputs, mask and dropout,
+// W, outputs, aliasing); the backend's kernel then trusts the canonical views.
 template <class T>
 void bilinear_attention_forward(TensorView<T> out, TensorView<T> weights, TensorView<const T> queries,
                                 TensorView<const T> keys, TensorView<const T> values, TensorView<const T> w,
@@ -35,6 +37,8 @@ void bilinear_attention_forward(TensorView<T> out, TensorView<T> weights, Tensor
   ATTN_DISPATCH(bilinear_forward, o, wts, c.queries, c.keys, c.values, wv, c.mask, c.dropout);
 }
 
+// The forward's checks, plus dout and the gradients: those of queries, keys and values are optional
+// (empty = not needed), dW is required, since the kernels write it whole.
 template <class T>
 void bilinear_attention_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<T> dw,
                                  TensorView<const T> dout, TensorView<const T> queries, TensorView<const T> keys,
@@ -54,6 +58,7 @@ void bilinear_attention_backward(TensorView<T> dqueries, TensorView<T> dkeys, Te
   ATTN_DISPATCH(bilinear_backward, dq, dk, dv, dwv, go, c.queries, c.keys, c.values, wv, c.mask, c.dropout);
 }
 
+// The public templates exist for float and double.
 #define ATTN_INSTANTIATE(T)                                                                                        \
   template void bilinear_attention_forward<T>(TensorView<T>, TensorView<T>, TensorView<const T>, TensorView<const T>, \
                                               TensorView<const T>, TensorView<const T>, const Mask<T>&,            \

@@ -1,6 +1,8 @@
 // cpu backend, unfused additive attention: queries and keys are projected once (qp = Q W_q^T,
 // kp = K W_k^T), the scores w_v . tanh(qp_i + kp_j) are computed row by row into an (n, m) buffer
 // (the (n, m, h) features of the seeds' code are never stored), then the shared pooling pass.
+#include <omp.h>
+
 #include <cmath>
 #include <vector>
 
@@ -57,6 +59,65 @@ AdditiveScores<T> additive_scores(View4<const T> queries, View4<const T> keys, V
   return a;
 }
 
+// One term (i, j) of the backward of scores[i, j] = sum_p w_v[p] t_p, t = tanh(qi + kj), with
+// g = dscores[i, j]: dt = g w_v (1 - t^2) is added to dq and g t to dv (Row), dt to dk (Col).
+template <bool Row, bool Col, class T>
+void pair_backward(T g, const T* qi, const T* kj, const T* wv, index_t h, T* dq, T* dv, T* dk) {
+  for (index_t p = 0; p < h; ++p) {
+    const T t = std::tanh(qi[p] + kj[p]);
+    const T dt = g * wv[p] * (T(1) - t * t);
+    if constexpr (Row) dv[p] += g * t, dq[p] += dt;
+    if constexpr (Col) dk[p] += dt;
+  }
+}
+
+// dqp (B, H, n, h) = sum_j dt_ij, dkp (B, H, m, h) = sum_i dt_ij and dwv_row (B, H, n, h), each
+// row's share of dw_v, from ds = dscores (B, H, n, m); all three zero on entry. Two schedules
+// with the same sums in the same order (over j ascending for a row, over i ascending for a key):
+//   - enough (b, h) slabs to occupy the machine: one task per slab, each tanh computed once;
+//   - otherwise rows in parallel, then keys in parallel, recomputing the tanh rather than racing on
+//     dkp or storing the (n, m, h) tensor.
+// The choice depends on the shape and the machine's core count, never on set_num_threads.
+// ds is exactly 0 for masked keys: skipping zeros skips them, so whatever their rows hold is not read.
+template <class T>
+void projection_grads(View4<T> dqp, View4<T> dkp, View4<T> dwv_row, View4<const T> ds, View4<const T> qp,
+                      View4<const T> kp, const T* wv) {
+  const index_t B = qp.B, H = qp.H, n = qp.R, m = kp.R, h = qp.C;
+  if (B * H >= 2 * omp_get_num_procs()) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (index_t b = 0; b < B; ++b)
+      for (index_t hd = 0; hd < H; ++hd)
+        for (index_t i = 0; i < n; ++i)
+          for (index_t j = 0; j < m; ++j) {
+            const T g = ds.at(b, hd, i, j);
+            if (g != T(0))
+              pair_backward<true, true, T>(g, qp.row(b, hd, i), kp.row(b, hd, j), wv, h, dqp.row(b, hd, i),
+                                        dwv_row.row(b, hd, i), dkp.row(b, hd, j));
+          }
+    return;
+  }
+#pragma omp parallel for collapse(3) schedule(static)
+  for (index_t b = 0; b < B; ++b)
+    for (index_t hd = 0; hd < H; ++hd)
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < m; ++j) {
+          const T g = ds.at(b, hd, i, j);
+          if (g != T(0))
+            pair_backward<true, false, T>(g, qp.row(b, hd, i), kp.row(b, hd, j), wv, h, dqp.row(b, hd, i),
+                                       dwv_row.row(b, hd, i), nullptr);
+        }
+#pragma omp parallel for collapse(3) schedule(static)
+  for (index_t b = 0; b < B; ++b)
+    for (index_t hd = 0; hd < H; ++hd)
+      for (index_t j = 0; j < m; ++j)
+        for (index_t i = 0; i < n; ++i) {
+          const T g = ds.at(b, hd, i, j);
+          if (g != T(0))
+            pair_backward<false, true, T>(g, qp.row(b, hd, i), kp.row(b, hd, j), wv, h, nullptr, nullptr,
+                                       dkp.row(b, hd, j));
+        }
+}
+
 }  // namespace
 
 template <class T>
@@ -86,52 +147,12 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   masked_softmax_forward<T>(w, ds, mask);
   pool_backward<T>(ds, dvalues, dout, w, values, mask, dropout);
 
-  // scores[i, j] = sum_p w_v[p] t_ijp, t_ijp = tanh(qp[i, p] + kp[j, p]):
-  //   dt_ijp = dscores[i, j] w_v[p] (1 - t_ijp^2),  dqp[i] = sum_j dt_ij,  dkp[j] = sum_i dt_ij,
-  //   dw_v[p] = sum over b, h, i, j of dscores[i, j] t_ijp.
-  // Rows i in parallel give dqp and each row's share of dw_v; columns j in parallel give dkp
-  // (recomputing t rather than racing on dkp or storing the (n, m, h) tensor). dscores is exactly
-  // 0 for masked keys: skipping zeros skips them, so whatever their rows hold is not read.
-  const View4<const T> qp = a.qp_view(), kp = a.kp_view();
+  // scores[i, j] = sum_p w_v[p] tanh(qp[i, p] + kp[j, p]): the gradients of qp, kp and each
+  // row's share of dw_v.
   const T* wv = w_v.row(0, 0, 0);
   std::vector<T> dqp_buf(a.qp.size()), dkp_buf(a.kp.size()), dwv_rows(a.qp.size());
   const View4<T> dqp = dense_view4(dqp_buf.data(), B, H, n, h), dkp = dense_view4(dkp_buf.data(), B, H, m, h);
-  const View4<T> dwv_row = dense_view4(dwv_rows.data(), B, H, n, h);
-#pragma omp parallel for collapse(3) schedule(static)
-  for (index_t b = 0; b < B; ++b)
-    for (index_t hd = 0; hd < H; ++hd)
-      for (index_t i = 0; i < n; ++i) {
-        const T* qi = qp.row(b, hd, i);
-        const T* dsi = ds.row(b, hd, i);
-        T* dq = dqp.row(b, hd, i);
-        T* dv = dwv_row.row(b, hd, i);
-        for (index_t j = 0; j < m; ++j) {
-          const T g = dsi[j];
-          if (g == T(0)) continue;
-          const T* kj = kp.row(b, hd, j);
-          for (index_t p = 0; p < h; ++p) {
-            const T t = std::tanh(qi[p] + kj[p]);
-            dv[p] += g * t;
-            dq[p] += g * wv[p] * (T(1) - t * t);
-          }
-        }
-      }
-#pragma omp parallel for collapse(3) schedule(static)
-  for (index_t b = 0; b < B; ++b)
-    for (index_t hd = 0; hd < H; ++hd)
-      for (index_t j = 0; j < m; ++j) {
-        const T* kj = kp.row(b, hd, j);
-        T* dk = dkp.row(b, hd, j);
-        for (index_t i = 0; i < n; ++i) {
-          const T g = ds.at(b, hd, i, j);
-          if (g == T(0)) continue;
-          const T* qi = qp.row(b, hd, i);
-          for (index_t p = 0; p < h; ++p) {
-            const T t = std::tanh(qi[p] + kj[p]);
-            dk[p] += g * wv[p] * (T(1) - t * t);
-          }
-        }
-      }
+  projection_grads<T>(dqp, dkp, dense_view4(dwv_rows.data(), B, H, n, h), ds, a.qp_view(), a.kp_view(), wv);
   // dw_v: the rows' shares summed in row order.
   T* dwv = dw_v.row(0, 0, 0);
   for (index_t p = 0; p < h; ++p) dwv[p] = 0;

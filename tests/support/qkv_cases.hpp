@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct MaskCase {
   MaskedFill fill = MaskedFill::exclude;
   double dropout = 0;
 };
+
+// gtest prints a case by its name (in test listings and CTest names).
+inline void PrintTo(const MaskCase& c, std::ostream* os) { *os << c.name; }
 
 inline std::vector<MaskCase> all_mask_cases() {
   return {MaskCase{"none"},
