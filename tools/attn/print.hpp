@@ -1,10 +1,10 @@
 // Printing tensors for people: the nested-bracket layout of PyTorch and NumPy,
 //
-//   tensor([[[1     , 0     , 0     , 0],
-//            [0.2651, 0.4212, 0.3137, 0]],
+//   tensor([[[1     , 0     , 0     , 0     ],
+//            [0.2648, 0.4207, 0.3145, 0     ]],
 //
-//           [[0.5521, 0.4479, 0     , 0],
-//            [0.2637, 0.2519, 0.29  , 0.1953]]])
+//           [[0.552 , 0.448 , 0     , 0     ],
+//            [0.2636, 0.2515, 0.29  , 0.1949]]])
 //
 // Every element is rounded to `digits` significant digits of its own, trailing zeros are dropped
 // (0.29, not 0.2900; 2, not 2.000) and the columns are aligned on the decimal point, as NumPy's
