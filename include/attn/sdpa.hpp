@@ -29,8 +29,10 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
                   TensorView<const T> keys, TensorView<const T> values, const Mask<T>& mask = {},
                   const SdpaOptions& options = {});
 
-// dqueries, dkeys, dvalues from dout, given the forward's inputs, out and lse and the same mask and
-// options (the same dropout seed gives the same mask).
+// dqueries, dkeys, dvalues from dout, given the forward's inputs and the same mask and options (the
+// same dropout seed gives the same mask). Any gradient may be empty when not needed. out and lse are
+// the forward's results; both are optional and checked for shape when given; the current kernels
+// recompute the weights from the inputs and do not read them.
 template <class T>
 void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
                    TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,

@@ -47,11 +47,8 @@ SdpaCall<T> check_inputs(const TensorView<const T>& queries, const TensorView<co
 
 // lse is (B, n) for 3-D calls and (B, H, n) for 4-D ones: one value per score row, as a (B, H, n, 1) view.
 template <class L, class T>
-View4<L> lse_view(const TensorView<L>& lse, const SdpaCall<T>& c, const char* op, bool required) {
-  if (lse.empty()) {
-    if (required) detail::fail(op, ": lse is required but was not given; sdpa_forward writes it");
-    return {};
-  }
+View4<L> lse_view(const TensorView<L>& lse, const SdpaCall<T>& c, const char* op) {
+  if (lse.empty()) return {};
   const std::vector<index_t> expected =
       c.rank == 4 ? std::vector<index_t>{c.B, c.H, c.n} : std::vector<index_t>{c.B, c.n};
   detail::require_shape(lse, expected, op, "lse", "one log-sum-exp per query row: (B, n) or (B, H, n)");
@@ -74,7 +71,7 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
   const View4<T> o = detail::require_tensor(out, op, "out", c.rank);
   detail::require_shape(out, detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv), op, "out",
                         "(B, n, v) from queries and values");
-  const View4<T> l = lse_view(lse, c, op, false);
+  const View4<T> l = lse_view(lse, c, op);
   const View4<T> w = detail::optional_tensor(weights, op, "weights", c.rank);
   if (!weights.empty())
     detail::require_shape(weights, detail::caller_dims(c.rank, c.B, c.H, c.n, c.m), op, "weights",
@@ -97,9 +94,9 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
   const auto out_dims = detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv);
   const View4<const T> g = detail::require_tensor(dout, op, "dout", c.rank);
   detail::require_shape(dout, out_dims, op, "dout", "the shape of sdpa_forward's out");
-  const View4<const T> o = detail::require_tensor(out, op, "out", c.rank);
-  detail::require_shape(out, out_dims, op, "out", "sdpa_forward's out, (B, n, v)");
-  const View4<const T> l = lse_view(lse, c, op, true);
+  const View4<const T> o = detail::optional_tensor(out, op, "out", c.rank);
+  if (!out.empty()) detail::require_shape(out, out_dims, op, "out", "sdpa_forward's out, (B, n, v)");
+  const View4<const T> l = lse_view(lse, c, op);
   const View4<T> dq = detail::optional_tensor(dqueries, op, "dqueries", c.rank);
   const View4<T> dk = detail::optional_tensor(dkeys, op, "dkeys", c.rank);
   const View4<T> dv = detail::optional_tensor(dvalues, op, "dvalues", c.rank);

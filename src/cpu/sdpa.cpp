@@ -1,5 +1,6 @@
 // cpu backend, unfused scaled dot-product attention: scores = scale Q K^T into an (n, m) buffer,
-// then the shared pooling pass. The backward rebuilds the weights from the stored log-sum-exp.
+// then the shared pooling pass. The backward recomputes the weights from the scores exactly as the
+// forward did (rebuilding them as exp(s - lse) would lose the low bits of lse when |s| is large).
 #include <vector>
 
 #include "cpu/cpu.hpp"
@@ -38,7 +39,7 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> q
 template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout,
                    View4<const T> queries, View4<const T> keys, View4<const T> values, View4<const T> /*out*/,
-                   View4<const T> lse, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout) {
+                   View4<const T> /*lse*/, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout) {
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, d = queries.C;
   std::vector<T> scores = scaled_scores(queries, keys, scale);
   std::vector<T> weights(scores.size());
@@ -47,7 +48,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   for (index_t b = 0; b < B; ++b)
     for (index_t h = 0; h < H; ++h)
       for (index_t i = 0; i < n; ++i)
-        weights_from_lse(w.row(b, h, i), s.row(b, h, i), mask.row(b, h, i), lse.at(b, h, i, 0), m);
+        softmax_row(w.row(b, h, i), s.row(b, h, i), mask.row(b, h, i), m);
   // The scores are no longer needed: their buffer receives dscores.
   pool_backward<T>(s, dvalues, dout, w, values, mask, dropout);
   // s_ij = scale q_i . k_j  =>  dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i.

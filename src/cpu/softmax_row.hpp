@@ -41,14 +41,6 @@ T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
   return max + std::log(sum);
 }
 
-// Rebuilds a row's weights from its scores and the log-sum-exp the forward stored:
-// w_j = exp(masked score_j - lse), 0 for keys that do not take part and for empty rows.
-template <class T>
-void weights_from_lse(T* w, const T* s, const RowMask<T>& rm, T lse, index_t m) {
-  const bool empty = lse == -std::numeric_limits<T>::infinity();
-  for (index_t j = 0; j < m; ++j) w[j] = !empty && rm.participates(j) ? std::exp(masked_score(s, rm, j) - lse) : T(0);
-}
-
 // ds (m) from dw (m) and w (m): w_j (dw_j - sum_k w_k dw_k) for allowed keys, 0 for masked ones.
 template <class T>
 void softmax_row_backward(T* ds, const T* dw, const T* w, const RowMask<T>& rm, index_t m) {

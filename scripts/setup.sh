@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what attn needs (Debian packages), builds it, and runs either the demo or every test.
+#   bash scripts/setup.sh demo   install, build (Release), run `attn demo`
+#   bash scripts/setup.sh test   install, build, run every test twice: Release and ASan + UBSan
+set -euo pipefail
+mode=${1:-demo}
+case "$mode" in demo | test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
+cd "$(dirname "$0")/.."
+
+# Every dependency, and why, is listed in the README ("Dependencies").
+packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev librandom123-dev python3-numpy python3-torch)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+jobs=$(nproc)
+build() {  # build DIR [cmake options...]
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+}
+
+build build/release -DCMAKE_BUILD_TYPE=Release
+if [ "$mode" = demo ]; then
+  exec build/release/attn demo
+fi
+
+ctest --test-dir build/release --output-on-failure -j "$jobs"
+build build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=ON
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build/sanitize --output-on-failure -j "$jobs"

@@ -1,0 +1,308 @@
+// Scaled dot-product attention: the seeds' example, every mask and dropout against the float64
+// reference, gradients by finite differences, dropout statistics and determinism, empty rows,
+// NaN in masked positions, bad input.
+#include <cmath>
+#include <random>
+
+#include "attn/sdpa.hpp"
+#include "support/testing.hpp"
+
+namespace attn {
+namespace {
+
+using testing::convert;
+using testing::random_tensor;
+
+// The seeds' (2, 10, *) keys and values: keys all ones, values arange(40) as (1, 10, 4) repeated.
+Tensor<float> seeds_keys() {
+  Tensor<float> k({2, 10, 2});
+  for (index_t i = 0; i < k.numel(); ++i) k[i] = 1;
+  return k;
+}
+Tensor<float> seeds_values() {
+  Tensor<float> v({2, 10, 4});
+  for (index_t i = 0; i < v.numel(); ++i) v[i] = static_cast<float>(i % 40);
+  return v;
+}
+Tensor<float> normal_tensor(std::initializer_list<index_t> shape, std::uint64_t seed) {
+  Tensor<float> t(shape);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0, 1);
+  for (index_t i = 0; i < t.numel(); ++i) t[i] = normal(gen);
+  return t;
+}
+
+TEST(Sdpa, SeedsExample) {
+  // queries = normal(0, 1, (2, 1, 2)); attention = DotProductAttention(dropout=0.5); attention.eval()
+  const Tensor<float> q = normal_tensor({2, 1, 2}, 1), k = seeds_keys(), v = seeds_values();
+  const Tensor<std::int64_t> lens({2}, {2, 6});
+  Mask<float> mask;
+  mask.valid_lens = lens.view();
+  for (Backend backend : {Backend::reference, Backend::cpu}) {
+    ScopedBackend use(backend);
+    Tensor<float> weights;
+    const Tensor<float> out = scaled_dot_product_attention<float>(q.view(), k.view(), v.view(), mask, {}, &weights);
+    EXPECT_EQ(out.shape(), (std::vector<index_t>{2, 1, 4}));
+    // Equal keys give equal weights: the mean of the first 2 and of the first 6 value rows.
+    for (index_t c = 0; c < 4; ++c) {
+      EXPECT_NEAR(out(0, 0, c), 2.0f + c, 1e-5);
+      EXPECT_NEAR(out(1, 0, c), 10.0f + c, 1e-5);
+    }
+    for (index_t j = 0; j < 10; ++j) {
+      EXPECT_EQ(weights(0, 0, j), j < 2 ? 0.5f : 0.0f);
+      if (j >= 6) EXPECT_EQ(weights(1, 0, j), 0.0f);
+      else EXPECT_NEAR(weights(1, 0, j), 1.0f / 6, 1e-7);
+    }
+  }
+}
+
+struct SdpaCase {
+  const char* name;
+  bool lens = false, keep = false, additive = false;
+  Causal causal = Causal::none;
+  double dropout = 0;
+  MaskedFill fill = MaskedFill::exclude;
+  double scale_inputs = 1;  // large values overflow an exp without max-subtraction
+};
+
+// The whole op in precision T: out, lse, weights and every gradient.
+template <class T>
+std::vector<Tensor<T>> run_sdpa(const SdpaCase& sc, const Tensor<float>& q32, const Tensor<float>& k32,
+                                const Tensor<float>& v32, const Tensor<float>& g32) {
+  const index_t B = q32.dim(0), H = q32.dim(1), n = q32.dim(2), m = k32.dim(2);
+  const Tensor<T> q = convert<T>(q32), k = convert<T>(k32), v = convert<T>(v32), g = convert<T>(g32);
+  Tensor<std::int64_t> lens({B, n});
+  for (index_t i = 0; i < lens.numel(); ++i) lens[i] = (i * 53 + 7) % (m + 1);
+  Tensor<bool> keep({B, 1, n, m});
+  for (index_t i = 0; i < keep.numel(); ++i) keep[i] = (i * 31) % 11 != 0;
+  Tensor<T> bias = convert<T>(random_tensor<float>({m}, 77, -1, 1));
+  Mask<T> mask;
+  if (sc.lens) mask.valid_lens = lens.view();
+  if (sc.keep) mask.keep = keep.view();
+  if (sc.additive) mask.additive = bias.view();
+  mask.causal = sc.causal;
+  mask.fill = sc.fill;
+  SdpaOptions options;
+  options.dropout = {sc.dropout, 1234};
+  Tensor<T> out({B, H, n, v32.dim(3)}), lse({B, H, n}), weights({B, H, n, m});
+  sdpa_forward<T>(out.view(), lse.view(), weights.view(), q.view(), k.view(), v.view(), mask, options);
+  Tensor<T> dq({B, H, n, q32.dim(3)}), dk({B, H, m, q32.dim(3)}), dv({B, H, m, v32.dim(3)});
+  sdpa_backward<T>(dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(), lse.view(),
+                   mask, options);
+  return {out, lse, weights, dq, dk, dv};
+}
+
+class SdpaCases : public ::testing::TestWithParam<SdpaCase> {};
+
+TEST_P(SdpaCases, MatchesFloat64ReferenceOnOddSizes) {
+  const SdpaCase sc = GetParam();
+  const index_t B = 2, H = 2, n = 113, m = 203, d = 59, v = 23;
+  const Tensor<float> q = random_tensor<float>({B, H, n, d}, 1, -sc.scale_inputs, sc.scale_inputs);
+  const Tensor<float> k = random_tensor<float>({B, H, m, d}, 2, -sc.scale_inputs, sc.scale_inputs);
+  const Tensor<float> vals = random_tensor<float>({B, H, m, v}, 3);
+  const Tensor<float> g = random_tensor<float>({B, H, n, v}, 4);
+  auto run = [&]<class T>() { return run_sdpa<T>(sc, q, k, vals, g); };
+  testing::expect_cpu_matches_reference(run, 1e-8);
+  testing::expect_same_at_1_and_2_threads<float>([&] { return run_sdpa<float>(sc, q, k, vals, g); });
+}
+
+TEST_P(SdpaCases, BackwardMatchesFiniteDifferences) {
+  const SdpaCase sc = GetParam();
+  const index_t B = 2, H = 2, n = 3, m = 5, d = 4, dv = 3;
+  Tensor<double> q = random_tensor<double>({B, H, n, d}, 5), k = random_tensor<double>({B, H, m, d}, 6);
+  Tensor<double> v = random_tensor<double>({B, H, m, dv}, 7);
+  const Tensor<double> g = random_tensor<double>({B, H, n, dv}, 8);
+  Tensor<std::int64_t> lens({B, n}, {1, 5, 0, 3, 4, 2});
+  Tensor<bool> keep({1, 1, n, m});
+  for (index_t i = 0; i < keep.numel(); ++i) keep[i] = i % 4 != 2;
+  Tensor<double> bias = random_tensor<double>({n, m}, 9);
+  Mask<double> mask;
+  if (sc.lens) mask.valid_lens = lens.view();
+  if (sc.keep) mask.keep = keep.view();
+  if (sc.additive) mask.additive = bias.view();
+  mask.causal = sc.causal;
+  mask.fill = sc.fill;
+  SdpaOptions options;
+  options.scale = 0.7;
+  options.dropout = {sc.dropout, 99};
+  for (Backend backend : {Backend::reference, Backend::cpu}) {
+    ScopedBackend use(backend);
+    Tensor<double> out({B, H, n, dv}), lse({B, H, n});
+    sdpa_forward<double>(out.view(), lse.view(), {}, q.view(), k.view(), v.view(), mask, options);
+    Tensor<double> dq({B, H, n, d}), dk({B, H, m, d}), dvv({B, H, m, dv});
+    sdpa_backward<double>(dq.view(), dk.view(), dvv.view(), g.view(), q.view(), k.view(), v.view(), out.view(),
+                          lse.view(), mask, options);
+    auto loss = [&] {
+      return testing::dot(scaled_dot_product_attention<double>(q.view(), k.view(), v.view(), mask, options), g);
+    };
+    std::string where;
+    EXPECT_LT(testing::gradient_error(dq.values(), testing::numeric_gradient(loss, q.values()), &where), 1e-7) << "dq " << where;
+    EXPECT_LT(testing::gradient_error(dk.values(), testing::numeric_gradient(loss, k.values()), &where), 1e-7) << "dk " << where;
+    EXPECT_LT(testing::gradient_error(dvv.values(), testing::numeric_gradient(loss, v.values()), &where), 1e-7) << "dv " << where;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllMasksAndDropout, SdpaCases,
+    ::testing::Values(SdpaCase{"plain"}, SdpaCase{"valid_lens", true}, SdpaCase{"keep", false, true},
+                      SdpaCase{"additive", false, false, true}, SdpaCase{"causal", false, false, false, Causal::top_left},
+                      SdpaCase{"causal_bottom_right", false, false, false, Causal::bottom_right},
+                      SdpaCase{"dropout", false, false, false, Causal::none, 0.3},
+                      SdpaCase{"everything", true, true, true, Causal::bottom_right, 0.2},
+                      SdpaCase{"seeds_fill", true, false, false, Causal::none, 0.0, MaskedFill::seeds_minus_1e6},
+                      SdpaCase{"overflowing_scores", true, false, false, Causal::none, 0.0, MaskedFill::exclude, 6.0}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(SdpaDropout, KeptFractionIsOneMinusP) {
+  for (double p : {0.1, 0.5, 0.9}) {
+    Tensor<bool> keep({4, 2, 256, 1024});
+    dropout_keep_mask(keep.view(), {p, 42});
+    double kept = 0;
+    for (index_t i = 0; i < keep.numel(); ++i) kept += keep[i];
+    EXPECT_NEAR(kept / static_cast<double>(keep.numel()), 1 - p, 0.01) << "p = " << p;
+  }
+}
+
+TEST(SdpaDropout, ForwardAppliesExactlyTheKeepMask) {
+  // out = (keep * weights / (1 - p)) @ values, with the mask dropout_keep_mask gives for the seed.
+  const index_t B = 2, n = 7, m = 9, d = 5, dv = 3;
+  const Tensor<double> q = random_tensor<double>({B, n, d}, 10), k = random_tensor<double>({B, m, d}, 11);
+  const Tensor<double> v = random_tensor<double>({B, m, dv}, 12);
+  SdpaOptions options;
+  options.dropout = {0.4, 2024};
+  Tensor<bool> keep({B, n, m});
+  dropout_keep_mask(keep.view(), options.dropout);
+  for (Backend backend : {Backend::reference, Backend::cpu}) {
+    ScopedBackend use(backend);
+    Tensor<double> w;
+    const Tensor<double> out = scaled_dot_product_attention<double>(q.view(), k.view(), v.view(), {}, options, &w);
+    for (index_t b = 0; b < B; ++b)
+      for (index_t i = 0; i < n; ++i)
+        for (index_t c = 0; c < dv; ++c) {
+          double expected = 0;
+          for (index_t j = 0; j < m; ++j) expected += keep(b, i, j) ? w(b, i, j) / 0.6 * v(b, j, c) : 0.0;
+          EXPECT_NEAR(out(b, i, c), expected, 1e-12);
+        }
+  }
+}
+
+TEST(SdpaDropout, SameSeedSameResultDifferentSeedDifferentResult) {
+  const Tensor<float> q = random_tensor<float>({2, 16, 8}, 13), k = random_tensor<float>({2, 32, 8}, 14);
+  const Tensor<float> v = random_tensor<float>({2, 32, 4}, 15);
+  SdpaOptions a, b;
+  a.dropout = {0.5, 1}, b.dropout = {0.5, 2};
+  const auto out_a = scaled_dot_product_attention<float>(q.view(), k.view(), v.view(), {}, a);
+  EXPECT_EQ(out_a.values(), scaled_dot_product_attention<float>(q.view(), k.view(), v.view(), {}, a).values());
+  EXPECT_NE(out_a.values(), scaled_dot_product_attention<float>(q.view(), k.view(), v.view(), {}, b).values());
+}
+
+TEST(Sdpa, EmptyRowsOutputZeroWithFiniteZeroGradients) {
+  const Tensor<double> q = random_tensor<double>({2, 3, 4}, 16), k = random_tensor<double>({2, 5, 4}, 17);
+  const Tensor<double> v = random_tensor<double>({2, 5, 2}, 18), g = random_tensor<double>({2, 3, 2}, 19);
+  const Tensor<std::int64_t> lens({2}, {0, 5});
+  Mask<double> mask;
+  mask.valid_lens = lens.view();
+  for (Backend backend : {Backend::reference, Backend::cpu}) {
+    ScopedBackend use(backend);
+    Tensor<double> out({2, 3, 2}), lse({2, 3}), w({2, 3, 5});
+    sdpa_forward<double>(out.view(), lse.view(), w.view(), q.view(), k.view(), v.view(), mask);
+    Tensor<double> dq({2, 3, 4}), dk({2, 5, 4}), dv({2, 5, 2});
+    sdpa_backward<double>(dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(),
+                          lse.view(), mask);
+    for (index_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(lse(0, i), -INFINITY);
+      for (index_t c = 0; c < 2; ++c) EXPECT_EQ(out(0, i, c), 0.0);
+      for (index_t j = 0; j < 5; ++j) EXPECT_EQ(w(0, i, j), 0.0);
+      for (index_t c = 0; c < 4; ++c) EXPECT_EQ(dq(0, i, c), 0.0);
+    }
+    for (index_t j = 0; j < 5; ++j)
+      for (index_t c = 0; c < 4; ++c) EXPECT_EQ(dk(0, j, c), 0.0);
+    for (index_t i = 0; i < dq.numel(); ++i) EXPECT_TRUE(std::isfinite(dq[i]));
+  }
+}
+
+TEST(Sdpa, GarbageInMaskedKeysAndValuesNeverReachesOutputsOrGradients) {
+  Tensor<float> q = random_tensor<float>({2, 3, 4}, 20), k = random_tensor<float>({2, 6, 4}, 21);
+  Tensor<float> v = random_tensor<float>({2, 6, 2}, 22);
+  const Tensor<float> g = random_tensor<float>({2, 3, 2}, 23);
+  const Tensor<std::int64_t> lens({2}, {4, 2});
+  Mask<float> mask;
+  mask.valid_lens = lens.view();
+  auto run = [&] {
+    Tensor<float> out({2, 3, 2}), lse({2, 3}), dq({2, 3, 4}), dk({2, 6, 4}), dv({2, 6, 2});
+    sdpa_forward<float>(out.view(), lse.view(), {}, q.view(), k.view(), v.view(), mask);
+    sdpa_backward<float>(dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(), lse.view(), mask);
+    return std::vector<Tensor<float>>{out, dq};
+  };
+  for (Backend backend : {Backend::reference, Backend::cpu}) {
+    ScopedBackend use(backend);
+    const auto clean = run();
+    for (index_t c = 0; c < 4; ++c) k(0, 5, c) = NAN, k(1, 3, c) = INFINITY;
+    for (index_t c = 0; c < 2; ++c) v(0, 4, c) = NAN, v(1, 2, c) = -INFINITY;
+    const auto dirty = run();
+    for (std::size_t t = 0; t < clean.size(); ++t) EXPECT_EQ(clean[t].values(), dirty[t].values()) << "tensor " << t;
+    k = random_tensor<float>({2, 6, 4}, 21), v = random_tensor<float>({2, 6, 2}, 22);
+  }
+}
+
+TEST(Sdpa, ScaleDefaultsToOneOverSqrtD) {
+  const Tensor<double> q = random_tensor<double>({1, 2, 9}, 24), k = random_tensor<double>({1, 3, 9}, 25);
+  const Tensor<double> v = random_tensor<double>({1, 3, 2}, 26);
+  SdpaOptions third;
+  third.scale = 1.0 / 3.0;
+  EXPECT_LT(testing::max_abs_diff(scaled_dot_product_attention<double>(q.view(), k.view(), v.view()),
+                                  scaled_dot_product_attention<double>(q.view(), k.view(), v.view(), {}, third)),
+            1e-15);
+}
+
+TEST(Sdpa, BadInputNamesTheArgumentAndTheRule) {
+  const Tensor<float> q({2, 1, 2}), k({2, 10, 2}), k3({2, 10, 3}), v({2, 10, 4}), v9({2, 9, 4}), k4({2, 1, 10, 2});
+  Tensor<float> out({2, 1, 4}), bad_out({2, 1, 5});
+  auto call = [&](const Tensor<float>& kk, const Tensor<float>& vv, Tensor<float>& o, const Mask<float>& mask,
+                  const SdpaOptions& opt) {
+    sdpa_forward<float>(o.view(), {}, {}, q.view(), kk.view(), vv.view(), mask, opt);
+  };
+  testing::expect_error([&] { call(k3, v, out, {}, {}); }, {"sdpa_forward: keys has shape (2,10,3) but must be (2,10,2)", "last dimension d of queries (2,1,2)"});
+  testing::expect_error([&] { call(k, v9, out, {}, {}); }, {"values has shape (2,9,4) but must be (2,10,4)"});
+  testing::expect_error([&] { call(k4, v, out, {}, {}); }, {"keys has shape (2,1,10,2)", "same rank"});
+  testing::expect_error([&] { call(k, v, bad_out, {}, {}); }, {"out has shape (2,1,5) but must be (2,1,4)"});
+  for (double p : {-0.1, 1.0, double(NAN)}) {
+    SdpaOptions opt;
+    opt.dropout.p = p;
+    testing::expect_error([&] { call(k, v, out, {}, opt); }, {"dropout p is", "[0, 1)"});
+  }
+  SdpaOptions inf_scale;
+  inf_scale.scale = INFINITY;
+  testing::expect_error([&] { call(k, v, out, {}, inf_scale); }, {"scale is inf"});
+  const Tensor<std::int64_t> lens({2}, {2, 11});
+  Mask<float> mask;
+  mask.valid_lens = lens.view();
+  testing::expect_error([&] { call(k, v, out, mask, {}); }, {"valid_lens[1] is 11", "[0, m] = [0, 10]"});
+  const Tensor<bool> keep({2, 2, 10});
+  Mask<float> bad_keep;
+  bad_keep.keep = keep.view();
+  testing::expect_error([&] { call(k, v, out, bad_keep, {}); }, {"mask has shape (2,2,10)", "does not broadcast", "(2,1,10)"});
+  testing::expect_error([&] { sdpa_forward<float>(out.view(), {}, {}, q.view(), k.view(), {}, {}, {}); }, {"values is required"});
+  Tensor<float> lse_bad({2, 2});
+  testing::expect_error([&] { sdpa_forward<float>(out.view(), lse_bad.view(), {}, q.view(), k.view(), v.view()); }, {"lse has shape (2,2) but must be (2,1)"});
+  Tensor<float> dq({2, 1, 2});
+  testing::expect_error([&] { sdpa_backward<float>(dq.view(), {}, {}, out.view(), q.view(), k.view(), v.view(), out.view(), lse_bad.view()); }, {"sdpa_backward: lse has shape (2,2) but must be (2,1)"});
+  Tensor<float> dk_bad({2, 10, 3});
+  testing::expect_error([&] { sdpa_backward<float>(dq.view(), dk_bad.view(), {}, out.view(), q.view(), k.view(), v.view(), {}, {}); }, {"dkeys has shape (2,10,3) but must be (2,10,2)"});
+  testing::expect_error([&] { sdpa_backward<float>(dq.view(), {}, {}, {}, q.view(), k.view(), v.view(), {}, {}); }, {"dout is required"});
+  const TensorView<const float> aliased(out.data(), {2, 1, 4});
+  testing::expect_error([&] { sdpa_forward<float>(out.view(), {}, {}, q.view(), k.view(), TensorView<const float>(out.data(), {2, 10, 4})); }, {"out and an input share memory"});
+  (void)aliased;
+}
+
+TEST(Sdpa, SizesWhoseProductOverflowsAreRefused) {
+  float x = 0;
+  testing::expect_error([&] { TensorView<const float> huge(&x, {1 << 30, 1 << 30, 1 << 30}); }, {"overflows"});
+  // A view whose strides reach past 2^63 elements.
+  const TensorView<const float> far(&x, {2, 2, 2}, {std::int64_t(1) << 62, std::int64_t(1) << 62, 1});
+  Tensor<float> out({2, 2, 2});
+  testing::expect_error([&] { sdpa_forward<float>(out.view(), {}, {}, far, far, far); }, {"queries with shape (2,2,2) spans more elements than a 64-bit index holds"});
+}
+
+}  // namespace
+}  // namespace attn
