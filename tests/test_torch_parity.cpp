@@ -1,6 +1,6 @@
-// Parity with PyTorch: every op of attn, run in float32 on the cpu backend, against the seeds' PyTorch code (d2l's
-// masked_softmax, DotProductAttention, AdditiveAttention) and the torch versions of bilinear
-// attention and Nadaraya-Watson, under the rule of STYLE.md: for every output and gradient,
+// Parity with PyTorch: every op of attn, run in float32 on the cpu backend, against the seeds'
+// PyTorch code (d2l's masked_softmax, DotProductAttention, AdditiveAttention) and the torch versions
+// of bilinear attention and Nadaraya-Watson, under the rule of STYLE.md: for every output and gradient,
 //   max |attn float32 - torch float64| <= 2 * max |torch float32 - torch float64| + 1e-6.
 //
 // tests/torch/make_cases.py writes the cases (inputs, parameters, the loss weights G and torch's
