@@ -332,7 +332,7 @@ TEST(NpyErrors, BadDictSyntaxAndKeys) {
   EXPECT_TRUE(refused(npy_file("{'descr': '<f4", ""), {"the closing ' of a string"}));
   EXPECT_TRUE(refused(with_header("{'descr': '<f4', 'shape': ()}"),
                       {"lacks the key(s) 'fortran_order'", "exactly the keys"}));
-  EXPECT_TRUE(refused(with_header("{}"), {"lacks the key(s) 'descr' 'fortran_order' 'shape'"}));
+  EXPECT_TRUE(refused(with_header("{}"), {"lacks the key(s) 'descr', 'fortran_order', 'shape'"}));
   EXPECT_TRUE(refused(with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (), 'extra': 1}"),
                       {"unexpected key 'extra'"}));
   EXPECT_TRUE(refused(with_header("{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': ()}"),
@@ -370,6 +370,32 @@ TEST(NpyErrors, BoolBytesOtherThanZeroOrOne) {
   const std::vector<index_t> shape = {2};
   EXPECT_TRUE(throws_with([&] { serialize_npy(DType::boolean, shape, bad); },
                           {"serialize_npy: bool element 1", "byte value 255"}));
+}
+
+// The fuzz target's rule in a deterministic form, so the plain test run checks it too: every strict
+// prefix of a valid file is refused, and every single-byte change is either refused with a message
+// naming the file or gives an array that keeps NpyArray's size promise.
+TEST(NpyErrors, EveryTruncationAndByteChangeIsRefusedOrConsistent) {
+  const std::string dict = "{'descr': '<i4', 'fortran_order': True, 'shape': (2, 3), }";
+  const auto valid = npy_file(dict + std::string(115 - dict.size(), ' ') + "\n",
+                              data_of<std::int32_t>({0, 3, 1, 4, 2, 5}), 3);
+  for (std::size_t length = 0; length < valid.size(); ++length)
+    EXPECT_TRUE(refused({valid.begin(), valid.begin() + static_cast<std::ptrdiff_t>(length)}, {})) << length;
+  int accepted = 0;
+  for (std::size_t at = 0; at < valid.size(); ++at) {
+    for (unsigned value : {0u, 1u, 0x20u, 0x27u, 0x29u, 0x2cu, 0x2du, 0x39u, 0x7fu, 0xffu}) {
+      auto changed = valid;
+      changed[at] = static_cast<std::byte>(value);
+      try {
+        const NpyArray a = parse_npy(changed, "f.npy");
+        EXPECT_EQ(a.bytes.size(), static_cast<std::size_t>(a.numel()) * dtype_size(a.dtype)) << at << " " << value;
+        ++accepted;
+      } catch (const Error& e) {
+        EXPECT_TRUE(std::string_view(e.what()).starts_with("f.npy: ")) << e.what();
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0);  // changes to the data or the padding are harmless
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -99,10 +99,12 @@ class HeaderParser {
     if (pos_ != text_.size()) syntax_error("only spaces and a newline after the closing '}'");
     if (!has_descr || !has_fortran_order || !has_shape) {
       std::string missing;
-      if (!has_descr) missing += "'descr' ";
-      if (!has_fortran_order) missing += "'fortran_order' ";
-      if (!has_shape) missing += "'shape' ";
-      missing.pop_back();
+      const auto note_missing = [&](bool seen, const char* key) {
+        if (!seen) missing += (missing.empty() ? "'" : ", '") + std::string(key) + "'";
+      };
+      note_missing(has_descr, "descr");
+      note_missing(has_fortran_order, "fortran_order");
+      note_missing(has_shape, "shape");
       fail_header(cat("the header lacks the key(s) ", missing,
                       "; a .npy header has exactly the keys 'descr', 'fortran_order' and 'shape'"));
     }
@@ -280,10 +282,10 @@ index_t checked_nbytes(std::span<const index_t> shape, DType dtype, const std::s
 // order (last dimension fastest). Walks the output in order and the input with an odometer.
 std::vector<std::byte> fortran_to_c(std::span<const std::byte> src, std::span<const index_t> shape,
                                     std::size_t itemsize) {
-  std::vector<std::byte> out(src.begin(), src.end());
   const int rank = static_cast<int>(shape.size());
   const auto numel = static_cast<index_t>(src.size() / itemsize);
-  if (rank < 2 || numel == 0) return out;  // one dimension or no elements: both orders agree
+  if (rank < 2 || numel == 0) return {src.begin(), src.end()};  // both orders agree
+  std::vector<std::byte> out(src.size());
   std::array<index_t, kMaxNpyRank> f_stride{}, index{};
   f_stride[0] = 1;
   for (int k = 1; k < rank; ++k) f_stride[k] = f_stride[k - 1] * shape[k - 1];  // <= numel, no overflow
@@ -302,7 +304,8 @@ std::vector<std::byte> fortran_to_c(std::span<const std::byte> src, std::span<co
   return out;
 }
 
-// attn::Error, naming `who`, unless every byte is 0 or 1 (the only bools numpy writes).
+// attn::Error, naming `who`, unless every byte is 0 or 1 (the only bools numpy writes). Any other
+// byte copied into a C++ bool is undefined behaviour, so it is refused at the boundary.
 void check_bool_bytes(std::span<const std::byte> bytes, const std::string& who) {
   for (std::size_t i = 0; i < bytes.size(); ++i)
     if (std::to_integer<unsigned>(bytes[i]) > 1)
@@ -402,7 +405,8 @@ NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
     fail(name, ": the header length ", header_len, " runs past the end of the file: the header would end at byte ",
          header_start + header_len, " but the file has ", file.size(), " bytes");
 
-  // The header dict and what it means.
+  // The header dict and what it means. The parser works on a view into the file: a header of any
+  // declared length costs no allocation beyond the strings it finds.
   const std::string_view text(reinterpret_cast<const char*>(file.data()) + header_start, header_len);
   HeaderFields fields = HeaderParser(text, name).parse();
   NpyArray array;
@@ -417,6 +421,8 @@ NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
   if (static_cast<std::uint64_t>(nbytes) > available)
     fail(name, ": ", what, " needs ", nbytes, " data bytes but the file has only ", available,
          " after the header; it is truncated");
+  // numpy.load would ignore bytes after the data; for attn they mean a file that was written wrongly
+  // or concatenated with another, so they are refused rather than silently dropped.
   if (static_cast<std::uint64_t>(nbytes) < available)
     fail(name, ": the file has ", available - nbytes, " bytes after the ", nbytes, " data bytes of ", what,
          "; a .npy file ends with its data");
@@ -432,6 +438,8 @@ NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
 NpyArray read_npy(const std::string& path) {
   FilePtr file(std::fopen(path.c_str(), "rb"));
   if (!file) fail(path, ": cannot open for reading: ", std::strerror(errno));
+  // Read in chunks until the end rather than trusting a size from seek/stat: that also works for
+  // pipes such as /dev/stdin, and a directory shows up as a read error (EISDIR).
   std::vector<std::byte> content;
   std::array<std::byte, 1 << 16> chunk;
   while (true) {
@@ -458,6 +466,7 @@ std::vector<std::byte> serialize_npy(DType dtype, std::span<const index_t> shape
   const std::span<const std::byte> elements(static_cast<const std::byte*>(data), static_cast<std::size_t>(nbytes));
   if (dtype == DType::boolean) check_bool_bytes(elements, who);
 
+  // The checks above are those parse_npy makes, so whatever is written here can be read back.
   const std::string header = header_bytes(dtype, shape);
   std::vector<std::byte> out(header.size() + elements.size());
   std::memcpy(out.data(), header.data(), header.size());
