@@ -220,7 +220,8 @@ TEST(Npy, FortranOrderRank4IsTransposedToCOrder) {
 
 TEST(Npy, FortranOrderBoolAndRank1) {
   const auto bools = with_header("{'descr': '|b1', 'fortran_order': True, 'shape': (2, 2), }", std::string("\1\0\1\1", 4));
-  EXPECT_EQ(parse_npy(bools, "b.npy").to_tensor<bool>("b.npy").values(), (std::vector<bool>{true, true, false, true}));
+  const Tensor<bool> b = parse_npy(bools, "b.npy").to_tensor<bool>("b.npy");
+  EXPECT_EQ(std::vector<bool>(b.data(), b.data() + b.numel()), (std::vector<bool>{true, true, false, true}));
   const auto vector = with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (3,), }", data_of<float>({1, 2, 3}));
   EXPECT_EQ(parse_npy(vector, "v.npy").to_tensor<float>("v.npy").values(), (std::vector<float>{1, 2, 3}));
 }

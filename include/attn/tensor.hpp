@@ -127,7 +127,9 @@ namespace detail {
 // Element storage of Tensor<T>: T itself, except for bool, where std::vector<bool> packs bits and
 // has no data(); a one-byte struct whose only member is a bool stands in (pointer-interconvertible).
 struct StoredBool {
-  bool value;
+  bool value = false;
+  StoredBool(bool v = false) : value(v) {}       // NOLINT(google-explicit-constructor)
+  operator bool() const { return value; }        // NOLINT(google-explicit-constructor)
 };
 static_assert(sizeof(StoredBool) == sizeof(bool));
 template <class T>
