@@ -1,0 +1,261 @@
+// Nadaraya-Watson pooling of the cpu backend: threaded with OpenMP over query rows, with contiguous
+// inner loops left to the compiler's vectoriser (a later SIMD / windowed path for sorted 1-D keys
+// builds on these row functions). Results do not depend on the thread count: every output element
+// is summed by one thread in a fixed order, and dsigma is reduced from per-row partials in row order.
+//
+// The backward writes every gradient through one coefficient a_ij per (query, key):
+//   dL/dq_i = sum_j a_ij (q_i - k_j),  dL/dk_j = -sum_i a_ij (q_i - k_j),
+//   dL/dsigma = -(1 / sigma) sum_ij a_ij ||q_i - k_j||^2   (u = ||q - k|| / sigma is homogeneous)
+// with, for w = K / Z, g_ij = dout_i . v_j and c_i = sum_j w_ij g_ij = dout_i . out_i,
+//   gaussian      a_ij = -w_ij (g_ij - c_i) / sigma^2           (softmax backward of -d^2 / 2 sigma^2)
+//   epanechnikov  a_ij = -(g_ij - c_i) / (Z_i sigma r_ij)        inside the support, r_ij > 0; else 0
+//   boxcar, constant: 0 (piecewise constant weights).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cpu/cpu.hpp"
+
+namespace attn::cpu {
+namespace {
+
+constexpr index_t kKeyBlock = 64;                     // keys per task of the backward's key pass
+constexpr index_t kScratchElems = index_t(1) << 22;   // elements of an (n, m) buffer per group of (b, h)
+constexpr index_t kParallelWork = index_t(1) << 15;   // below this many (query, key, feature) terms: 1 thread
+
+// Whether rows x m x (p + v + 1) terms pay for waking a team of threads.
+inline bool worth_threads(index_t rows, index_t m, index_t p, index_t v) {
+  return static_cast<double>(rows) * static_cast<double>(m) * static_cast<double>(p + v + 1) >= kParallelWork;
+}
+
+// d2 (m) = ||q - k_j||^2 for the m keys of (b, h); q is one query row of p features.
+template <class T>
+void squared_distances(T* d2, const T* q, const View4<const T>& k, index_t b, index_t h) {
+  for (index_t j = 0; j < k.R; ++j) {
+    const T* kj = k.row(b, h, j);
+    T s = 0;
+#pragma omp simd reduction(+ : s)
+    for (index_t x = 0; x < k.C; ++x) s += (q[x] - kj[x]) * (q[x] - kj[x]);
+    d2[j] = s;
+  }
+}
+
+// w (m) = K_j / Z from d2 (m) = squared distances; w may be d2 (in place). Returns Z, 0 for an empty
+// row (then w = 0). The Gaussian subtracts the nearest key's distance first (the softmax's max
+// subtraction, on squared distances so that a tiny sigma cannot give inf - inf): its Z >= 1.
+template <class T>
+T normalize_row(T* w, const T* d2, index_t m, Kernel kernel, T sigma) {
+  switch (kernel) {
+    case Kernel::gaussian: {
+      T d2_min = std::numeric_limits<T>::infinity();
+      for (index_t j = 0; j < m; ++j) d2_min = std::min(d2_min, d2[j]);
+      for (index_t j = 0; j < m; ++j) w[j] = std::exp(-((d2[j] - d2_min) / sigma / sigma) / 2);
+      break;
+    }
+    case Kernel::boxcar:
+      for (index_t j = 0; j < m; ++j) w[j] = std::sqrt(d2[j]) / sigma <= 1 ? T(1) : T(0);
+      break;
+    case Kernel::epanechnikov:
+      for (index_t j = 0; j < m; ++j) w[j] = std::max(T(0), 1 - std::sqrt(d2[j]) / sigma);
+      break;
+    case Kernel::constant:
+      std::fill(w, w + m, T(1));
+      break;
+  }
+  T Z = 0;
+#pragma omp simd reduction(+ : Z)
+  for (index_t j = 0; j < m; ++j) Z += w[j];
+  if (Z > 0)
+    for (index_t j = 0; j < m; ++j) w[j] /= Z;
+  return Z;
+}
+
+// o (v) = sum_j w_j v_j over the m value rows of (b, h).
+template <class T>
+void weighted_sum(T* o, const T* w, const View4<const T>& values, index_t b, index_t h) {
+  std::fill(o, o + values.C, T(0));
+  for (index_t j = 0; j < values.R; ++j) {
+    const T* vj = values.row(b, h, j);
+    const T wj = w[j];
+    for (index_t x = 0; x < values.C; ++x) o[x] += wj * vj[x];
+  }
+}
+
+// One query row of the backward, in place over a (m): d2 on entry, the coefficients a_j of the
+// comment at the top on return. w (m) and Z from normalize_row; g (m) is scratch; di (v) = dout_i.
+// Returns sum_j a_j d2_j, this row's share of -sigma dL/dsigma.
+template <class T>
+double row_coefficients(T* a, T* g, const T* w, T Z, const T* di, const View4<const T>& values, index_t b, index_t h,
+                   Kernel kernel, T sigma) {
+  const index_t m = values.R;
+  if (Z == 0) {  // an empty row outputs a constant 0: no gradient
+    std::fill(a, a + m, T(0));
+    return 0;
+  }
+  for (index_t j = 0; j < m; ++j) {
+    const T* vj = values.row(b, h, j);
+    T s = 0;
+#pragma omp simd reduction(+ : s)
+    for (index_t x = 0; x < values.C; ++x) s += di[x] * vj[x];
+    g[j] = s;
+  }
+  // c, the coefficients and their sum in double: a row's share of dsigma is a covariance of g and
+  // d2 under w whose terms cancel, and a float c would dominate its error.
+  double c = 0;
+#pragma omp simd reduction(+ : c)
+  for (index_t j = 0; j < m; ++j) c += static_cast<double>(w[j]) * g[j];
+  double sum_ad2 = 0;
+  if (kernel == Kernel::gaussian) {
+#pragma omp simd reduction(+ : sum_ad2)
+    for (index_t j = 0; j < m; ++j) {
+      const double aj = -w[j] * (g[j] - c) / sigma / sigma;
+      sum_ad2 += aj * a[j];
+      a[j] = static_cast<T>(aj);
+    }
+  } else {  // epanechnikov: the support and r > 0 test in T, as normalize_row's K > 0
+#pragma omp simd reduction(+ : sum_ad2)
+    for (index_t j = 0; j < m; ++j) {
+      const T r = std::sqrt(a[j]);
+      const double aj = 1 - r / sigma > 0 && r > 0 ? -(g[j] - c) / Z / sigma / r : 0.0;
+      sum_ad2 += aj * a[j];
+      a[j] = static_cast<T>(aj);
+    }
+  }
+  return sum_ad2;
+}
+
+template <class T>
+void fill_zero(View4<T> x) {
+  if (x.empty()) return;
+#pragma omp parallel for collapse(3) schedule(static) if (worth_threads(x.B * x.H * x.R, x.C, 0, 0))
+  for (index_t b = 0; b < x.B; ++b)
+    for (index_t h = 0; h < x.H; ++h)
+      for (index_t r = 0; r < x.R; ++r) std::fill(x.row(b, h, r), x.row(b, h, r) + x.C, T(0));
+}
+
+}  // namespace
+
+// out (B,H,n,v) = weights @ values; weights (B,H,n,m), when given, K / Z per row (0 for an empty
+// row). Threads own whole query rows.
+template <class T>
+void nw_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys, View4<const T> values,
+                Kernel kernel, T sigma) {
+  const index_t m = keys.R;
+  const int threads = omp_get_max_threads();
+  // Without a weights output, each thread keeps its row of weights in its slice of scratch.
+  std::vector<T> scratch(weights.empty() ? static_cast<std::size_t>(threads * m) : 0);
+  const bool parallel = worth_threads(queries.B * queries.H * queries.R, m, keys.C, values.C);
+#pragma omp parallel for collapse(3) schedule(static) num_threads(threads) if (parallel)
+  for (index_t b = 0; b < queries.B; ++b)
+    for (index_t h = 0; h < queries.H; ++h)
+      for (index_t i = 0; i < queries.R; ++i) {
+        T* w = weights.empty() ? scratch.data() + omp_get_thread_num() * m : weights.row(b, h, i);
+        squared_distances(w, queries.row(b, h, i), keys, b, h);
+        normalize_row(w, w, m, kernel, sigma);
+        weighted_sum(out.row(b, h, i), w, values, b, h);
+      }
+}
+
+// Gradients of out_i = sum_j w_ij v_j: dq (B,H,n,p), dk (B,H,m,p), dv (B,H,m,v), each written when
+// given, and *dsigma when dsigma is not null. Two passes per group of (b, h) pairs over (n, m)
+// buffers W (weights) and A (coefficients): pass 1 owns query rows (W, A, dq, dsigma partials),
+// pass 2 owns blocks of keys (dk, dv summed over queries in ascending order).
+template <class T>
+void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma, View4<const T> dout,
+                 View4<const T> queries, View4<const T> keys, View4<const T> values, Kernel kernel, T sigma) {
+  const index_t H = queries.H, n = queries.R, m = keys.R, p = keys.C, v = values.C;
+  const index_t pairs = queries.B * H;
+  const bool smooth = kernel == Kernel::gaussian || kernel == Kernel::epanechnikov;
+  const bool need_a = smooth && (!dqueries.empty() || !dkeys.empty() || dsigma != nullptr);
+  if (!need_a) {  // only dvalues can be non-zero
+    fill_zero(dqueries), fill_zero(dkeys);
+    if (dsigma != nullptr) *dsigma = 0;
+    if (dvalues.empty()) return;
+  }
+  const index_t group = std::clamp<index_t>(kScratchElems / std::max<index_t>(1, n * m), 1,
+                                            std::max<index_t>(1, pairs));
+  const int threads = omp_get_max_threads();
+  std::vector<T> W(static_cast<std::size_t>(group * n * m));
+  std::vector<T> A(need_a ? W.size() : 0), G(need_a ? static_cast<std::size_t>(threads * m) : 0);
+  std::vector<double> row_ds(need_a ? static_cast<std::size_t>(pairs * n) : 0);  // per (b, h, i)
+  const bool do_dk = need_a && !dkeys.empty(), do_dv = !dvalues.empty();
+  const index_t key_blocks = do_dk || do_dv ? (m + kKeyBlock - 1) / kKeyBlock : 0;  // 0: no pass 2
+
+  for (index_t first = 0; first < pairs; first += group) {
+    const index_t count = std::min(group, pairs - first);
+    const bool parallel = worth_threads(count * n, m, p, v);
+#pragma omp parallel num_threads(threads) if (parallel)
+    {
+      // Pass 1: one query row at a time.
+#pragma omp for collapse(2) schedule(static)
+      for (index_t pp = 0; pp < count; ++pp)
+        for (index_t i = 0; i < n; ++i) {
+          const index_t b = (first + pp) / H, h = (first + pp) % H;
+          const T* qi = queries.row(b, h, i);
+          T* w = W.data() + (pp * n + i) * m;
+          T* a = need_a ? A.data() + (pp * n + i) * m : w;
+          squared_distances(a, qi, keys, b, h);
+          const T Z = normalize_row(w, a, m, kernel, sigma);
+          if (!need_a) continue;
+          T* g = G.data() + omp_get_thread_num() * m;
+          row_ds[(first + pp) * n + i] =
+              row_coefficients(a, g, w, Z, dout.row(b, h, i), values, b, h, kernel, sigma);
+          if (dqueries.empty()) continue;
+          T* dq = dqueries.row(b, h, i);
+          std::fill(dq, dq + p, T(0));
+          for (index_t j = 0; j < m; ++j) {
+            if (a[j] == 0) continue;  // outside a compact kernel's support
+            const T* kj = keys.row(b, h, j);
+            for (index_t x = 0; x < p; ++x) dq[x] += a[j] * (qi[x] - kj[x]);
+          }
+        }
+      // Pass 2 (after the implicit barrier): one block of keys at a time, queries in order.
+#pragma omp for collapse(2) schedule(static)
+      for (index_t pp = 0; pp < count; ++pp)
+        for (index_t blk = 0; blk < key_blocks; ++blk) {
+          const index_t b = (first + pp) / H, h = (first + pp) % H;
+          const index_t j0 = blk * kKeyBlock, j1 = std::min(m, j0 + kKeyBlock);
+          for (index_t j = j0; j < j1; ++j) {
+            if (do_dk) std::fill(dkeys.row(b, h, j), dkeys.row(b, h, j) + p, T(0));
+            if (do_dv) std::fill(dvalues.row(b, h, j), dvalues.row(b, h, j) + v, T(0));
+          }
+          for (index_t i = 0; i < n; ++i) {
+            const T* w = W.data() + (pp * n + i) * m;
+            const T* di = dout.row(b, h, i);
+            for (index_t j = j0; do_dv && j < j1; ++j) {  // dv_j += w_ij dout_i
+              T* dvj = dvalues.row(b, h, j);
+              for (index_t x = 0; x < v; ++x) dvj[x] += w[j] * di[x];
+            }
+            if (!do_dk) continue;
+            const T* a = A.data() + (pp * n + i) * m;
+            const T* qi = queries.row(b, h, i);
+            for (index_t j = j0; j < j1; ++j) {  // dk_j -= a_ij (q_i - k_j)
+              if (a[j] == 0) continue;
+              const T* kj = keys.row(b, h, j);
+              T* dkj = dkeys.row(b, h, j);
+              for (index_t x = 0; x < p; ++x) dkj[x] += a[j] * (kj[x] - qi[x]);
+            }
+          }
+        }
+    }
+  }
+  if (need_a && dsigma != nullptr) {
+    // In row order: the same sum for any thread count.
+    double s = 0;
+    for (const double r : row_ds) s -= r;  // s -= r: +0, not -0, when every row is 0
+    *dsigma = static_cast<T>(s / sigma);
+  }
+}
+
+#define ATTN_INSTANTIATE(T)                                                                                      \
+  template void nw_forward<T>(View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>, Kernel, T); \
+  template void nw_backward<T>(View4<T>, View4<T>, View4<T>, T*, View4<const T>, View4<const T>, View4<const T>, \
+                               View4<const T>, Kernel, T);
+ATTN_INSTANTIATE(float)
+ATTN_INSTANTIATE(double)
+#undef ATTN_INSTANTIATE
+
+}  // namespace attn::cpu

@@ -1,0 +1,573 @@
+// Nadaraya-Watson pooling (attn/nadaraya_watson.hpp): both backends against the float64 reference
+// under the error budget of STYLE.md, hand-computed weights, the seeds' softmax form of the
+// Gaussian, empty and far-away rows, thread-count independence, gradients against finite
+// differences, and one test per argument check.
+#include "attn/nadaraya_watson.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "attn/config.hpp"
+#include "support/testing.hpp"
+
+namespace attn {
+namespace {
+
+using testing::convert;
+using testing::max_abs_diff;
+using testing::random_tensor;
+
+constexpr Kernel kKernels[] = {Kernel::gaussian, Kernel::boxcar, Kernel::epanechnikov, Kernel::constant};
+constexpr Backend kBackends[] = {Backend::reference, Backend::cpu};
+
+const char* backend_name(Backend b) { return b == Backend::cpu ? "cpu" : "reference"; }
+
+// The sizes of one problem; rank 3 leaves H (= 1) out of every shape.
+struct Shape {
+  int rank = 3;
+  index_t B = 1, H = 1, n = 1, m = 1, p = 1, v = 1;
+  std::vector<index_t> dims(index_t R, index_t C) const {
+    return rank == 4 ? std::vector<index_t>{B, H, R, C} : std::vector<index_t>{B, R, C};
+  }
+};
+
+template <class T>
+Tensor<T> zeros(const std::vector<index_t>& dims) {
+  return Tensor<T>(std::span<const index_t>(dims));
+}
+
+// The inputs of one problem in float64 (each run converts them to its precision); dout also
+// defines the loss sum(out * dout) of the gradient tests.
+struct Problem {
+  Shape s;
+  Tensor<double> q, k, v, dout;
+};
+
+Problem make_problem(const Shape& s, std::uint64_t seed, double lo = -1, double hi = 1) {
+  return {s, random_tensor<double>(s.dims(s.n, s.p), seed, lo, hi),
+          random_tensor<double>(s.dims(s.m, s.p), seed + 1, lo, hi), random_tensor<double>(s.dims(s.m, s.v), seed + 2),
+          random_tensor<double>(s.dims(s.n, s.v), seed + 3)};
+}
+
+// Everything forward and backward write, in precision T; dsigma has shape (1,).
+template <class T>
+struct Result {
+  Tensor<T> out, weights, dq, dk, dv, dsigma;
+};
+
+template <class T>
+Result<T> run(const Problem& pr, Kernel kernel, double sigma, Backend backend) {
+  const ScopedBackend scoped(backend);
+  const Shape& s = pr.s;
+  const Tensor<T> q = convert<T>(pr.q), k = convert<T>(pr.k), v = convert<T>(pr.v), d = convert<T>(pr.dout);
+  Result<T> r{zeros<T>(s.dims(s.n, s.v)), zeros<T>(s.dims(s.n, s.m)), zeros<T>(s.dims(s.n, s.p)),
+              zeros<T>(s.dims(s.m, s.p)), zeros<T>(s.dims(s.m, s.v)), zeros<T>({1})};
+  nadaraya_watson_forward<T>(r.out.view(), r.weights.view(), q.cview(), k.cview(), v.cview(), kernel, T(sigma));
+  nadaraya_watson_backward<T>(r.dq.view(), r.dk.view(), r.dv.view(), r.dsigma.data(), d.cview(), q.cview(),
+                              k.cview(), v.cview(), kernel, T(sigma));
+  return r;
+}
+
+// The tensors of a Result by name, for loops over all of them.
+template <class T>
+std::vector<std::pair<const char*, const Tensor<T>*>> fields(const Result<T>& r) {
+  return {{"out", &r.out}, {"weights", &r.weights}, {"dqueries", &r.dq},
+          {"dkeys", &r.dk}, {"dvalues", &r.dv},      {"dsigma", &r.dsigma}};
+}
+
+bool bit_identical(const Tensor<float>& a, const Tensor<float>& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), sizeof(float) * a.numel()) == 0;
+}
+
+double max_abs(const Tensor<double>& t) { return max_abs_diff(t, zeros<double>(t.shape())); }
+
+// Restores the default thread count when a test ends, failed or not.
+struct ThreadGuard {
+  ~ThreadGuard() { set_num_threads(0); }
+};
+
+// ---- against the float64 reference -------------------------------------------------------------
+
+// dsigma of `count` problems of shape `s` (seeds from `seed` on), one per element, in precision T.
+template <class T>
+Tensor<T> dsigma_samples(const Shape& s, std::uint64_t seed, int count, double lo, double hi, Kernel kernel,
+                         double sigma, Backend backend) {
+  const ScopedBackend scoped(backend);
+  Tensor<T> ds({count});
+  for (int c = 0; c < count; ++c) {
+    const Problem pr = make_problem(s, seed + 10 * static_cast<std::uint64_t>(c), lo, hi);
+    const Tensor<T> q = convert<T>(pr.q), k = convert<T>(pr.k), v = convert<T>(pr.v), d = convert<T>(pr.dout);
+    nadaraya_watson_backward<T>({}, {}, {}, &ds[c], d.cview(), q.cview(), k.cview(), v.cview(), kernel, T(sigma));
+  }
+  return ds;
+}
+
+// cpu float32 within 2x the error of reference float32 (both against reference float64), and cpu
+// float64 within a few ulps-worth of reference float64, for every kernel, width and output.
+// The budget of a tensor is the worst error over its elements. dsigma is a single number whose
+// terms cancel: one float32 sample's error is too noisy a budget (a lucky reference leaves almost
+// none), so its budget is the worst over 8 problems of the same case.
+TEST(NadarayaWatson, MatchesFloat64ReferenceWithinErrorBudget) {
+  struct Case {
+    Shape s;
+    double lo, hi;
+  };
+  const Case cases[] = {
+      {{3, 2, 1, 113, 203, 3, 5}, -1, 1},  // odd sizes
+      {{4, 2, 3, 17, 31, 4, 6}, -1, 1},    // heads
+      {{3, 2, 1, 50, 80, 1, 1}, 0, 5},     // 1-D x and y as in the seeds
+  };
+  std::uint64_t seed = 100;
+  for (const Case& c : cases)
+    for (const Kernel kernel : kKernels)
+      for (const double sigma : {0.1, 0.5, 2.0}) {
+        SCOPED_TRACE(::testing::Message() << kernel_name(kernel) << " sigma " << sigma << " rank " << c.s.rank
+                                          << " n " << c.s.n << " m " << c.s.m << " p " << c.s.p);
+        const Problem pr = make_problem(c.s, seed += 10, c.lo, c.hi);
+        const auto oracle = run<double>(pr, kernel, sigma, Backend::reference);
+        const auto base = run<float>(pr, kernel, sigma, Backend::reference);
+        const auto f32 = run<float>(pr, kernel, sigma, Backend::cpu);
+        const auto f64 = run<double>(pr, kernel, sigma, Backend::cpu);
+        const auto want = fields(oracle), got64 = fields(f64);
+        const auto ref32 = fields(base), got32 = fields(f32);
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          SCOPED_TRACE(want[i].first);
+          if (want[i].second != &oracle.dsigma) {
+            EXPECT_TRUE(testing::within_error_budget(*got32[i].second, *ref32[i].second, *want[i].second));
+          }
+          EXPECT_LE(max_abs_diff(*got64[i].second, *want[i].second), 1e-12 * (1 + max_abs(*want[i].second)));
+        }
+        const std::uint64_t first = 1'000'000 + seed * 100;
+        const auto ds = [&]<class T>(T, Backend backend) {
+          return dsigma_samples<T>(c.s, first, 8, c.lo, c.hi, kernel, sigma, backend);
+        };
+        EXPECT_TRUE(testing::within_error_budget(ds(0.0f, Backend::cpu), ds(0.0f, Backend::reference),
+                                                 ds(0.0, Backend::reference)))
+            << "dsigma over 8 problems";
+      }
+}
+
+// ---- exact values --------------------------------------------------------------------------------
+
+// 1-D keys 0, 1, 2, 3 with values 0, 10, 20, 30, one query at 1.2, width 1: u = 1.2, 0.2, 0.8, 1.8.
+void expect_hand_computed(Kernel kernel, const std::vector<double>& K) {
+  Problem pr{{3, 1, 1, 1, 4, 1, 1}, Tensor<double>({1, 1, 1}, {1.2}), Tensor<double>({1, 4, 1}, {0, 1, 2, 3}),
+             Tensor<double>({1, 4, 1}, {0, 10, 20, 30}), Tensor<double>({1, 1, 1}, {1})};
+  const double Z = K[0] + K[1] + K[2] + K[3];
+  for (const Backend backend : kBackends) {
+    SCOPED_TRACE(backend_name(backend));
+    const auto r = run<double>(pr, kernel, 1.0, backend);
+    double out = 0;
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_NEAR(r.weights[j], K[j] / Z, 1e-15) << "key " << j;
+      out += K[j] / Z * pr.v[j];
+    }
+    EXPECT_NEAR(r.out[0], out, 1e-14);
+  }
+}
+
+TEST(NadarayaWatson, HandComputedGaussian) {
+  expect_hand_computed(Kernel::gaussian, {std::exp(-0.72), std::exp(-0.02), std::exp(-0.32), std::exp(-1.62)});
+}
+TEST(NadarayaWatson, HandComputedBoxcar) { expect_hand_computed(Kernel::boxcar, {0, 1, 1, 0}); }  // out 15
+TEST(NadarayaWatson, HandComputedEpanechnikov) {
+  expect_hand_computed(Kernel::epanechnikov, {0, 0.8, 0.2, 0});  // weights 0.8, 0.2: out 12
+}
+TEST(NadarayaWatson, HandComputedConstant) { expect_hand_computed(Kernel::constant, {1, 1, 1, 1}); }
+
+// At u = 1 exactly (query 1 against keys 0 and 2) the boxcar includes the key and the Epanechnikov
+// kernel is 0.
+TEST(NadarayaWatson, SupportBoundary) {
+  const Problem pr{{3, 1, 1, 1, 4, 1, 1}, Tensor<double>({1, 1, 1}, {1}), Tensor<double>({1, 4, 1}, {0, 1, 2, 3}),
+                   Tensor<double>({1, 4, 1}, {0, 10, 20, 30}), Tensor<double>({1, 1, 1}, {1})};
+  for (const Backend backend : kBackends) {
+    SCOPED_TRACE(backend_name(backend));
+    const auto box = run<double>(pr, Kernel::boxcar, 1.0, backend);
+    const auto epa = run<double>(pr, Kernel::epanechnikov, 1.0, backend);
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(box.weights[j], j < 3 ? 1.0 / 3 : 0.0) << "key " << j;
+      EXPECT_EQ(epa.weights[j], j == 1 ? 1.0 : 0.0) << "key " << j;
+    }
+  }
+}
+
+// The seeds' regression: f(x) = sum_i softmax(-(x - x_i)^2 / 2) y_i, the softmax written out here.
+TEST(NadarayaWatson, GaussianIsTheSeedsSoftmax) {
+  const index_t n = 50, m = 50;
+  Tensor<double> x_test({1, n, 1}), x_train = random_tensor<double>({1, m, 1}, 7, 0, 5), y_train({1, m, 1});
+  for (index_t i = 0; i < n; ++i) x_test[i] = 0.1 * static_cast<double>(i);
+  for (index_t i = 0; i < m; ++i) y_train[i] = 2 * std::sin(x_train[i]) + std::pow(x_train[i], 0.8);
+  std::vector<double> expected(n);
+  for (index_t i = 0; i < n; ++i) {
+    std::vector<double> score(m);
+    double top = -INFINITY, sum = 0;
+    for (index_t j = 0; j < m; ++j) {
+      score[j] = -(x_test[i] - x_train[j]) * (x_test[i] - x_train[j]) / 2;
+      top = std::max(top, score[j]);
+    }
+    for (index_t j = 0; j < m; ++j) sum += std::exp(score[j] - top);
+    for (index_t j = 0; j < m; ++j) expected[i] += std::exp(score[j] - top) / sum * y_train[j];
+  }
+  for (const Backend backend : kBackends) {
+    SCOPED_TRACE(backend_name(backend));
+    const ScopedBackend scoped(backend);
+    Tensor<double> out({1, n, 1});
+    nadaraya_watson_forward<double>(out.view(), {}, x_test.cview(), x_train.cview(), y_train.cview(),
+                                    Kernel::gaussian, 1.0);
+    for (index_t i = 0; i < n; ++i) EXPECT_NEAR(out[i], expected[i], 1e-13) << "x = " << x_test[i];
+  }
+}
+
+// ---- empty and far-away rows ---------------------------------------------------------------------
+
+// Query 1 (at 100) has no key in a compact kernel's support: out 0, weights 0, no gradient; the
+// gradients equal those of query 0 alone.
+TEST(NadarayaWatson, EmptyRowsOutputZeroWithZeroGradients) {
+  const Tensor<double> keys({1, 4, 1}, {0, 1, 2, 3}), values({1, 4, 2}, {0, 1, 10, 11, 20, 21, 30, 31});
+  const Problem both{{3, 1, 1, 2, 4, 1, 2}, Tensor<double>({1, 2, 1}, {1.2, 100}), keys, values,
+                     Tensor<double>({1, 2, 2}, {0.5, -1, 2, 3})};
+  const Problem first{{3, 1, 1, 1, 4, 1, 2}, Tensor<double>({1, 1, 1}, {1.2}), keys, values,
+                      Tensor<double>({1, 1, 2}, {0.5, -1})};
+  for (const Kernel kernel : {Kernel::boxcar, Kernel::epanechnikov})
+    for (const Backend backend : kBackends) {
+      SCOPED_TRACE(::testing::Message() << kernel_name(kernel) << " " << backend_name(backend));
+      const auto r = run<double>(both, kernel, 1.0, backend), r1 = run<double>(first, kernel, 1.0, backend);
+      EXPECT_EQ(r.out(0, 1, 0), 0.0);
+      EXPECT_EQ(r.out(0, 1, 1), 0.0);
+      for (int j = 0; j < 4; ++j) EXPECT_EQ(r.weights(0, 1, j), 0.0);
+      EXPECT_EQ(r.dq(0, 1, 0), 0.0);
+      EXPECT_NE(r.out(0, 0, 0), 0.0);  // query 0 is not empty
+      EXPECT_EQ(max_abs_diff(r.dk, r1.dk), 0.0);
+      EXPECT_EQ(max_abs_diff(r.dv, r1.dv), 0.0);
+      EXPECT_EQ(r.dsigma[0], r1.dsigma[0]);
+      EXPECT_TRUE(std::isfinite(r.dsigma[0]));
+    }
+}
+
+// exp(-||q - k||^2 / 2 sigma^2) underflows for a far query (and 1 / sigma^2 overflows for a tiny
+// float sigma); the softmax form still puts weight 1 on the nearest key.
+template <class T>
+void expect_nearest_key_wins(T query, T sigma) {
+  const Problem pr{{3, 1, 1, 1, 4, 1, 1}, Tensor<double>({1, 1, 1}, {static_cast<double>(query)}),
+                   Tensor<double>({1, 4, 1}, {0, 1, 2, 3}), Tensor<double>({1, 4, 1}, {5, 6, 7, 8}),
+                   Tensor<double>({1, 1, 1}, {1})};
+  for (const Backend backend : kBackends) {
+    SCOPED_TRACE(::testing::Message() << backend_name(backend) << " query " << query << " sigma " << sigma);
+    const auto r = run<T>(pr, Kernel::gaussian, sigma, backend);
+    EXPECT_EQ(r.weights[3], T(1));
+    EXPECT_EQ(r.out[0], T(8));
+    for (const auto& [name, t] : fields(r))
+      for (index_t i = 0; i < t->numel(); ++i) EXPECT_TRUE(std::isfinite((*t)[i])) << name << " " << i;
+  }
+}
+
+TEST(NadarayaWatson, GaussianRowIsNeverEmpty) {
+  expect_nearest_key_wins<double>(1000, 0.5);
+  expect_nearest_key_wins<float>(1000, 0.5f);
+  expect_nearest_key_wins<float>(3.25f, 1e-30f);
+}
+
+// ---- threads -------------------------------------------------------------------------------------
+
+TEST(NadarayaWatson, CpuResultsDoNotDependOnThreadCount) {
+  const ThreadGuard guard;
+  const Problem pr = make_problem({4, 2, 2, 67, 150, 3, 5}, 42);  // 150 keys: several key blocks
+  for (const Kernel kernel : kKernels) {
+    SCOPED_TRACE(kernel_name(kernel));
+    set_num_threads(1);
+    const auto one = run<float>(pr, kernel, 0.7, Backend::cpu);
+    for (const int threads : {2, 3}) {
+      set_num_threads(threads);
+      const auto many = run<float>(pr, kernel, 0.7, Backend::cpu);
+      const auto a = fields(one), b = fields(many);
+      for (std::size_t i = 0; i < a.size(); ++i)
+        EXPECT_TRUE(bit_identical(*a[i].second, *b[i].second)) << a[i].first << " at " << threads << " threads";
+    }
+  }
+}
+
+// The cpu backward works through (n, m) buffers in groups of (b, h) pairs sized to a memory budget;
+// here each pair is a group of its own (n m > 2^21), and the later groups must land in place.
+TEST(NadarayaWatson, LargeRowsAreProcessedInGroups) {
+  const Problem pr = make_problem({4, 1, 3, 1100, 1999, 1, 2}, 9, 0, 5);
+  const auto want = run<double>(pr, Kernel::epanechnikov, 0.3, Backend::reference);
+  const auto got = run<double>(pr, Kernel::epanechnikov, 0.3, Backend::cpu);
+  const auto a = fields(want), b = fields(got);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    EXPECT_LE(max_abs_diff(*b[i].second, *a[i].second), 1e-12 * (1 + max_abs(*a[i].second))) << a[i].first;
+}
+
+// ---- gradients -----------------------------------------------------------------------------------
+
+// Whether every u = ||q - k|| / sigma keeps `margin` away from the kinks of the compact kernels
+// (u = 0 and u = 1), and every query has a key inside the support and one outside it.
+bool away_from_kinks(const Problem& pr, double sigma, double margin) {
+  const Shape& s = pr.s;
+  const index_t rows = s.B * s.H;
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t i = 0; i < s.n; ++i) {
+      int inside = 0;
+      for (index_t j = 0; j < s.m; ++j) {
+        double d2 = 0;
+        for (index_t x = 0; x < s.p; ++x) {
+          const double d = pr.q[(r * s.n + i) * s.p + x] - pr.k[(r * s.m + j) * s.p + x];
+          d2 += d * d;
+        }
+        const double u = std::sqrt(d2) / sigma;
+        if (u < margin || std::abs(u - 1) < margin) return false;
+        inside += u < 1;
+      }
+      if (inside == 0 || inside == s.m) return false;
+    }
+  return true;
+}
+
+// The first seed from `seed` on whose problem keeps away from the kinks.
+Problem smooth_problem(const Shape& s, std::uint64_t seed, double sigma) {
+  for (;; seed += 7) {
+    Problem pr = make_problem(s, seed);
+    if (away_from_kinks(pr, sigma, 0.02)) return pr;
+  }
+}
+
+// dL/dx for L = sum(out * dout) by central differences, x one of the problem's inputs or sigma.
+std::vector<double> finite_difference(Problem& pr, std::vector<double>& x, Kernel kernel, const double& sigma) {
+  return testing::numeric_gradient(
+      [&] {
+        Tensor<double> out = zeros<double>(pr.s.dims(pr.s.n, pr.s.v));
+        nadaraya_watson_forward<double>(out.view(), {}, pr.q.cview(), pr.k.cview(), pr.v.cview(), kernel, sigma);
+        return testing::dot(out, pr.dout);
+      },
+      x);
+}
+
+void expect_gradient(const Tensor<double>& analytic, const std::vector<double>& numeric, const char* name) {
+  std::string where;
+  EXPECT_LT(testing::gradient_error(analytic.values(), numeric, &where), 1e-6) << name << ": " << where;
+}
+
+// Gaussian and Epanechnikov: every gradient against finite differences. Boxcar and constant:
+// dvalues against finite differences, the rest exactly 0.
+TEST(NadarayaWatson, BackwardMatchesFiniteDifferences) {
+  const double sigma = 0.9;
+  for (const Shape& s : {Shape{3, 2, 1, 3, 5, 2, 2}, Shape{4, 1, 2, 4, 6, 2, 3}})
+    for (const Kernel kernel : kKernels)
+      for (const Backend backend : kBackends) {
+        SCOPED_TRACE(::testing::Message() << kernel_name(kernel) << " " << backend_name(backend) << " rank "
+                                          << s.rank);
+        const ScopedBackend scoped(backend);
+        Problem pr = smooth_problem(s, 500, sigma);
+        const auto r = run<double>(pr, kernel, sigma, backend);
+        expect_gradient(r.dv, finite_difference(pr, pr.v.values(), kernel, sigma), "dvalues");
+        if (kernel == Kernel::gaussian || kernel == Kernel::epanechnikov) {
+          expect_gradient(r.dq, finite_difference(pr, pr.q.values(), kernel, sigma), "dqueries");
+          expect_gradient(r.dk, finite_difference(pr, pr.k.values(), kernel, sigma), "dkeys");
+          std::vector<double> width{sigma};
+          expect_gradient(r.dsigma, finite_difference(pr, width, kernel, width[0]), "dsigma");
+          EXPECT_GT(max_abs(r.dq), 1e-3);  // the data exercise the gradient
+        } else {
+          EXPECT_EQ(max_abs(r.dq), 0.0);
+          EXPECT_EQ(max_abs(r.dk), 0.0);
+          EXPECT_EQ(r.dsigma[0], 0.0);
+        }
+      }
+}
+
+// Epanechnikov at q == k: ||q - k|| has no derivative there; that key contributes 0.
+TEST(NadarayaWatson, EpanechnikovAtCoincidentKeyUsesZero) {
+  const Problem pr{{3, 1, 1, 1, 2, 1, 1}, Tensor<double>({1, 1, 1}, {1}), Tensor<double>({1, 2, 1}, {1, 1.5}),
+                   Tensor<double>({1, 2, 1}, {2, 4}), Tensor<double>({1, 1, 1}, {1})};
+  for (const Backend backend : kBackends) {
+    SCOPED_TRACE(backend_name(backend));
+    const auto r = run<double>(pr, Kernel::epanechnikov, 1.0, backend);
+    // K = (1, 0.5), Z = 1.5, g = (2, 4), c = 8/3: only key 1 (u = 0.5) moves q, with
+    // a = -(g - c) / (Z sigma r) = -(4/3) / 0.75, dq = a (q - k) = -(16/9) * -0.5.
+    EXPECT_NEAR(r.dq[0], 8.0 / 9.0, 1e-15);
+    EXPECT_NEAR(r.dk[0], 0.0, 1e-15);
+    EXPECT_NEAR(r.dk[1], -8.0 / 9.0, 1e-15);
+  }
+}
+
+// Any gradient may be left out; the others come out bit for bit the same.
+TEST(NadarayaWatson, GradientsMayBeLeftOut) {
+  const Problem pr = make_problem({3, 2, 1, 9, 70, 2, 3}, 77);
+  const Tensor<float> q = convert<float>(pr.q), k = convert<float>(pr.k), v = convert<float>(pr.v),
+                      d = convert<float>(pr.dout);
+  for (const Kernel kernel : kKernels)
+    for (const Backend backend : kBackends) {
+      SCOPED_TRACE(::testing::Message() << kernel_name(kernel) << " " << backend_name(backend));
+      const auto all = run<float>(pr, kernel, 0.8, backend);
+      const ScopedBackend scoped(backend);
+      Result<float> one{{}, {}, zeros<float>(pr.q.shape()), zeros<float>(pr.k.shape()), zeros<float>(pr.v.shape()),
+                        zeros<float>({1})};
+      const auto backward = [&](TensorView<float> dq, TensorView<float> dk, TensorView<float> dv, float* ds) {
+        nadaraya_watson_backward<float>(dq, dk, dv, ds, d.cview(), q.cview(), k.cview(), v.cview(), kernel, 0.8f);
+      };
+      backward(one.dq.view(), {}, {}, nullptr);
+      backward({}, one.dk.view(), {}, nullptr);
+      backward({}, {}, one.dv.view(), nullptr);
+      backward({}, {}, {}, one.dsigma.data());
+      EXPECT_TRUE(bit_identical(one.dq, all.dq));
+      EXPECT_TRUE(bit_identical(one.dk, all.dk));
+      EXPECT_TRUE(bit_identical(one.dv, all.dv));
+      EXPECT_TRUE(bit_identical(one.dsigma, all.dsigma));
+    }
+}
+
+// ---- kernel names --------------------------------------------------------------------------------
+
+TEST(NadarayaWatson, KernelNamesRoundTrip) {
+  for (const Kernel kernel : kKernels) EXPECT_EQ(kernel_from_name(kernel_name(kernel)), kernel);
+  EXPECT_STREQ(kernel_name(Kernel::epanechnikov), "epanechnikov");
+}
+
+// ---- argument checks -----------------------------------------------------------------------------
+
+// A valid call, which each test below breaks in one way.
+struct Call {
+  Tensor<double> q{2, 10, 2}, k{2, 10, 2}, v{2, 10, 4}, out{2, 10, 4}, w{2, 10, 10};
+  Tensor<double> dq{2, 10, 2}, dk{2, 10, 2}, dv{2, 10, 4}, dout{2, 10, 4};
+  Kernel kernel = Kernel::gaussian;
+  double sigma = 1.0;
+
+  void forward() {
+    nadaraya_watson_forward<double>(out.view(), w.view(), q.cview(), k.cview(), v.cview(), kernel, sigma);
+  }
+  void backward() {
+    double ds = 0;
+    nadaraya_watson_backward<double>(dq.view(), dk.view(), dv.view(), &ds, dout.cview(), q.cview(), k.cview(),
+                                     v.cview(), kernel, sigma);
+  }
+};
+
+// f() throws attn::Error whose message contains every one of `parts`.
+template <class F>
+void expect_error(F&& f, std::initializer_list<const char*> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no attn::Error was thrown";
+  } catch (const Error& e) {
+    for (const char* part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(NadarayaWatson, ValidCallPasses) {
+  Call c;
+  EXPECT_NO_THROW(c.forward());
+  EXPECT_NO_THROW(c.backward());
+}
+
+TEST(NadarayaWatson, RejectsZeroSigma) {
+  Call c;
+  c.sigma = 0;
+  expect_error([&] { c.forward(); }, {"nadaraya_watson_forward: width sigma is 0; it must be positive and finite"});
+  expect_error([&] { c.backward(); }, {"nadaraya_watson_backward: width sigma is 0"});
+}
+TEST(NadarayaWatson, RejectsNegativeSigma) {
+  Call c;
+  c.sigma = -1;
+  expect_error([&] { c.forward(); }, {"width sigma is -1;"});
+}
+TEST(NadarayaWatson, RejectsNaNSigma) {
+  Call c;
+  c.sigma = NAN;
+  expect_error([&] { c.forward(); }, {"width sigma is nan;"});
+}
+TEST(NadarayaWatson, RejectsInfiniteSigma) {
+  Call c;
+  c.sigma = INFINITY;
+  expect_error([&] { c.forward(); }, {"width sigma is inf;"});
+}
+
+TEST(NadarayaWatson, RejectsMismatchedFeatureSize) {
+  Call c;
+  c.k = Tensor<double>{2, 10, 3};
+  try {
+    c.forward();
+    ADD_FAILURE() << "no attn::Error was thrown";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "nadaraya_watson_forward: keys has shape (2,10,3) but must be (2,10,2): queries and keys "
+                           "must have the same feature size");
+  }
+}
+
+TEST(NadarayaWatson, RejectsMismatchedKeyCount) {
+  Call c;
+  c.v = Tensor<double>{2, 9, 4};
+  expect_error([&] { c.forward(); }, {"values has shape (2,9,4) but must be (2,10,4)", "same number of rows m"});
+}
+
+TEST(NadarayaWatson, RejectsMismatchedBatch) {
+  Call c;
+  c.k = Tensor<double>{3, 10, 2};
+  expect_error([&] { c.forward(); }, {"keys has shape (3,10,2) but must be (2,10,2)", "batch size of queries"});
+}
+
+TEST(NadarayaWatson, RejectsWrongRanks) {
+  Call c;
+  c.q = Tensor<double>{10, 2};
+  expect_error([&] { c.forward(); }, {"queries has shape (10,2); it must have 3 to 4 dimensions"});
+  Call mixed;
+  mixed.k = Tensor<double>{2, 1, 10, 2};
+  expect_error([&] { mixed.forward(); }, {"keys has shape (2,1,10,2)", "the same rank"});
+}
+
+TEST(NadarayaWatson, RejectsWrongOutShape) {
+  Call c;
+  c.out = Tensor<double>{2, 10, 3};
+  expect_error([&] { c.forward(); }, {"out has shape (2,10,3) but must be (2,10,4)"});
+  Call none;
+  expect_error([&] { nadaraya_watson_forward<double>({}, {}, none.q.cview(), none.k.cview(), none.v.cview(),
+                                                     Kernel::gaussian, 1.0); },
+               {"out is required"});
+}
+
+TEST(NadarayaWatson, RejectsWrongWeightsShape) {
+  Call c;
+  c.w = Tensor<double>{2, 10, 9};
+  expect_error([&] { c.forward(); }, {"weights has shape (2,10,9) but must be (2,10,10)"});
+}
+
+TEST(NadarayaWatson, RejectsWrongGradientShapes) {
+  Call c;
+  c.dk = Tensor<double>{2, 10, 3};
+  expect_error([&] { c.backward(); }, {"nadaraya_watson_backward: dkeys has shape (2,10,3) but must be (2,10,2)"});
+  Call d;
+  d.dout = Tensor<double>{2, 9, 4};
+  expect_error([&] { d.backward(); }, {"dout has shape (2,9,4) but must be (2,10,4)"});
+}
+
+TEST(NadarayaWatson, RejectsOutputSharingMemoryWithAnInput) {
+  Call c;  // out has the shape of values; dqueries that of queries
+  expect_error([&] { nadaraya_watson_forward<double>(c.out.view(), {}, c.q.cview(), c.k.cview(), c.out.cview(),
+                                                     Kernel::gaussian, 1.0); },
+               {"nadaraya_watson_forward: out and values share memory; the output must be a separate buffer"});
+  expect_error([&] { nadaraya_watson_backward<double>(c.q.view(), {}, {}, nullptr, c.dout.cview(), c.q.cview(),
+                                                      c.k.cview(), c.v.cview(), Kernel::gaussian, 1.0); },
+               {"nadaraya_watson_backward: dqueries and queries share memory"});
+}
+
+TEST(NadarayaWatson, RejectsBroadcastOutput) {
+  Call c;
+  const TensorView<double> broadcast(c.out.data(), {2, 10, 4}, {0, 4, 1});
+  expect_error([&] { nadaraya_watson_forward<double>(broadcast, {}, c.q.cview(), c.k.cview(), c.v.cview(),
+                                                     Kernel::gaussian, 1.0); },
+               {"out has stride 0 in dimension 0; an output must not broadcast"});
+}
+
+TEST(NadarayaWatson, RejectsUnknownKernel) {
+  expect_error([] { kernel_from_name("triangle"); },
+               {"unknown kernel \"triangle\"", "gaussian, boxcar, epanechnikov, constant"});
+  Call c;
+  c.kernel = static_cast<Kernel>(9);
+  expect_error([&] { c.forward(); }, {"kernel 9 is not a Kernel"});
+}
+
+}  // namespace
+}  // namespace attn
