@@ -153,6 +153,19 @@ void draw_heatmaps(const std::string& path, const Grid& grid, const HeatmapOptio
   L.height = top + L.bar_h + std::max(below - (L.bar_h - grid_h) / 2, kMargin);
 
   const auto canvas = draw::make_canvas(path, L.width, L.height);
+  // An axis label goes beside every heatmap of the bottom row or first column, as d2l's does, or,
+  // when the heatmaps are too small for it, once beside the middle of the whole grid.
+  const bool per_column_xlabel = text_width(options.xlabel, kLabelFont) + 2 * kGap <= L.slot_w;
+  const bool per_row_ylabel = text_width(options.ylabel, kLabelFont) + 2 * kGap <= L.panel_h + title_room + kRowGap;
+  const double label_y = L.grid_y + grid_h + tick_room(Side::bottom) + kGap + draw::kAscent * kLabelFont;
+  const auto x_label = [&](double centre) {
+    if (!options.xlabel.empty()) canvas->text(centre, label_y, options.xlabel, kLabelFont, kInk, draw::Anchor::middle);
+  };
+  const auto y_label = [&](double centre) {
+    if (!options.ylabel.empty())
+      canvas->text(kMargin + draw::kAscent * kLabelFont, centre, options.ylabel, kLabelFont, kInk, draw::Anchor::middle,
+                   /*vertical=*/true);
+  };
   for (long r = 0; r < grid.rows; ++r) {
     for (long c = 0; c < grid.cols; ++c) {
       const double x = L.grid_x + L.slot_w * static_cast<double>(c), y = L.grid_y + L.slot_h * static_cast<double>(r);
@@ -173,14 +186,12 @@ void draw_heatmaps(const std::string& path, const Grid& grid, const HeatmapOptio
                                                                                  : static_cast<std::size_t>(c)];
         canvas->text(x + L.panel_w / 2, y - kGap - draw::kDescent * kTitleFont, title, kTitleFont, kInk, draw::Anchor::middle);
       }
-      if (r == grid.rows - 1 && !options.xlabel.empty())
-        canvas->text(x + L.panel_w / 2, y + L.panel_h + tick_room(Side::bottom) + kGap + draw::kAscent * kLabelFont,
-                     options.xlabel, kLabelFont, kInk, draw::Anchor::middle);
-      if (c == 0 && !options.ylabel.empty())
-        canvas->text(kMargin + draw::kAscent * kLabelFont, y + L.panel_h / 2, options.ylabel, kLabelFont, kInk,
-                     draw::Anchor::middle, /*vertical=*/true);
+      if (r == grid.rows - 1 && per_column_xlabel) x_label(x + L.panel_w / 2);
+      if (c == 0 && per_row_ylabel) y_label(y + L.panel_h / 2);
     }
   }
+  if (!per_column_xlabel) x_label(L.grid_x + (grid_w - (L.slot_w - kColumnGap)) / 2 + L.panel_w / 2);
+  if (!per_row_ylabel) y_label(L.grid_y + grid_h / 2);
 
   // The colorbar: the colormap from hi (top) to lo (bottom), ticked at round values.
   constexpr int kBarSteps = 256;
