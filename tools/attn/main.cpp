@@ -45,8 +45,16 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help: CLI11 prints it
-    std::cerr << who(app) << ": error: " << e.what() << "\nRun '" << who(app)
-              << " --help' for the flags and an example.\n";
+    std::cerr << who(app) << ": error: ";
+    // CLI11 reports a misspelt command as a missing one; name the word it did not know.
+    if (app.get_subcommands().empty() && argc > 1 && argv[1][0] != '-') {
+      std::cerr << "unknown command \"" << argv[1] << "\"; the commands are";
+      for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; }))
+        std::cerr << ' ' << command->get_name();
+    } else {
+      std::cerr << e.what();
+    }
+    std::cerr << "\nRun '" << who(app) << " --help' for the flags and an example.\n";
     return kBadUsage;
   } catch (const UsageError& e) {
     std::cerr << who(app) << ": error: " << e.what() << '\n';

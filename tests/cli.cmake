@@ -1,0 +1,18 @@
+# The `attn` command line, end to end (included by tests/CMakeLists.txt, which has already made
+# the test_cli and test_cli_errors executables from their sources):
+#   test_cli, test_cli_errors  GoogleTest suites that run the real binary on .npy files they write
+#                              (tests/support/cli_runner.hpp), compare its outputs with the library's
+#                              and check every error path's exit code and message;
+#   cli.help_examples          runs the example printed by each subcommand's --help, as printed,
+#                              with Debian's python3 and numpy writing the input files.
+foreach(cli_test test_cli test_cli_errors)
+  target_compile_definitions(${cli_test} PRIVATE ATTN_CLI="$<TARGET_FILE:attn_cli>")
+  add_dependencies(${cli_test} attn_cli)
+endforeach()
+
+if(EXISTS /usr/bin/python3)
+  add_test(NAME cli.help_examples
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_help_examples.sh $<TARGET_FILE:attn_cli>
+                   ${CMAKE_CURRENT_BINARY_DIR}/cli_help_examples)
+  set_tests_properties(cli.help_examples PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()

@@ -1,0 +1,194 @@
+// Every way a call of `attn` can go wrong, with its exit code and message: 2 for bad usage (flags,
+// and input files that are missing, corrupt, of the wrong type or shape), 1 for a failed run
+// (valid inputs whose outputs cannot be written). Never a crash: a signal would show as a code
+// above 128. Each message starts "attn <command>: error:" and names the flag and the file.
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "attn/npy.hpp"
+#include "support/cli_runner.hpp"
+#include "support/testing.hpp"
+
+namespace attn {
+namespace {
+
+using testing::random_tensor;
+
+// The inputs of the cases: good files with the seeds' shapes, and broken ones.
+class CliErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_.npy("S.npy", random_tensor<double>({2, 2, 4}, 1));
+    dir_.npy("Q.npy", random_tensor<float>({2, 1, 2}, 2));
+    dir_.npy("Q64.npy", random_tensor<double>({2, 1, 2}, 2));
+    dir_.npy("K.npy", random_tensor<float>({2, 10, 2}, 3));
+    dir_.npy("K3.npy", random_tensor<float>({2, 10, 3}, 3));
+    dir_.npy("V.npy", random_tensor<float>({2, 10, 4}, 4));
+    dir_.npy("Q20.npy", random_tensor<float>({2, 1, 20}, 5));
+    dir_.npy("WQ.npy", random_tensor<float>({8, 20}, 6));
+    dir_.npy("WK.npy", random_tensor<float>({8, 2}, 7));
+    dir_.npy("WV.npy", random_tensor<float>({8}, 8));
+    dir_.npy("L.npy", Tensor<std::int64_t>({2}, {2, 3}));
+    dir_.npy("L6.npy", Tensor<std::int64_t>({2}, {2, 6}));
+    dir_.npy("Lf.npy", Tensor<double>({2}, {2, 3}));
+    dir_.npy("M.npy", Tensor<bool>({2, 2, 4}));
+    dir_.npy("Mi.npy", Tensor<std::int32_t>({2, 2, 4}));
+    dir_.npy("I.npy", Tensor<std::int64_t>({2, 2, 4}));
+    dir_.npy("R5.npy", Tensor<double>(std::vector<index_t>{1, 1, 1, 1, 1}));
+    dir_.npy("X.npy", random_tensor<double>({50}, 9));
+    dir_.npy("X2.npy", random_tensor<double>({50, 2}, 9));
+    dir_.npy("Y.npy", random_tensor<double>({50}, 10));
+    dir_.npy("Y49.npy", random_tensor<double>({49}, 10));
+    dir_.npy("XQ.npy", random_tensor<double>({7}, 11));
+    dir_.npy("XQ2.npy", random_tensor<double>({7, 2}, 11));
+    // Broken files, from a good one: its bytes, cut or altered.
+    const std::vector<std::byte> good = io::serialize_npy(io::DType::float64, std::vector<index_t>{2, 2, 4},
+                                                          random_tensor<double>({2, 2, 4}, 1).data());
+    write_bytes("empty.npy", {});
+    write_bytes("junk.npy", {std::byte{'j'}, std::byte{'u'}, std::byte{'n'}, std::byte{'k'}});
+    write_bytes("cut_header.npy", {good.begin(), good.begin() + 20});
+    write_bytes("short_data.npy", {good.begin(), good.end() - 8});  // the header declares more data than it holds
+    std::vector<std::byte> longer = good;
+    longer.resize(good.size() + 3);
+    write_bytes("long_data.npy", longer);
+    std::vector<std::byte> altered = good;
+    altered[6] = std::byte{4};  // format version 4.0
+    write_bytes("v4.npy", altered);
+    altered = good;
+    std::memcpy(altered.data() + std::string_view(reinterpret_cast<const char*>(good.data()), good.size()).find("<f8"),
+                ">f8", 3);
+    write_bytes("big_endian.npy", altered);
+    std::filesystem::create_directories(dir_.file("a_directory.npy"));
+  }
+
+  void write_bytes(const std::string& name, const std::vector<std::byte>& bytes) {
+    std::ofstream(dir_.file(name), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                           static_cast<std::streamsize>(bytes.size()));
+  }
+
+  // Runs attn with `args`, in which a word ending in ".npy" (or .png/.svg/.jpg) that names no
+  // directory is a file of the scratch directory, and expects `code` and every part in stderr.
+  void expect(std::vector<std::string> args, int code, std::initializer_list<const char*> parts) {
+    for (std::string& a : args)
+      if (a.find('/') == std::string::npos &&
+          (a.ends_with(".npy") || a.ends_with(".png") || a.ends_with(".svg") || a.ends_with(".jpg")))
+        a = dir_.file(a);
+    const testing::CliResult r = dir_.run(args);
+    std::string call;
+    for (const std::string& a : args) call += " " + a;
+    EXPECT_EQ(r.code, code) << "attn" << call << "\nstderr: " << r.err;
+    if (args.empty() || args[0] != "demo") {  // the demo prints as it goes
+      EXPECT_EQ(r.out, "") << "attn" << call;
+    }
+    for (const char* p : parts) EXPECT_NE(r.err.find(p), std::string::npos) << "attn" << call << "\nstderr: " << r.err << "\nmissing: " << p;
+  }
+
+  testing::ScratchDir dir_;
+};
+
+const std::vector<std::string> kSdpa{"sdpa", "--queries", "Q.npy", "--keys", "K.npy", "--values", "V.npy"};
+
+std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(CliErrors, CommandLineMistakesAreBadUsage) {
+  expect({}, 2, {"attn: error:", "A subcommand is required"});
+  expect({"no-such-command"}, 2, {"attn: error: unknown command \"no-such-command\"; the commands are softmax sdpa"});
+  expect({"softmax", "--out", "W.npy"}, 2, {"attn softmax: error:", "--scores is required", "attn softmax --help"});
+  expect({"softmax", "--scores", "S.npy"}, 2, {"--out is required"});
+  expect({"softmax", "--scores", "S.npy", "--out", "W.npy", "--bogus"}, 2, {"--bogus"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--dropout", "0.5"}, 2, {"--dropout requires --seed"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--seed", "3"}, 2, {"--seed requires --dropout"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--dropout", "half", "--seed", "3"}, 2, {"--dropout", "half"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--heatmap", "W.jpg"}, 2, {"--heatmap", "must end in .svg or .png"});
+  expect({"nw", "--x-train", "X.npy", "--y-train", "Y.npy", "--x-query", "XQ.npy", "--kernel", "triangle", "--width",
+          "1", "--out", "Y.npy"},
+         2, {"--kernel", "triangle", "gaussian,boxcar,epanechnikov,constant"});
+}
+
+TEST_F(CliErrors, MissingAndCorruptFilesAreBadUsageNamingFlagAndFile) {
+  const auto softmax = [](const std::string& scores) {
+    return std::vector<std::string>{"softmax", "--scores", scores, "--out", "W.npy"};
+  };
+  expect(softmax("missing.npy"), 2, {"attn softmax: error: --scores ", "missing.npy: cannot open for reading"});
+  expect(softmax("a_directory.npy"), 2, {"--scores ", "a_directory.npy: reading failed"});
+  expect(softmax("empty.npy"), 2, {"--scores ", "empty.npy: the file is empty"});
+  expect(softmax("junk.npy"), 2, {"junk.npy: not a .npy file"});
+  expect(softmax("cut_header.npy"), 2, {"cut_header.npy: the header length", "runs past the end of the file"});
+  expect(softmax("short_data.npy"), 2, {"short_data.npy: shape (2,2,4) of float64 needs 128 data bytes", "truncated"});
+  expect(softmax("long_data.npy"), 2, {"long_data.npy: the file has 3 bytes after the 128 data bytes"});
+  expect(softmax("v4.npy"), 2, {"v4.npy: .npy format version 4.0 is not supported"});
+  expect(softmax("big_endian.npy"), 2, {"big_endian.npy: dtype '>f8' is big-endian"});
+  expect(kSdpa + std::vector<std::string>{"--valid-lens", "junk.npy", "--out", "O.npy"}, 2, {"--valid-lens ", "junk.npy"});
+  expect(kSdpa + std::vector<std::string>{"--mask", "missing.npy", "--out", "O.npy"}, 2, {"--mask ", "missing.npy"});
+  // Nothing is written when an input is bad.
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("W.npy")));
+}
+
+TEST_F(CliErrors, WrongElementTypesAreBadUsage) {
+  expect({"softmax", "--scores", "I.npy", "--out", "W.npy"}, 2, {"--scores ", "I.npy: holds int64; it must hold float32 or float64"});
+  expect({"softmax", "--scores", "S.npy", "--valid-lens", "Lf.npy", "--out", "W.npy"}, 2,
+         {"--valid-lens ", "Lf.npy: holds float64; valid lengths must be integers, int32 or int64"});
+  expect({"softmax", "--scores", "S.npy", "--mask", "Mi.npy", "--out", "W.npy"}, 2, {"--mask ", "Mi.npy: holds int32; the mask must be bool"});
+  expect({"sdpa", "--queries", "Q64.npy", "--keys", "K.npy", "--values", "V.npy", "--out", "O.npy"}, 2,
+         {"--keys ", "K.npy holds float32 but --queries ", "Q64.npy holds float64"});
+  expect({"additive", "--queries", "Q20.npy", "--keys", "K.npy", "--values", "V.npy", "--wq", "WQ.npy", "--wk", "WK.npy",
+          "--wv", "Y.npy", "--out", "O.npy"},
+         2, {"--wv ", "Y.npy holds float64 but --queries "});
+}
+
+TEST_F(CliErrors, ShapesThatDoNotFitAreBadUsage) {
+  expect({"softmax", "--scores", "R5.npy", "--out", "W.npy"}, 2, {"R5.npy: shape (1,1,1,1,1) has 5 dimensions"});
+  expect({"softmax", "--scores", "S.npy", "--valid-lens", "L6.npy", "--out", "W.npy"}, 2,
+         {"attn softmax: error: masked_softmax_forward: valid_lens[1] is 6", "[0, 4]"});
+  expect({"sdpa", "--queries", "Q.npy", "--keys", "K3.npy", "--values", "V.npy", "--out", "O.npy"}, 2,
+         {"attn sdpa: error: ", "keys has shape (2,10,3) but must be (2,10,2)"});
+  expect({"additive", "--queries", "Q20.npy", "--keys", "K.npy", "--values", "V.npy", "--wq", "WK.npy", "--wk", "WK.npy",
+          "--wv", "WV.npy", "--out", "O.npy"},
+         2, {"attn additive: error: ", "w_q has shape (8,2) but must be (8,20)"});
+  expect({"additive", "--queries", "Q20.npy", "--keys", "WK.npy", "--values", "V.npy", "--wq", "WQ.npy", "--wk", "WK.npy",
+          "--wv", "WV.npy", "--out", "O.npy"},
+         2, {"have 3, 2 and 3 dimensions", "they must all be 3-D"});
+  const std::vector<std::string> nw_tail{"--kernel", "gaussian", "--width", "1", "--out", "YH.npy"};
+  expect(std::vector<std::string>{"nw", "--x-train", "X.npy", "--y-train", "Y49.npy", "--x-query", "XQ.npy"} + nw_tail, 2,
+         {"--y-train ", "Y49.npy has shape (49,) but must be (50,)"});
+  expect(std::vector<std::string>{"nw", "--x-train", "S.npy", "--y-train", "Y.npy", "--x-query", "XQ.npy"} + nw_tail, 2,
+         {"--x-train ", "S.npy has shape (2,2,4); points must be (N,) or (N,p)"});
+  expect(std::vector<std::string>{"nw", "--x-train", "X2.npy", "--y-train", "Y.npy", "--x-query", "XQ.npy"} + nw_tail, 2,
+         {"--x-query ", "XQ.npy has points of dimension 1 but --x-train ", "has 2"});
+  expect(std::vector<std::string>{"nw", "--x-train", "X2.npy", "--y-train", "Y.npy", "--x-query", "XQ2.npy", "--plot", "fit.png"} +
+             nw_tail,
+         2, {"--plot draws one-dimensional x only"});
+}
+
+TEST_F(CliErrors, ValuesOutOfRangeAreBadUsage) {
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--dropout", "1.5", "--seed", "1"}, 2, {"dropout p is 1.5", "[0, 1)"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--scale", "inf"}, 2, {"scale is inf; it must be finite"});
+  expect({"nw", "--x-train", "X.npy", "--y-train", "Y.npy", "--x-query", "XQ.npy", "--kernel", "boxcar", "--width", "-1",
+          "--out", "YH.npy"},
+         2, {"attn nw: error: ", "width sigma is -1; it must be positive and finite"});
+}
+
+TEST_F(CliErrors, OutputsThatCannotBeWrittenAreAFailedRun) {
+  expect({"softmax", "--scores", "S.npy", "--valid-lens", "L.npy", "--out", "/nonexistent-dir/W.npy"}, 1,
+         {"attn softmax: error: /nonexistent-dir/W.npy: cannot open for writing"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--weights", "/nonexistent-dir/W.npy"}, 1, {"/nonexistent-dir/W.npy"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--heatmap", "/nonexistent-dir/W.png"}, 1,
+         {"attn sdpa: error: /nonexistent-dir/W.png: cannot write the PNG"});
+  expect({"nw", "--x-train", "X.npy", "--y-train", "Y.npy", "--x-query", "XQ.npy", "--kernel", "gaussian", "--width",
+          "1", "--out", "YH.npy", "--plot", "/nonexistent-dir/fit.svg"},
+         1, {"/nonexistent-dir/fit.svg: cannot open for writing"});
+  // The demo's directory cannot be created under a regular file.
+  expect({"demo", "--out-dir", dir_.file("S.npy") + "/pictures"}, 1, {"attn demo: error: ", "cannot create the directory"});
+}
+
+}  // namespace
+}  // namespace attn
