@@ -272,6 +272,23 @@ TEST(Plots, PngWithoutItsFontFailsWithAHintAndSvgStillWorks) {
   unsetenv("ATTN_FONT");
 }
 
+TEST(Plots, ExtremeValuesAndTextAreDrawnWithoutOverflow) {
+  // Ranges wider than a double's difference can hold, a single repeated value, points far outside
+  // the given limits, control characters in a label: a picture, not undefined behaviour.
+  io::Series wide{"wide\x01", {-1e308, 0, 1e308}, {1e308, -1e308, 0}, io::Series::Style::line, ""};
+  io::Series same{"", {5e300, 5e300}, {7, 7}, io::Series::Style::points, ""};
+  io::PlotOptions limits;
+  limits.xmin = 0;
+  limits.xmax = 1;
+  for (const char* ext : {"svg", "png"}) {
+    const std::string path = temp_path(std::string("extreme.") + ext);
+    EXPECT_NO_THROW(io::write_plots(path, {{{wide}, {}}, {{same}, {}}, {{wide, same}, limits}}, 3));
+    Tensor<double> m({1, 3}, {-1e308, 0, 1e308});
+    EXPECT_NO_THROW(io::write_heatmaps<double>(temp_path(std::string("extreme_heatmap.") + ext), m.cview()));
+  }
+  EXPECT_EQ(read_text(temp_path("extreme.svg")).find('\x01'), std::string::npos);
+}
+
 TEST(Png, ReadingAFileThatIsNotAPngNamesIt) {
   std::ofstream(temp_path("not.png")) << "not a png";
   expect_error([&] { io::read_png(temp_path("not.png")); }, {"not.png", "cannot read the PNG"});

@@ -30,9 +30,9 @@ double tick_count(double lo, double hi, double step) { return std::floor(hi / st
 
 Ticks nice_ticks(double lo, double hi, int target) {
   Ticks ticks;
-  if (!(hi > lo)) {  // one value: one tick
-    ticks.values = {lo};
-    ticks.labels = {format("%.*g", 4, lo)};
+  if (!(hi > lo) || !std::isfinite(hi - lo)) {  // one value, or a range too wide for steps: the ends
+    ticks.values = hi > lo ? std::vector<double>{lo, hi} : std::vector<double>{lo};
+    for (double v : ticks.values) ticks.labels.push_back(format("%.*g", 3, v));
     return ticks;
   }
   // The finest round step that gives at most target + 1 ticks.

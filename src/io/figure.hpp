@@ -29,6 +29,10 @@ struct Ticks {
 };
 Ticks nice_ticks(double lo, double hi, int target);
 
+// Where v lies between lo and hi, as a fraction (0 at lo, 1 at hi; outside for v outside), computed
+// on halves so that no difference of finite doubles overflows. lo < hi, both finite.
+inline double fraction(double v, double lo, double hi) { return (0.5 * v - 0.5 * lo) / (0.5 * hi - 0.5 * lo); }
+
 // The integers 0, step, 2 step, ... below `count`, for the rows or columns of a heatmap: the
 // smallest step of 1, 2, 5, 10, 20, ... that leaves `min_spacing` units between neighbours spaced
 // `cell` units apart.

@@ -47,7 +47,7 @@ const Colormap& find_colormap(const std::string& name) {
 
 // The colour of t in [0, 1] on the colormap.
 Color color_at(const Colormap& map, double t) {
-  const double pos = std::clamp(t, 0.0, 1.0) * 8;
+  const double pos = (t > 0 ? std::min(t, 1.0) : 0.0) * 8;  // NaN counts as 0
   const int k = std::min(7, static_cast<int>(pos));
   const Color a = draw::parse_color(map.stops[k], "colormap"), b = draw::parse_color(map.stops[k + 1], "colormap");
   const double f = pos - k;
@@ -120,7 +120,7 @@ void draw_heatmaps(const std::string& path, const Grid& grid, const HeatmapOptio
   }
   const auto color_of = [&](double v) {
     if (std::isnan(v)) return kNanColor;
-    return color_at(map, hi > lo ? (v - lo) / (hi - lo) : 0.0);
+    return color_at(map, fraction(v, lo, hi));
   };
 
   // Sizes: square cells, a panel's longer side at most 220 units (less for wide or tall grids).
@@ -200,7 +200,7 @@ void draw_heatmaps(const std::string& path, const Grid& grid, const HeatmapOptio
   canvas->cells(L.bar_x, L.bar_y, kBarWidth, L.bar_h, kBarSteps, 1, bar);
   frame(*canvas, L.bar_x, L.bar_y, kBarWidth, L.bar_h);
   for (std::size_t k = 0; k < bar_ticks.values.size(); ++k) {
-    const double t = hi > lo ? (bar_ticks.values[k] - lo) / (hi - lo) : 0.5;
+    const double t = fraction(bar_ticks.values[k], lo, hi);
     tick(*canvas, L.bar_y + L.bar_h * (1 - t), L.bar_x + kBarWidth, bar_ticks.labels[k], Side::right);
   }
   canvas->save(path);

@@ -2,6 +2,7 @@
 // defaults: a framed area, ticks at round numbers, the tab10 colour cycle, a legend in the corner
 // that hides the least data. In a grid every plot area has the same size and they line up.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "attn/error.hpp"
@@ -27,7 +28,7 @@ constexpr double kSuptitleFont = 14;
 struct Axis {
   double lo = 0, hi = 1;
   Ticks ticks;
-  double map(double v, double start, double length) const { return start + (v - lo) / (hi - lo) * length; }
+  double map(double v, double start, double length) const { return start + fraction(v, lo, hi) * length; }
 };
 
 // The limits from the finite data with a 5% margin on each side, unless given; then round ticks.
@@ -38,12 +39,15 @@ Axis make_axis(const std::vector<const std::vector<double>*>& data, std::optiona
     for (double v : *values)
       if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
   if (lo > hi) lo = 0, hi = 1;  // no data
-  if (lo == hi) lo -= 0.5, hi += 0.5;
-  const double margin = 0.05 * (hi - lo);
+  if (lo == hi) {  // one value: a range around it (large enough to differ from it in a double)
+    const double pad = std::max(0.5, 0.05 * std::abs(lo));
+    lo -= pad, hi += pad;
+  }
+  const double margin = 0.1 * (0.5 * hi - 0.5 * lo);  // 5% of hi - lo, which may overflow
   Axis axis;
-  axis.lo = lo_given.value_or(lo - margin);
-  axis.hi = hi_given.value_or(hi + margin);
-  if (axis.lo >= axis.hi) axis.hi = axis.lo + 1;  // one limit given beyond the data's other end
+  axis.lo = lo_given.value_or(std::max(lo - margin, -DBL_MAX));
+  axis.hi = hi_given.value_or(std::min(hi + margin, DBL_MAX));
+  if (axis.lo >= axis.hi) axis.hi = axis.lo + std::max(1.0, std::abs(axis.lo));  // one limit given past the data
   axis.ticks = nice_ticks(axis.lo, axis.hi, target);
   return axis;
 }

@@ -105,7 +105,9 @@ class RasterCanvas final : public Canvas {
   }
 
   void polyline(std::span<const Point> points, Color stroke, double width, bool dashed) override {
-    if (points.empty()) return;
+    // The layouts pass finite points only; anything else would make the boxes below meaningless.
+    if (points.empty() || !std::all_of(points.begin(), points.end(), [](Point p) { return std::isfinite(p.x) && std::isfinite(p.y); }))
+      return;
     const double half = width * kScale / 2;
     // The line's coverage of each pixel, the maximum over its segments, blended once at the end so
     // that the joints, where segments overlap, are not painted twice.
@@ -176,10 +178,13 @@ class RasterCanvas final : public Canvas {
   void stroke_segment(Point a, Point b, double half, bool round) {
     const double dx = b.x - a.x, dy = b.y - a.y, length = std::hypot(dx, dy);
     const double reach = half + (round ? 1 : 1.5);
-    const int x0 = std::max(mask_x0_, static_cast<int>(std::floor(std::min(a.x, b.x) - reach)));
-    const int x1 = std::min(mask_x0_ + mask_w_, static_cast<int>(std::ceil(std::max(a.x, b.x) + reach)));
-    const int y0 = std::max(mask_y0_, static_cast<int>(std::floor(std::min(a.y, b.y) - reach)));
-    const int y1 = std::min(mask_y0_ + mask_h_, static_cast<int>(std::ceil(std::max(a.y, b.y) + reach)));
+    // The segment's box within the mask's, clamped as doubles: a point far outside the picture
+    // must not overflow an int.
+    const auto within = [](double v, int lo, int hi) { return static_cast<int>(std::clamp(v, double(lo), double(hi))); };
+    const int x0 = within(std::floor(std::min(a.x, b.x) - reach), mask_x0_, mask_x0_ + mask_w_);
+    const int x1 = within(std::ceil(std::max(a.x, b.x) + reach), mask_x0_, mask_x0_ + mask_w_);
+    const int y0 = within(std::floor(std::min(a.y, b.y) - reach), mask_y0_, mask_y0_ + mask_h_);
+    const int y1 = within(std::ceil(std::max(a.y, b.y) + reach), mask_y0_, mask_y0_ + mask_h_);
     for (int py = y0; py < y1; ++py) {
       for (int px = x0; px < x1; ++px) {
         const double qx = px + 0.5 - a.x, qy = py + 0.5 - a.y;
@@ -242,7 +247,8 @@ void RasterCanvas::text(double x, double y, std::string_view text, double size, 
   std::vector<FT_UInt> glyphs;
   double width = 0;
   for (std::size_t i = 0; i < text.size();) {
-    const FT_UInt glyph = FT_Get_Char_Index(face, next_code_point(text, i));
+    const char32_t code = next_code_point(text, i);
+    const FT_UInt glyph = FT_Get_Char_Index(face, code < 0x20 ? U'?' : code);  // as the SVG escapes them
     if (FT_Load_Glyph(face, glyph, FT_LOAD_NO_HINTING | FT_LOAD_NO_BITMAP) != 0) continue;
     glyphs.push_back(glyph);
     width += face->glyph->linearHoriAdvance / 65536.0;
