@@ -4,7 +4,9 @@
 #                              (tests/support/cli_runner.hpp), compare its outputs with the library's
 #                              and check every error path's exit code and message;
 #   cli.help_examples          runs the example printed by each subcommand's --help, as printed,
-#                              with Debian's python3 and numpy writing the input files.
+#                              with Debian's python3 and numpy writing the input files;
+#   cli.numpy                  runs each subcommand on files numpy wrote (Fortran order, format
+#                              versions 2.0 and 3.0) against the seeds' formulas in numpy.
 foreach(cli_test test_cli test_cli_errors)
   target_compile_definitions(${cli_test} PRIVATE ATTN_CLI="$<TARGET_FILE:attn_cli>")
   add_dependencies(${cli_test} attn_cli)
@@ -15,4 +17,7 @@ if(EXISTS /usr/bin/python3)
            COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_help_examples.sh $<TARGET_FILE:attn_cli>
                    ${CMAKE_CURRENT_BINARY_DIR}/cli_help_examples)
   set_tests_properties(cli.help_examples PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 120)
+  add_test(NAME cli.numpy COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/cli_numpy.py $<TARGET_FILE:attn_cli>
+                                  ${CMAKE_CURRENT_BINARY_DIR}/cli_numpy)
+  set_tests_properties(cli.numpy PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()

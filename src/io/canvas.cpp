@@ -25,6 +25,7 @@ constexpr std::array<int, 95> kAsciiAdvance = {
 constexpr double kUnitsPerEm = 2048;
 constexpr int kOtherAdvance = 1303;  // a digit's width, for characters outside ASCII
 
+// The value of a hexadecimal digit, or -1.
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   const char lower = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

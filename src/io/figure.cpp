@@ -8,7 +8,7 @@
 namespace attn::io::figure {
 namespace {
 
-// printf into a std::string, for one number.
+// printf into a std::string, for one number; "-0" (a rounded tiny negative) becomes "0".
 std::string format(const char* spec, int precision, double v) {
   char buf[48];
   std::snprintf(buf, sizeof buf, spec, precision, v);
@@ -49,6 +49,7 @@ Ticks nice_ticks(double lo, double hi, int target) {
   return ticks;
 }
 
+// Heatmap rows and columns are counted from 0, so their ticks start at 0 and keep integer steps.
 Ticks index_ticks(long count, double cell, double min_spacing) {
   long step = 1;
   for (long power = 1; step * cell < min_spacing && power < count; power *= 10) {

@@ -103,6 +103,7 @@ Point legend_corner(const Legend& legend, const std::vector<std::vector<Point>>&
   return best;
 }
 
+// A translucent white box with a sample of each series' style and colour beside its label.
 void draw_legend(draw::Canvas& canvas, const Legend& legend, Point at) {
   canvas.rect(at.x, at.y, legend.w, legend.h, Color{255, 255, 255, 217});
   const Point box[] = {{at.x, at.y}, {at.x + legend.w, at.y}, {at.x + legend.w, at.y + legend.h}, {at.x, at.y + legend.h}, {at.x, at.y}};
@@ -138,6 +139,7 @@ void draw_panel(draw::Canvas& canvas, const Panel& panel, const Axis& xs, const 
     for (std::size_t i = 0; i < s.x.size(); ++i)
       points[k].push_back({xs.map(s.x[i], ax, L.area_w), ys.map(s.y[i], ay + L.area_h, -L.area_h)});
   }
+  // Data outside given limits is cut at the frame, as matplotlib does.
   canvas.push_clip(ax, ay, L.area_w, L.area_h);
   for (std::size_t k = 0; k < panel.series.size(); ++k) {
     const Series& s = panel.series[k];
@@ -193,6 +195,8 @@ void draw_plots(const char* who, const std::string& path, const std::vector<Pane
   const long cols = std::min<long>(columns, static_cast<long>(panels.size()));
   const long rows = (static_cast<long>(panels.size()) + cols - 1) / cols;
 
+  // Every plot area has one size (wide grids get narrower plots) and the margins are the largest
+  // any plot needs, so that the areas line up in rows and columns.
   Layout L;
   L.area_w = std::clamp(1000.0 / static_cast<double>(cols), 170.0, 320.0);
   L.area_h = L.area_w * 0.7;

@@ -110,6 +110,8 @@ class SvgCanvas final : public Canvas {
 
   void pop_clip() override { body_ << "</g>\n"; }
 
+  // The elements are collected first because the header needs the size, and so that a failed
+  // drawing leaves no half-written file.
   void save(const std::string& path) override {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     if (!out) fail(path, ": cannot open for writing: ", std::strerror(errno));

@@ -48,6 +48,8 @@ void run_additive(const AdditiveArgs& args) {
   const NpyInput w_q = read_input("--wq", args.w_q), w_k = read_input("--wk", args.w_k), w_v = read_input("--wv", args.w_v);
   const MaskInputs masks = args.mask.read();
   const auto dtype = common_float_type({&in.queries, &in.keys, &in.values, &w_q, &w_k, &w_v});
+  // The outputs are allocated before the library checks the inputs, so their shapes are taken
+  // from inputs whose ranks have been checked here first.
   const ResultShapes shapes = result_shapes(in);
   with_float_type(dtype, [&]<class T>() {
     const attn::Tensor<T> q = to_tensor<T>(in.queries), k = to_tensor<T>(in.keys), v = to_tensor<T>(in.values);

@@ -44,6 +44,8 @@ void DropoutFlags::add_to(CLI::App& command) {
   CLI::Option* seed_option =
       command.add_option("--seed", seed, "the dropout generator's seed N: the same seed drops the same weights");
   seed_option->type_name("N");
+  // Each needs the other: a dropout without an explicit seed would not be reproducible, and a
+  // seed alone would do nothing.
   p_option->needs(seed_option);
   seed_option->needs(p_option);
 }
@@ -67,7 +69,8 @@ void OutputFlags::write(const attn::Tensor<T>& out_tensor, const attn::Tensor<T>
   }
   if (heatmap.empty()) return;
   progress.stage("drawing " + heatmap);
-  // (B, n, m) is drawn as (B, 1, n, m): a column of heatmaps, one per batch element.
+  // (B, n, m) is drawn as (B, 1, n, m): a column of heatmaps, one per batch element. Titles only
+  // when there is more than one heatmap to tell apart.
   const auto& s = weight_tensor.shape();
   const attn::index_t batch = s[0], heads = s.size() == 4 ? s[1] : 1;
   attn::io::HeatmapOptions options;
@@ -82,6 +85,8 @@ void OutputFlags::write(const attn::Tensor<T>& out_tensor, const attn::Tensor<T>
 template void OutputFlags::write<float>(const attn::Tensor<float>&, const attn::Tensor<float>&, Progress&) const;
 template void OutputFlags::write<double>(const attn::Tensor<double>&, const attn::Tensor<double>&, Progress&) const;
 
+// Checked while parsing, so that a wrong extension costs no computation and exits with 2 (the
+// library would refuse it too, but only when drawing, after the outputs were written).
 void check_picture_path(CLI::Option& option) {
   option.check(CLI::Validator(
       [](const std::string& path) -> std::string {

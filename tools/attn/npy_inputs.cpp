@@ -27,6 +27,7 @@ DType common_float_type(std::initializer_list<const NpyInput*> inputs) {
     const DType dtype = input->array.dtype;
     if (dtype != DType::float32 && dtype != DType::float64)
       throw UsageError(input->where() + ": holds " + dtype_name(dtype) + "; it must hold float32 or float64");
+    // No silent conversion: mixing float32 and float64 is more likely a mistake than a wish.
     if (first && dtype != first->array.dtype)
       throw UsageError(input->where() + " holds " + dtype_name(dtype) + " but " + first->where() + " holds " +
                        dtype_name(first->array.dtype) + "; the float inputs must share one type (the outputs keep it)");
@@ -52,6 +53,7 @@ namespace {
 // Valid lengths as int64, from a file of int32 or int64.
 attn::Tensor<std::int64_t> read_lengths(const std::string& path) {
   const NpyInput input = read_input("--valid-lens", path);
+  // numpy's default integer on Linux is int64; int32 (np.int32, torch.int32) is widened.
   if (input.array.dtype == DType::int64) return to_tensor<std::int64_t>(input);
   if (input.array.dtype != DType::int32)
     throw UsageError(input.where() + ": holds " + dtype_name(input.array.dtype) +

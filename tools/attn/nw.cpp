@@ -38,6 +38,7 @@ void draw_fit(const NwArgs& args, const attn::Tensor<T>& x, const attn::Tensor<T
               const attn::Tensor<T>& yhat) {
   attn::io::Series data{"training data", {x.values().begin(), x.values().end()}, {y.values().begin(), y.values().end()},
                         attn::io::Series::Style::points, ""};
+  // The queries may come in any order; the line through the predictions runs from left to right.
   std::vector<std::size_t> order(static_cast<std::size_t>(xq.numel()));
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return xq.values()[a] < xq.values()[b]; });
@@ -58,6 +59,8 @@ void run_nw(const NwArgs& args) {
   const NpyInput x = read_input("--x-train", args.x_train), y = read_input("--y-train", args.y_train),
                  xq = read_input("--x-query", args.x_query);
   const auto dtype = common_float_type({&x, &y, &xq});
+  // The shape checks the library would make in terms of its queries, keys and values, made here
+  // in terms of the flags, before any tensor is built.
   const std::vector<index_t> keys_shape = points_shape(x), queries_shape = points_shape(xq);
   const index_t n_train = keys_shape[1], n_query = queries_shape[1], p = keys_shape[2];
   if (y.array.shape != std::vector<index_t>{n_train})
@@ -73,6 +76,8 @@ void run_nw(const NwArgs& args) {
   with_float_type(dtype, [&]<class T>() {
     const attn::Tensor<T> keys = to_tensor<T>(x), values = to_tensor<T>(y), queries = to_tensor<T>(xq);
     progress.stage("computing");
+    // x, y and the queries as the library's one batch element: (1, N, p), (1, N, 1), (1, Nq, p);
+    // the outputs are written back without the batch axis, (Nq,) and (Nq, N).
     attn::Tensor<T> out({1, n_query, 1}), weights;
     if (!args.weights.empty()) weights = attn::Tensor<T>({1, n_query, n_train});
     as_usage([&] {

@@ -22,6 +22,7 @@ Progress::Progress(std::string command) : command_(std::move(command)), start_(C
   const std::string setting = mode ? mode : "";
   terminal_ = isatty(STDERR_FILENO) == 1;
   enabled_ = setting == "always" || (setting != "never" && terminal_);
+  // "always" starts at once so that a test, or a log, sees every stage of even a short run.
   delay_ = setting == "always" ? Clock::duration::zero() : std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(1));
   if (enabled_) ticker_ = std::thread([this] { run(); });
 }

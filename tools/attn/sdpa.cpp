@@ -28,10 +28,12 @@ void run_sdpa(const SdpaArgs& args) {
   const MaskInputs masks = args.mask.read();
   with_float_type(common_float_type({&in.queries, &in.keys, &in.values}), [&]<class T>() {
     const attn::Tensor<T> q = to_tensor<T>(in.queries), k = to_tensor<T>(in.keys), v = to_tensor<T>(in.values);
+    // --scale overrides 1/sqrt(d); without --dropout, p = 0 and nothing is dropped.
     attn::SdpaOptions options;
     if (args.has_scale) options.scale = args.scale;
     options.dropout = args.dropout.dropout();
     progress.stage("computing");
+    // The weights are only computed (and kept in memory) when they are written or drawn.
     attn::Tensor<T> weights;
     const attn::Tensor<T> out = as_usage([&] {
       return attn::scaled_dot_product_attention<T>(q.cview(), k.cview(), v.cview(), masks.mask<T>(), options,
@@ -61,6 +63,7 @@ void add_sdpa_command(CLI::App& app) {
       "    np.save('V.npy', np.tile(np.arange(40, dtype='f4').reshape(1, 10, 4), (2, 1, 1)))\"\n"
       "  attn sdpa --queries Q.npy --keys K.npy --values V.npy --valid-lens L.npy --out O.npy \\\n"
       "            --weights W.npy --heatmap W.png");
+  // CLI11 fills a double whether or not the flag is given; count() tells them apart.
   command->callback([args, scale] {
     args->has_scale = scale->count() > 0;
     run_sdpa(*args);

@@ -22,6 +22,7 @@ void run_softmax(const SoftmaxArgs& args) {
   progress.stage("reading inputs");
   const NpyInput scores = read_input("--scores", args.scores);
   const MaskInputs masks = args.mask.read();
+  // The weights have the scores' float type: float32 in, float32 out.
   with_float_type(common_float_type({&scores}), [&]<class T>() {
     const attn::Tensor<T> x = to_tensor<T>(scores);
     progress.stage("computing");
