@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what attn needs (Debian packages), builds it, and runs either the demo or every test.
-#   bash scripts/setup.sh demo   install, build (Release), run `attn demo`
+#   bash scripts/setup.sh demo   install, build (Release), run `attn demo` (pictures in out/demo/)
 #   bash scripts/setup.sh test   install, build, run every test twice: Release and ASan + UBSan
 set -euo pipefail
 mode=${1:-demo}
@@ -32,7 +32,7 @@ build() {  # build DIR [cmake options...]
 
 build build/release -DCMAKE_BUILD_TYPE=Release
 if [ "$mode" = demo ]; then
-  exec build/release/attn demo
+  exec build/release/attn demo --out-dir out/demo
 fi
 
 ctest --test-dir build/release --output-on-failure -j "$jobs"
