@@ -65,7 +65,8 @@ struct SdpaCase {
   double scale_inputs = 1;  // large values overflow an exp without max-subtraction
 };
 
-// The whole op in precision T: out, lse, weights and every gradient.
+// The whole op in precision T: out and lse (fused), weights, out and lse with them (unfused), and
+// every gradient.
 template <class T>
 std::vector<Tensor<T>> run_sdpa(const SdpaCase& sc, const Tensor<float>& q32, const Tensor<float>& k32,
                                 const Tensor<float>& v32, const Tensor<float>& g32) {
@@ -84,12 +85,15 @@ std::vector<Tensor<T>> run_sdpa(const SdpaCase& sc, const Tensor<float>& q32, co
   mask.fill = sc.fill;
   SdpaOptions options;
   options.dropout = {sc.dropout, 1234};
+  // Without weights the cpu backend takes the fused path; asking for them takes the unfused one.
   Tensor<T> out({B, H, n, v32.dim(3)}), lse({B, H, n}), weights({B, H, n, m});
-  sdpa_forward<T>(out.view(), lse.view(), weights.view(), q.view(), k.view(), v.view(), mask, options);
+  Tensor<T> out_w({B, H, n, v32.dim(3)}), lse_w({B, H, n});
+  sdpa_forward<T>(out.view(), lse.view(), {}, q.view(), k.view(), v.view(), mask, options);
+  sdpa_forward<T>(out_w.view(), lse_w.view(), weights.view(), q.view(), k.view(), v.view(), mask, options);
   Tensor<T> dq({B, H, n, q32.dim(3)}), dk({B, H, m, q32.dim(3)}), dv({B, H, m, v32.dim(3)});
   sdpa_backward<T>(dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(), lse.view(),
                    mask, options);
-  return {out, lse, weights, dq, dk, dv};
+  return {out, lse, weights, out_w, lse_w, dq, dk, dv};
 }
 
 // gtest (and CTest's test names) print a case by its name.
