@@ -9,12 +9,14 @@
 #include <iostream>
 
 #include "attn/error.hpp"
+#include "bench.hpp"
 #include "demo.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"attn: attention scoring functions"};
   app.require_subcommand(1);
   attn_cli::add_demo_command(app);
+  attn_cli::add_bench_command(app);
 
   // Subcommand callbacks run inside parse(), so their exceptions arrive here too. CLI::ParseError
   // derives from std::exception: it must be caught first.
