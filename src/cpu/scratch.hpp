@@ -16,9 +16,13 @@ namespace attn::cpu {
 // one Scratch object after reserve(), which grows the block once to the total they need.
 class Scratch {
  public:
-  // The calling thread's block, at least `bytes` long (the old contents are not kept).
-  explicit Scratch(std::size_t bytes) {
-    Block& b = block();
+  // Which of the thread's two blocks: the kernels' work space, or the buffers a call shares between
+  // its threads (held by the calling thread, which also works as one of the OpenMP threads).
+  enum Slot { work = 0, call = 1 };
+
+  // The calling thread's block `slot`, at least `bytes` long (the old contents are not kept).
+  explicit Scratch(std::size_t bytes, Slot slot = work) {
+    Block& b = block(slot);
     if (b.size < bytes) {
       b.data.reset(static_cast<std::byte*>(std::aligned_alloc(kAlign, round_up(bytes))));
       if (!b.data) throw std::bad_alloc();
@@ -60,9 +64,9 @@ class Scratch {
     static std::atomic<std::size_t> t{0};
     return t;
   }
-  static Block& block() {
-    thread_local Block b;
-    return b;
+  static Block& block(Slot slot) {
+    thread_local Block b[2];
+    return b[slot];
   }
 
   std::byte* base_ = nullptr;

@@ -1,5 +1,6 @@
 // cpu backend, scaled dot-product attention: the fused kernels (cpu/simd) unless the caller asks for
-// the (n, m) weights, which only the unfused path (cpu/unfused.hpp) forms.
+// the (n, m) weights, which only the unfused path (cpu/unfused.hpp) forms. The backward does not read
+// lse: it recomputes each row's maximum and sum exactly (see simd/fused.hpp).
 #include <algorithm>
 
 #include "cpu/cpu.hpp"
@@ -35,11 +36,61 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> q
   }
 }
 
+// Backward: the three passes of simd/fused.hpp. Key chunks are sized from the shape alone (about 16
+// chunks over all heads, for load balance), never from the thread count, and the partial dQ of the
+// chunks are summed in chunk order, so results do not depend on the number of threads.
 template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout,
                    View4<const T> queries, View4<const T> keys, View4<const T> values, View4<const T> out,
                    View4<const T> lse, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout) {
-  unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse, mask, scale, dropout);
+  if (keys.R > fused::kMaxKeys)
+    return unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse, mask, scale,
+                                     dropout);
+  fused::init_simd_target();
+  const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, d = queries.C, dv = values.C;
+  const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
+  const index_t tiles = std::max<index_t>(1, (m + fused::kBlockK - 1) / fused::kBlockK);
+  const index_t want = std::clamp<index_t>((16 + B * H - 1) / (B * H), 1, tiles);
+  const index_t chunk_keys = (tiles + want - 1) / want * fused::kBlockK;
+  const index_t chunks = std::max<index_t>(1, (m + chunk_keys - 1) / chunk_keys);
+  const auto rows = static_cast<std::size_t>(B * H * n);
+  const auto partial = static_cast<std::size_t>(B * H * chunks * blocks * d * fused::kBlockQ);
+  const auto out_size = out.empty() ? static_cast<std::size_t>(B * H * n * dv) : 0;
+  Scratch call(2 * Scratch::bytes_for<T>(rows) + Scratch::bytes_for<double>(rows) + Scratch::bytes_for<T>(partial) +
+                   Scratch::bytes_for<T>(out_size),
+               Scratch::call);
+  fused::SdpaBackward<T> p{dqueries, dkeys, dvalues, dout, queries, keys, values, out, &mask, scale, &dropout,
+                           call.take<T>(rows), call.take<T>(rows), call.take<double>(rows), call.take<T>(partial),
+                           chunk_keys, chunks};
+  if (out.empty()) {  // D_i = dout_i . out_i needs the forward's output: recompute it
+    const View4<T> o = dense_view4(call.take<T>(out_size), B, H, n, dv);
+    sdpa_forward<T>(o, {}, {}, queries, keys, values, mask, scale, dropout);
+    p.out = o;
+  }
+  const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv);
+#pragma omp parallel
+  {
+    Scratch scratch(work);
+    void* w = scratch.take<unsigned char>(work);
+#pragma omp for schedule(dynamic, 1)
+    for (index_t t = 0; t < B * H * blocks; ++t)
+      fused::sdpa_backward_stats<T>(p, t / blocks / H, t / blocks % H, (t % blocks) * fused::kBlockQ, w);
+#pragma omp for schedule(dynamic, 1)
+    for (index_t t = 0; t < B * H * chunks; ++t) fused::sdpa_backward_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks, w);
+    if (!dqueries.empty()) {
+#pragma omp for schedule(static)
+      for (index_t r = 0; r < B * H * n; ++r) {
+        const index_t bh = r / n, i = r % n;
+        T* dq = dqueries.row(bh / H, bh % H, i);
+        const T* part = p.dq_partial + (bh * chunks * blocks + i / fused::kBlockQ) * d * fused::kBlockQ + i % fused::kBlockQ;
+        for (index_t c = 0; c < d; ++c) {
+          T sum = 0;
+          for (index_t ch = 0; ch < chunks; ++ch) sum += part[ch * blocks * d * fused::kBlockQ + c * fused::kBlockQ];
+          dq[c] = scale * sum;
+        }
+      }
+    }
+  }
 }
 
 #define ATTN_INSTANTIATE(T)                                                                                         \

@@ -18,18 +18,19 @@ namespace attn::cpu::fused {
 inline constexpr index_t kBlockQ = 64;
 // Keys per tile: scores and weights of a block for one tile are (kBlockK, kBlockQ).
 inline constexpr index_t kBlockK = 64;
+static_assert(kBlockK == kBlockQ, "the backward transposes square (kBlockK, kBlockQ) tiles");
 // The fused kernels compare key indices in T lanes; beyond 2^24 keys a float no longer holds them.
 inline constexpr index_t kMaxKeys = index_t(1) << 24;
 
 // The work space of one block of queries (simd/softmax-inl.h, BlockState): queries transposed
 // (d, kBlockQ), scores or weights of a key tile (kBlockK, kBlockQ), the partial output transposed
 // (v, kBlockQ), and per-query running maximum, rescale factor, key limit, sums and row masks.
+constexpr std::size_t block_bytes(std::size_t n) { return (n + 63) / 64 * 64; }  // 64-byte aligned arrays
 template <class T>
 constexpr std::size_t block_state_bytes(index_t d, index_t v) {
-  auto bytes = [](std::size_t n) { return (n + 63) / 64 * 64; };
   const std::size_t q = kBlockQ;
-  return bytes(sizeof(T) * q * static_cast<std::size_t>(d + kBlockK + v)) + 3 * bytes(sizeof(T) * q) +
-         2 * bytes(sizeof(double) * q) + bytes(sizeof(RowMask<T>) * q);
+  return block_bytes(sizeof(T) * q * static_cast<std::size_t>(d + kBlockK + v)) + 3 * block_bytes(sizeof(T) * q) +
+         2 * block_bytes(sizeof(double) * q) + block_bytes(sizeof(RowMask<T>) * q);
 }
 
 // One scaled dot-product attention forward call, checked by src/api: out (B, H, n, v) and, when not
@@ -55,5 +56,48 @@ std::size_t sdpa_forward_work_bytes(index_t d, index_t v);
 // memory.
 template <class T>
 void sdpa_forward_block(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work);
+
+// ---- backward ------------------------------------------------------------------------------
+// Three passes, each split into blocks that do not depend on the thread count, so results are
+// bit-identical at any number of threads:
+//   1. stats, per block of kBlockQ queries: each row's exact maximum and 1/sum of the masked scaled
+//      scores (computed as the forward does; rebuilding the weights from a float lse would lose its
+//      low bits when scores are large) and D_i = dout_i . out_i;
+//   2. chunks of keys: for each key tile and query block, weights P, dP = dout V^T, dS = P (dP - D)
+//      (0 where masked), then dV += P^T dout and dK += dS^T Q for the chunk's keys (owned) and dS K
+//      into the chunk's own partial dQ;
+//   3. dQ = scale x the chunks' partials summed in chunk order.
+template <class T>
+struct SdpaBackward {
+  View4<T> dq, dk, dv;
+  View4<const T> dout, q, k, v, out;
+  const MaskPlan<T>* mask;
+  T scale;
+  const DropoutPlan* dropout;
+  T* row_max;         // (B, H, n)
+  T* row_inv;         // (B, H, n): 1 / sum, 0 for an empty row
+  double* row_dot;    // (B, H, n): dout_i . out_i
+  T* dq_partial;      // (B, H, chunks, blocks, d, kBlockQ): per chunk, dQ^T of each query block
+  index_t chunk_keys;  // keys per chunk, a multiple of kBlockK
+  index_t chunks;      // ceil(m / chunk_keys)
+};
+
+// Pass 2's arrays after its BlockState: D (float64), three (kBlockK, kBlockQ) tiles, dK^T and dV^T.
+template <class T>
+constexpr std::size_t chunk_extra_bytes(index_t d, index_t v) {
+  return block_bytes(sizeof(double) * kBlockQ) + block_bytes(sizeof(T) * kBlockQ * static_cast<std::size_t>(3 * kBlockK + d + v));
+}
+
+// Work space of pass 1 and of pass 2 for query size d and value size v.
+template <class T>
+std::size_t sdpa_backward_work_bytes(index_t d, index_t v);
+
+// Pass 1 for rows [i0, i0 + kBlockQ) of (b, h).
+template <class T>
+void sdpa_backward_stats(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void* work);
+
+// Pass 2 for chunk `chunk` of (b, h).
+template <class T>
+void sdpa_backward_chunk(const SdpaBackward<T>& p, index_t b, index_t h, index_t chunk, void* work);
 
 }  // namespace attn::cpu::fused

@@ -71,6 +71,23 @@ HWY_INLINE void BlockGemm(D d, const T* A, index_t a_r, index_t a_k, const T* Bm
   }
 }
 
+// dst (cols, kBlockQ) = rows [i0, i0 + count) of x(b, h) transposed, zero past `count`: a block of
+// queries (or of output gradients) laid out as the B operand of BlockGemm.
+template <class T>
+void PackTransposed(T* dst, View4<const T> x, index_t b, index_t h, index_t i0, index_t count) {
+  for (index_t i = 0; i < kBlockQ; ++i) {
+    const T* xi = i < count ? x.row(b, h, i0 + i) : nullptr;
+    for (index_t c = 0; c < x.C; ++c) dst[c * kBlockQ + i] = xi != nullptr ? xi[c] : T(0);
+  }
+}
+
+// dst (kBlockQ, kBlockQ) = src (kBlockQ, kBlockQ) transposed.
+template <class T>
+void Transpose(T* HWY_RESTRICT dst, const T* HWY_RESTRICT src) {
+  for (index_t r = 0; r < kBlockQ; ++r)
+    for (index_t c = 0; c < kBlockQ; ++c) dst[c * kBlockQ + r] = src[r * kBlockQ + c];
+}
+
 // Adds the lanes of v to two float64 accumulators (float lanes are widened first): row sums of
 // softmax weights are kept in double, as the unfused path keeps them.
 template <class D, class DW>

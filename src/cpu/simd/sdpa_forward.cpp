@@ -29,11 +29,7 @@ void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, voi
   const index_t rows = std::min<index_t>(kBlockQ, n - i0);
   BlockState<T> st(work, dq, dv);
 
-  // Queries transposed, (d, kBlockQ), zero past the last row.
-  for (index_t i = 0; i < kBlockQ; ++i) {
-    const T* qi = i < rows ? p.q.row(b, h, i0 + i) : nullptr;
-    for (index_t c = 0; c < dq; ++c) st.qt[c * kBlockQ + i] = qi != nullptr ? qi[c] : T(0);
-  }
+  PackTransposed(st.qt, p.q, b, h, i0, rows);
   const index_t keys = st.start(*p.mask, b, h, i0, rows);
   for (index_t c = 0; c < dv * kBlockQ; ++c) st.ot[c] = 0;
 

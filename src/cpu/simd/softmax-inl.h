@@ -35,6 +35,21 @@ bool rows_finite(const T* x, index_t stride, index_t count, index_t cols) {
   return true;
 }
 
+// C (cols, kBlockQ) += sum_j A[j][c] W[j][i] over j < cnt, i < count, reading row j of A only
+// where W[j][i] != 0: the path for a tile whose masked keys hold values that are not finite
+// (0 * Inf must not reach a row that never attends to that key).
+template <class T>
+void AccumulateSkippingZeros(T* C, const T* A, index_t a_stride, const T* W, index_t cnt, index_t cols, index_t count) {
+  for (index_t j = 0; j < cnt; ++j) {
+    const T* aj = A + j * a_stride;
+    for (index_t i = 0; i < count; ++i) {
+      const T w = W[j * kBlockQ + i];
+      if (w == T(0)) continue;
+      for (index_t c = 0; c < cols; ++c) C[c * kBlockQ + i] += w * aj[c];
+    }
+  }
+}
+
 // The state of one block of queries while its key tiles stream past, laid out in the caller's work
 // space (block_state_bytes). Queries past the end of the block (the last block of a head) are
 // padding lanes: every key is masked for them and nothing of them is stored.
@@ -178,17 +193,9 @@ struct BlockState {
     }
   }
 
-  // ot (v, kBlockQ) += V_tile^T s, reading value row j only for the rows whose weight is not 0:
-  // the path for a tile whose masked keys hold values that are not finite.
+  // ot (v, kBlockQ) += V_tile^T s, skipping zero weights (see AccumulateSkippingZeros).
   void accumulate_skipping_zeros(const T* v0, index_t v_stride, index_t cnt, index_t v, index_t count) {
-    for (index_t jj = 0; jj < cnt; ++jj) {
-      const T* vj = v0 + jj * v_stride;
-      for (index_t i = 0; i < count; ++i) {
-        const T w = s[jj * kBlockQ + i];
-        if (w == T(0)) continue;
-        for (index_t c = 0; c < v; ++c) ot[c * kBlockQ + i] += w * vj[c];
-      }
-    }
+    AccumulateSkippingZeros(ot, v0, v_stride, s, cnt, v, count);
   }
 };
 
