@@ -113,6 +113,20 @@ TEST_P(SdpaCases, MatchesFloat64ReferenceOnOddSizes) {
   testing::expect_same_at_1_and_2_threads<float>([&] { return run_sdpa<float>(sc, q, k, vals, g); });
 }
 
+TEST_P(SdpaCases, DecodeMatchesFloat64Reference) {
+  // A few queries over many keys: the cpu backend's decode path, keys split into chunks merged
+  // through their maxima (m = 1500 gives 5 chunks per head).
+  const SdpaCase sc = GetParam();
+  const index_t B = 1, H = 2, n = 3, m = 1500, d = 59, v = 23;
+  const Tensor<float> q = random_tensor<float>({B, H, n, d}, 31, -sc.scale_inputs, sc.scale_inputs);
+  const Tensor<float> k = random_tensor<float>({B, H, m, d}, 32, -sc.scale_inputs, sc.scale_inputs);
+  const Tensor<float> vals = random_tensor<float>({B, H, m, v}, 33);
+  const Tensor<float> g = random_tensor<float>({B, H, n, v}, 34);
+  auto run = [&]<class T>() { return run_sdpa<T>(sc, q, k, vals, g); };
+  testing::expect_cpu_matches_reference(run, 1e-8);
+  testing::expect_same_at_1_and_2_threads<float>([&] { return run_sdpa<float>(sc, q, k, vals, g); });
+}
+
 TEST_P(SdpaCases, BackwardMatchesFiniteDifferences) {
   const SdpaCase sc = GetParam();
   const index_t B = 2, H = 2, n = 3, m = 5, d = 4, dv = 3;

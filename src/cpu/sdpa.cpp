@@ -2,6 +2,8 @@
 // the (n, m) weights, which only the unfused path (cpu/unfused.hpp) forms. The backward does not read
 // lse: it recomputes each row's maximum and sum exactly (see simd/fused.hpp).
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "cpu/cpu.hpp"
 #include "cpu/scratch.hpp"
@@ -9,6 +11,45 @@
 #include "cpu/unfused.hpp"
 
 namespace attn::cpu {
+namespace {
+
+// The decode path (simd/fused.hpp): key chunks sized from the shape alone (about 16 tasks over all
+// heads, at least 256 keys each), partial results merged per row in chunk order.
+template <class T>
+void decode(const fused::SdpaForward<T>& f) {
+  const index_t B = f.q.B, H = f.q.H, n = f.q.R, m = f.k.R, dv = f.v.C;
+  const index_t chunks = std::clamp<index_t>((16 + B * H - 1) / (B * H), 1, std::max<index_t>(1, m / 256));
+  const index_t chunk_keys = std::max<index_t>(1, (m + chunks - 1) / chunks);
+  const auto parts = static_cast<std::size_t>(B * H * n * chunks);
+  Scratch call(Scratch::bytes_for<T>(parts * static_cast<std::size_t>(dv + 1)) + Scratch::bytes_for<double>(parts),
+               Scratch::call);
+  const fused::SdpaDecode<T> p{f, chunk_keys, chunks, call.take<T>(parts * static_cast<std::size_t>(dv)),
+                               call.take<T>(parts), call.take<double>(parts)};
+#pragma omp parallel for schedule(dynamic, 1) if (B * H * chunks > 1)
+  for (index_t t = 0; t < B * H * chunks; ++t) fused::sdpa_decode_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks);
+  // out = sum_c e^(max_c - max) out_c / sum_c e^(max_c - max) sum_c; lse = max + log(sum).
+  for (index_t r = 0; r < B * H * n; ++r) {
+    const index_t bh = r / n, i = r % n;
+    const T* mx = p.part_max + r * chunks;
+    const T top = *std::max_element(mx, mx + chunks);
+    T* o = f.out.row(bh / H, bh % H, i);
+    std::fill(o, o + dv, T(0));
+    double sum = 0;
+    if (top != -std::numeric_limits<T>::infinity())
+      for (index_t c = 0; c < chunks; ++c) {
+        const T a = std::exp(mx[c] - top);
+        sum += static_cast<double>(a) * p.part_sum[r * chunks + c];
+        const T* oc = p.part_out + (r * chunks + c) * dv;
+        for (index_t k = 0; k < dv; ++k) o[k] += a * oc[k];
+      }
+    const T inv = sum > 0 ? static_cast<T>(1.0 / sum) : T(0);
+    for (index_t k = 0; k < dv; ++k) o[k] *= inv;
+    if (!f.lse.empty())
+      f.lse.at(bh / H, bh % H, i, 0) = sum > 0 ? top + static_cast<T>(std::log(sum)) : -std::numeric_limits<T>::infinity();
+  }
+}
+
+}  // namespace
 
 // Forward: blocks of kBlockQ queries of one (b, h), dynamically scheduled because causal blocks
 // differ in cost. Every row is computed by one block in a fixed key order, so results do not depend
@@ -20,6 +61,7 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> q
     return unfused::sdpa_forward<T>(out, lse, weights, queries, keys, values, mask, scale, dropout);
   fused::init_simd_target();
   const fused::SdpaForward<T> p{out, lse, queries, keys, values, &mask, scale, &dropout};
+  if (queries.R <= fused::kDecodeRows) return decode(p);
   const index_t B = queries.B, H = queries.H, n = queries.R;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tasks = B * H * blocks;

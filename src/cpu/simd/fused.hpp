@@ -57,6 +57,25 @@ std::size_t sdpa_forward_work_bytes(index_t d, index_t v);
 template <class T>
 void sdpa_forward_block(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work);
 
+// ---- decode: one or a few queries over many keys ----------------------------------------------
+// Rows are handled one at a time (dot products along d), keys split into chunks that threads take
+// independently; each chunk leaves a partial result (unnormalised output, maximum, sum) and a merge
+// combines the chunks of a row through their maxima, in chunk order. Bound by reading K and V.
+inline constexpr index_t kDecodeRows = 4;  // queries per head up to which the decode path is used
+
+template <class T>
+struct SdpaDecode {
+  SdpaForward<T> f;
+  index_t chunk_keys, chunks;
+  T* part_out;         // (B, H, n, chunks, v)
+  T* part_max;         // (B, H, n, chunks)
+  double* part_sum;    // (B, H, n, chunks)
+};
+
+// Keys of chunk `chunk` of (b, h) for every query row: the partial results of that chunk.
+template <class T>
+void sdpa_decode_chunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chunk);
+
 // ---- backward ------------------------------------------------------------------------------
 // Three passes, each split into blocks that do not depend on the thread count, so results are
 // bit-identical at any number of threads:
