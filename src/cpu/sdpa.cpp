@@ -21,7 +21,8 @@ void decode(const fused::SdpaForward<T>& f) {
   const index_t chunks = std::clamp<index_t>((16 + B * H - 1) / (B * H), 1, std::max<index_t>(1, m / 256));
   const index_t chunk_keys = std::max<index_t>(1, (m + chunks - 1) / chunks);
   const auto parts = static_cast<std::size_t>(B * H * n * chunks);
-  Scratch call(Scratch::bytes_for<T>(parts * static_cast<std::size_t>(dv + 1)) + Scratch::bytes_for<double>(parts),
+  Scratch call(Scratch::bytes_for<T>(parts * static_cast<std::size_t>(dv)) + Scratch::bytes_for<T>(parts) +
+                   Scratch::bytes_for<double>(parts),
                Scratch::call);
   const fused::SdpaDecode<T> p{f, chunk_keys, chunks, call.take<T>(parts * static_cast<std::size_t>(dv)),
                                call.take<T>(parts), call.take<double>(parts)};
