@@ -77,17 +77,17 @@ py::array Call::floating(py::handle obj, const char* name) {
   const DType dt = a.itemsize() == 4 ? DType::f32 : DType::f64;
   if (!dtype_) {
     dtype_ = dt;
-    dtype_from_ = name;
+    dtype_from_ = std::string(name) + " has";
   } else if (dt != *dtype_) {
-    type_error(std::string(name) + " has dtype " + dtype_name(dt) + " but " + dtype_from_ + " has " +
+    type_error(std::string(name) + " has dtype " + dtype_name(dt) + " but " + dtype_from_ + " " +
                dtype_name(*dtype_) + "; the arrays of one call must have the same dtype");
   }
   return readable(a, dtype_name(dt));
 }
 
-void Call::expect_dtype(DType dt, const char* from) {
+void Call::expect_dtype(DType dt, const char* whose) {
   dtype_ = dt;
-  dtype_from_ = from;
+  dtype_from_ = whose;
 }
 
 py::array Call::lengths(py::handle obj, const char* name) {
@@ -112,7 +112,7 @@ py::array Call::mask(py::handle obj, const char* name) {
     const DType dt = a.itemsize() == 4 ? DType::f32 : DType::f64;
     if ((a.itemsize() == 4 || a.itemsize() == 8) && dtype_ && dt == *dtype_) return readable(a, dtype_name(dt));
     if (dtype_)
-      type_error(std::string(name) + " has dtype " + dtype_text(a) + " but " + dtype_from_ + " has " +
+      type_error(std::string(name) + " has dtype " + dtype_text(a) + " but " + dtype_from_ + " " +
                  dtype_name(*dtype_) + "; a float mask (added to the scores) must have the dtype of the call");
   }
   type_error(std::string(name) + " has dtype " + dtype_text(a) +

@@ -57,7 +57,8 @@ class Call {
   // A required floating array. The first one fixes the call's dtype; later ones must have it.
   py::array floating(py::handle obj, const char* name);
   // Fixes the dtype before any argument is read: a backward takes the dtype of its forward.
-  void expect_dtype(DType dt, const char* from);
+  // `whose` ends the messages' "... but <whose> float32": "the inputs of the last call have".
+  void expect_dtype(DType dt, const char* whose);
   DType dtype() const { return *dtype_; }
   // Valid lengths: an array of any integer dtype, as int64.
   py::array lengths(py::handle obj, const char* name);
@@ -100,12 +101,13 @@ class Call {
   Renames renames_;
   std::string notes_;
   std::optional<DType> dtype_;
-  std::string dtype_from_;  // the argument that fixed the dtype
+  std::string dtype_from_;  // who fixed the dtype, with a verb: "q has"
 };
 
 // ---- views and new arrays ----------------------------------------------------------------------
 
-// An attn view of an array from Call (element strides; any rank up to 4).
+// An attn view of an array from Call (element strides; any rank up to 4). An array without
+// elements gets C-order strides: NumPy may give it any (often all 0), which attn would refuse.
 template <class T>
 attn::TensorView<T> view_of(const py::array& a) {
   std::vector<index_t> shape, strides;
@@ -113,7 +115,9 @@ attn::TensorView<T> view_of(const py::array& a) {
     shape.push_back(a.shape(i));
     strides.push_back(a.strides(i) / static_cast<py::ssize_t>(sizeof(T)));
   }
-  return {static_cast<T*>(const_cast<void*>(a.data())), shape, strides};
+  T* data = static_cast<T*>(const_cast<void*>(a.data()));
+  if (a.size() == 0) return {data, shape};
+  return {data, shape, strides};
 }
 
 template <class T>

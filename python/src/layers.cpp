@@ -140,7 +140,7 @@ class DotProductAttention : public Layer {
     const std::string function = name_ + ".backward";
     const Saved& s = last_call(function);
     Call call(function, {{"dout", "grad_out"}});
-    call.expect_dtype(s.dtype, "the inputs of the last call");
+    call.expect_dtype(s.dtype, "the inputs of the last call have");
     const py::array g = call.floating(grad_out, "grad_out");
     return dispatch(s.dtype, [&](auto tag) -> py::dict {
       using T = decltype(tag);
@@ -212,7 +212,7 @@ class AdditiveAttention : public Layer {
     const std::string function = name_ + ".backward";
     const Saved& s = last_call(function);
     Call call(function, additive_renames());
-    call.expect_dtype(s.dtype, "the inputs of the last call");
+    call.expect_dtype(s.dtype, "the inputs of the last call have");
     const py::array g = call.floating(grad_out, "grad_out");
     return dispatch(s.dtype, [&](auto tag) -> py::dict {
       using T = decltype(tag);

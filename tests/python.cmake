@@ -1,0 +1,16 @@
+# The Python module's tests (included by tests/CMakeLists.txt): each python/tests/test_*.py file is
+# one CTest test, python.<file>, run by pytest under Debian's /usr/bin/python3 (the interpreter the
+# module is built for) with PYTHONPATH set to the build's module, so that the build is tested, never a
+# copy installed in site-packages.
+# Registered only when python/CMakeLists.txt built the module (not in sanitizer builds).
+if(TARGET attn_python)
+  file(GLOB attn_python_tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/python/tests/test_*.py)
+  set(attn_python_env "PYTHONPATH=$<TARGET_FILE_DIR:attn_python>" "PYTHONDONTWRITEBYTECODE=1")
+  foreach(test_file ${attn_python_tests})
+    get_filename_component(test_name ${test_file} NAME_WE)
+    add_test(NAME python.${test_name}
+             COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${test_file}
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/python/tests)
+    set_tests_properties(python.${test_name} PROPERTIES LABELS python ENVIRONMENT "${attn_python_env}" TIMEOUT 600)
+  endforeach()
+endif()
