@@ -8,7 +8,8 @@ case "$mode" in demo | test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esa
 cd "$(dirname "$0")/.."
 
 # Every dependency, and why, is listed in the README ("Dependencies").
-packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev librandom123-dev python3-numpy python3-torch)
+packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev librandom123-dev libpng-dev libfreetype-dev
+          fonts-dejavu-core python3-numpy python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
