@@ -5,7 +5,9 @@
 # Registered only when python/CMakeLists.txt built the module (not in sanitizer builds).
 if(TARGET attn_python)
   file(GLOB attn_python_tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/python/tests/test_*.py)
-  set(attn_python_env "PYTHONPATH=$<TARGET_FILE_DIR:attn_python>" "PYTHONDONTWRITEBYTECODE=1")
+  # ATTN_CLI: test_heatmaps.py compares show_heatmaps' pictures with the command line's.
+  set(attn_python_env "PYTHONPATH=$<TARGET_FILE_DIR:attn_python>" "PYTHONDONTWRITEBYTECODE=1"
+                      "ATTN_CLI=$<TARGET_FILE:attn_cli>")
   foreach(test_file ${attn_python_tests})
     get_filename_component(test_name ${test_file} NAME_WE)
     add_test(NAME python.${test_name}

@@ -162,19 +162,40 @@ std::string Call::text(py::handle obj, const char* name) {
   return py::cast<std::string>(obj);
 }
 
-// "<op>: <subject> <rest>" -> "<function>: <python subject> <rest><notes>". The subject is the
-// longest rename that the text after the operation starts with, followed by a non-name character.
-std::string Call::rewrite(const std::string& message) const {
-  const std::size_t colon = message.find(": ");
-  std::string rest = colon == std::string::npos ? message : message.substr(colon + 2);
+namespace {
+
+// The rename whose C++ name `text` starts with, followed by a character that cannot continue a name;
+// the longest one. Null if none.
+const std::pair<std::string, std::string>* subject_of(const std::string& text, const Renames& renames) {
   const std::pair<std::string, std::string>* best = nullptr;
-  for (const auto& r : renames_) {
-    if (rest.compare(0, r.first.size(), r.first) != 0) continue;
-    const char next = rest.size() > r.first.size() ? rest[r.first.size()] : ' ';
+  for (const auto& r : renames) {
+    if (text.compare(0, r.first.size(), r.first) != 0) continue;
+    const char next = text.size() > r.first.size() ? text[r.first.size()] : ' ';
     if (std::isalnum(static_cast<unsigned char>(next)) || next == '_' || next == '.') continue;
     if (best == nullptr || r.first.size() > best->first.size()) best = &r;
   }
-  if (best != nullptr) rest = best->second + rest.substr(best->first.size());
+  return best;
+}
+
+// The C++ operation a message starts with ("sdpa_forward: ", "AdditiveWeights::init: "), or "".
+std::size_t operation_length(const std::string& message) {
+  const std::size_t colon = message.find(": ");
+  if (colon == std::string::npos || colon == 0) return 0;
+  for (std::size_t i = 0; i < colon; ++i) {
+    const char c = message[i];
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != ':') return 0;
+  }
+  return colon + 2;
+}
+
+}  // namespace
+
+// "<op>: <subject> <rest>" -> "<function>: <python subject> <rest><notes>". A message that starts
+// with a rename (a path: "out.svg: cannot ...") keeps it as its subject; any other loses its
+// operation, and the rest's subject is renamed.
+std::string Call::rewrite(const std::string& message) const {
+  std::string rest = subject_of(message, renames_) != nullptr ? message : message.substr(operation_length(message));
+  if (const auto* subject = subject_of(rest, renames_)) rest = subject->second + rest.substr(subject->first.size());
   // The notes say how arguments were reshaped: only messages about shapes need them.
   const bool about_shapes = rest.find("shape") != std::string::npos;
   return function_ + ": " + rest + (notes_.empty() || !about_shapes ? "" : notes_ + ")");

@@ -25,8 +25,8 @@ Renames with_masks(Renames renames) {
   return renames;
 }
 
-py::array masked_softmax(py::handle X, py::handle valid_lens, py::handle mask, py::handle causal,
-                         py::handle masked_fill) {
+py::array masked_softmax(py::object X, py::object valid_lens, py::object mask, py::object causal,
+                         py::object masked_fill) {
   Call call("masked_softmax", with_masks({{"scores", "X"}}));
   const py::array x = call.floating(X, "X");
   const MaskArgs m = mask_args(call, valid_lens, mask, causal, masked_fill);
@@ -41,7 +41,7 @@ py::array masked_softmax(py::handle X, py::handle valid_lens, py::handle mask, p
   });
 }
 
-py::array bmm(py::handle a_obj, py::handle b_obj, bool transpose_a, bool transpose_b) {
+py::array bmm(py::object a_obj, py::object b_obj, bool transpose_a, bool transpose_b) {
   Call call("bmm", {});
   const py::array a = call.floating(a_obj, "a");
   const py::array b = call.floating(b_obj, "b");
@@ -59,10 +59,10 @@ py::array bmm(py::handle a_obj, py::handle b_obj, bool transpose_a, bool transpo
   });
 }
 
-py::object scaled_dot_product_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle valid_lens,
-                                        py::handle mask, py::handle causal, py::handle scale,
-                                        py::handle dropout_p, py::handle seed, bool return_weights,
-                                        py::handle masked_fill) {
+py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::object v_obj, py::object valid_lens,
+                                        py::object mask, py::object causal, py::object scale,
+                                        py::object dropout_p, py::object seed, bool return_weights,
+                                        py::object masked_fill) {
   Call call("scaled_dot_product_attention",
             with_masks({{"queries", "q (queries)"}, {"keys", "k (keys)"}, {"values", "v (values)"}}));
   const py::array q = call.floating(q_obj, "q");
@@ -104,8 +104,8 @@ attn::TensorView<const T> as_batch(Call& call, const py::array& a, const char* n
   return batch;
 }
 
-py::object nadaraya_watson(py::handle x_train_obj, py::handle y_train_obj, py::handle x_query_obj,
-                           py::handle kernel_obj, py::handle width_obj, bool return_weights) {
+py::object nadaraya_watson(py::object x_train_obj, py::object y_train_obj, py::object x_query_obj,
+                           py::object kernel_obj, py::object width_obj, bool return_weights) {
   Call call("nadaraya_watson", {{"keys", "x_train (keys)"},
                                 {"values", "y_train (values)"},
                                 {"queries", "x_query (queries)"},

@@ -51,7 +51,7 @@ py::array_t<T> like(const py::array& a) {
 // What the two layers share: dropout, seed, the mode, the last call's weights and saved inputs.
 class Layer {
  public:
-  Layer(std::string name, py::handle dropout, py::handle seed, py::handle masked_fill) : name_(std::move(name)) {
+  Layer(std::string name, py::object dropout, py::object seed, py::object masked_fill) : name_(std::move(name)) {
     Call call(name_, {});
     set_dropout(call.number(dropout, "dropout"));
     seed_ = call.seed(seed, "seed");
@@ -68,7 +68,7 @@ class Layer {
     dropout_ = p;
   }
   std::uint64_t seed() const { return seed_; }
-  void set_seed(py::handle seed) { seed_ = Call(name_, {}).seed(seed, "seed"); }
+  void set_seed(py::object seed) { seed_ = Call(name_, {}).seed(seed, "seed"); }
   const std::string& name() const { return name_; }
 
   bool training = true;
@@ -76,7 +76,7 @@ class Layer {
 
  protected:
   // The inputs of a call: queries, keys, values and valid_lens converted, the dropout of the mode.
-  Saved inputs(Call& call, py::handle queries, py::handle keys, py::handle values, py::handle valid_lens) const {
+  Saved inputs(Call& call, py::object queries, py::object keys, py::object values, py::object valid_lens) const {
     Saved s;
     s.queries = call.floating(queries, "queries");
     s.keys = call.floating(keys, "keys");
@@ -114,10 +114,10 @@ class Layer {
 
 class DotProductAttention : public Layer {
  public:
-  DotProductAttention(py::handle dropout, py::handle seed, py::handle masked_fill)
+  DotProductAttention(py::object dropout, py::object seed, py::object masked_fill)
       : Layer("DotProductAttention", dropout, seed, masked_fill) {}
 
-  py::object forward(py::handle queries, py::handle keys, py::handle values, py::handle valid_lens) {
+  py::object forward(py::object queries, py::object keys, py::object values, py::object valid_lens) {
     Call call(name_, {});
     Saved s = inputs(call, queries, keys, values, valid_lens);
     std::vector<index_t> out_shape = dims(s.queries, 0, -1), weights_shape = out_shape;
@@ -136,7 +136,7 @@ class DotProductAttention : public Layer {
     });
   }
 
-  py::dict backward(py::handle grad_out) const {
+  py::dict backward(py::object grad_out) const {
     const std::string function = name_ + ".backward";
     const Saved& s = last_call(function);
     Call call(function, {{"dout", "grad_out"}});
@@ -166,14 +166,14 @@ Renames additive_renames() {
 
 class AdditiveAttention : public Layer {
  public:
-  AdditiveAttention(py::handle key_size, py::handle query_size, py::handle num_hiddens, py::handle dropout,
-                    py::handle seed, py::handle masked_fill, py::handle dtype)
+  AdditiveAttention(py::object key_size, py::object query_size, py::object num_hiddens, py::object dropout,
+                    py::object seed, py::object masked_fill, py::object dtype)
       : Layer("AdditiveAttention", dropout, seed, masked_fill) {
     Call call(name_, additive_renames());
     k_ = call.integer(key_size, "key_size");
     q_ = call.integer(query_size, "query_size");
     h_ = call.integer(num_hiddens, "num_hiddens");
-    const py::dtype dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype));
+    const py::dtype dt = py::dtype::from_args(dtype);
     if (dt.kind() != 'f' || (dt.itemsize() != 4 && dt.itemsize() != 8))
       call.type_error("dtype is " + str_of(dt) + "; the parameters are float32 or float64");
     dispatch(dt.itemsize() == 4 ? DType::f32 : DType::f64, [&](auto tag) {
@@ -184,7 +184,7 @@ class AdditiveAttention : public Layer {
     });
   }
 
-  py::object forward(py::handle queries, py::handle keys, py::handle values, py::handle valid_lens) {
+  py::object forward(py::object queries, py::object keys, py::object values, py::object valid_lens) {
     Call call(name_, additive_renames());
     Saved s = inputs(call, queries, keys, values, valid_lens);
     // The parameters in the call's dtype: themselves, or a converted copy.
@@ -208,7 +208,7 @@ class AdditiveAttention : public Layer {
     });
   }
 
-  py::dict backward(py::handle grad_out) const {
+  py::dict backward(py::object grad_out) const {
     const std::string function = name_ + ".backward";
     const Saved& s = last_call(function);
     Call call(function, additive_renames());
@@ -236,7 +236,7 @@ class AdditiveAttention : public Layer {
   // reach the layer); a setter keeps the array it is given (a C-ordered copy when attn cannot read
   // its layout), of the layer's sizes, float32 or float64.
   py::array& param(const std::string& name) { return name == "W_q" ? w_q_ : name == "W_k" ? w_k_ : w_v_; }
-  void set_param(const std::string& name, py::handle value) {
+  void set_param(const std::string& name, py::object value) {
     Call call(name_, {});
     py::array a = call.floating(value, name.c_str());
     const std::vector<index_t> expected =
@@ -307,7 +307,7 @@ attention(queries (B, n, d), keys (B, m, d), values (B, m, v), valid_lens=None) 
 softmax(queries keys^T / sqrt(d)) values with the weights of masked keys 0 and dropout in training
 mode. 4-D inputs (B, H, ., .) have heads. backward(grad_out) -> {"queries", "keys", "values"}.
 Modes, seeds and what backward reads: see the module's layers section in the README.)");
-  dot.def(py::init<py::handle, py::handle, py::handle>(), arg("dropout"), py::kw_only(), arg("seed") = 0,
+  dot.def(py::init<py::object, py::object, py::object>(), arg("dropout"), py::kw_only(), arg("seed") = 0,
           arg("masked_fill") = "exclude");
   def_layer(dot);
 
@@ -320,7 +320,7 @@ w_v (num_hiddens,), nn.Linear's layout and initialisation (uniform in +-1/sqrt(f
 `seed`, not from PyTorch's generator); readable and assignable NumPy arrays. A call computes in the
 dtype of its inputs (the parameters are converted when theirs differs).
 backward(grad_out) -> {"queries", "keys", "values", "W_q", "W_k", "w_v"}.)");
-  add.def(py::init<py::handle, py::handle, py::handle, py::handle, py::handle, py::handle, py::handle>(),
+  add.def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::object>(),
           arg("key_size"), arg("query_size"), arg("num_hiddens"), arg("dropout"), py::kw_only(), arg("seed") = 0,
           arg("masked_fill") = "exclude", arg("dtype") = "float32");
   def_layer(add);
@@ -328,7 +328,7 @@ backward(grad_out) -> {"queries", "keys", "values", "W_q", "W_k", "w_v"}.)");
     const std::string n = name;
     add.def_property(
         name, [n](AdditiveAttention& a) { return a.param(n); },
-        [n](AdditiveAttention& a, py::handle value) { a.set_param(n, value); });
+        [n](AdditiveAttention& a, py::object value) { a.set_param(n, value); });
   }
   add.def_property_readonly("key_size", &AdditiveAttention::key_size)
       .def_property_readonly("query_size", &AdditiveAttention::query_size)

@@ -87,6 +87,20 @@ CASES = {
     "add set W_q": (lambda: setattr(attn.AdditiveAttention(2, 20, 8, 0.1), "W_q", f32(8, 2)), ValueError,
                     r"^AdditiveAttention: W_q has shape \(8,2\) but must be \(num_hiddens, query_size\) = \(8,20\)"),
     "add set w_v type": (lambda: setattr(attn.AdditiveAttention(2, 20, 8, 0.1), "w_v", "ones"), TypeError, r"w_v must be an array"),
+    # show_heatmaps
+    "heatmap path": (lambda: attn.show_heatmaps(f32(2, 3)), TypeError, r"^show_heatmaps: path is required"),
+    "heatmap extension": (lambda: attn.show_heatmaps(f32(2, 3), path="w.txt"), ValueError,
+                          r'^show_heatmaps: path "w.txt": cannot tell the picture format from the extension ".txt"'),
+    "heatmap directory": (lambda: attn.show_heatmaps(f32(2, 3), path="/no/such/dir/w.svg"), ValueError,
+                          r'^show_heatmaps: path "/no/such/dir/w.svg": cannot open for writing'),
+    "heatmap cmap": (lambda: attn.show_heatmaps(f32(2, 3), path="w.svg", cmap="jet"), ValueError,
+                     r'^show_heatmaps: cmap: unknown colormap "jet"; known: Reds'),
+    "heatmap titles": (lambda: attn.show_heatmaps(f32(2, 2, 3), titles=["a", "b", "c"], path="w.svg"), ValueError,
+                       r"^show_heatmaps: 3 titles for a grid of 1 x 2 heatmaps"),
+    "heatmap titles type": (lambda: attn.show_heatmaps(f32(2, 3), titles="a", path="w.svg"), TypeError, r"titles must be a list of str"),
+    "heatmap rank": (lambda: attn.show_heatmaps(f32(3), path="w.svg"), ValueError,
+                     r"^show_heatmaps: matrices has shape \(3,\) with 1 dimensions; it must be \(rows, cols, n, m\)"),
+    "heatmap empty": (lambda: attn.show_heatmaps(f32(2, 0), path="w.svg"), ValueError, r"matrices has shape \(2,0\): there is nothing to draw"),
 }
 
 
