@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "attn/additive.hpp"
 #include "attn/dropout.hpp"
@@ -40,6 +41,14 @@ struct Saved {
   py::array w_q, w_k, w_v;  // AdditiveAttention: the parameters as the call used them
   MaskArgs mask;            // valid_lens and masked_fill
   attn::Dropout dropout;
+};
+
+// What a layer's forward computes from and into, as attn's views.
+template <class T>
+struct ForwardViews {
+  attn::TensorView<T> out, weights;
+  attn::TensorView<const T> queries, keys, values;
+  attn::Mask<T> mask;
 };
 
 // A new array shaped like `a`, in precision T.
@@ -88,11 +97,25 @@ class Layer {
     return s;
   }
 
-  // After a call succeeded: its weights, what backward needs, the next seed.
-  void finish(Saved s, py::object weights) {
-    attention_weights = std::move(weights);
-    saved_ = std::move(s);
-    if (training) ++seed_;
+  // A call: new arrays out (.., n, v) and weights (.., n, m) in the call's precision T; then
+  // forward(views, s), given ForwardViews<T> and the inputs, returns the function that runs attn (its
+  // views made with the GIL held). After it succeeds: the weights, what backward needs, the next seed.
+  template <class Forward>
+  py::object run_forward(Call& call, Saved s, const Forward& forward) {
+    std::vector<index_t> out_shape = dims(s.queries, 0, -1), weights_shape = out_shape;
+    out_shape.push_back(dim(s.values, -1));
+    weights_shape.push_back(dim(s.keys, -2));
+    return dispatch(s.dtype, [&](auto tag) -> py::object {
+      using T = decltype(tag);
+      py::array_t<T> out = new_array<T>(out_shape), weights = new_array<T>(weights_shape);
+      const ForwardViews<T> views{view_of<T>(out),  view_of<T>(weights), cview<T>(s.queries),
+                                  cview<T>(s.keys), cview<T>(s.values),  s.mask.mask<T>()};
+      call.run(forward(views, s));
+      attention_weights = weights;
+      saved_ = std::move(s);
+      if (training) ++seed_;
+      return out;
+    });
   }
 
   // The last call's inputs, for `function` (a backward); RuntimeError before the first call.
@@ -119,20 +142,9 @@ class DotProductAttention : public Layer {
 
   py::object forward(py::object queries, py::object keys, py::object values, py::object valid_lens) {
     Call call(name_, {});
-    Saved s = inputs(call, queries, keys, values, valid_lens);
-    std::vector<index_t> out_shape = dims(s.queries, 0, -1), weights_shape = out_shape;
-    out_shape.push_back(dim(s.values, -1));
-    weights_shape.push_back(dim(s.keys, -2));
-    return dispatch(s.dtype, [&](auto tag) -> py::object {
-      using T = decltype(tag);
-      py::array_t<T> out = new_array<T>(out_shape), weights = new_array<T>(weights_shape);
-      const auto o = view_of<T>(out), w = view_of<T>(weights);
-      const auto q = cview<T>(s.queries), k = cview<T>(s.keys), v = cview<T>(s.values);
-      const attn::Mask<T> mask = s.mask.mask<T>();
+    return run_forward(call, inputs(call, queries, keys, values, valid_lens), [](const auto& v, const Saved& s) {
       const attn::SdpaOptions options{std::nullopt, s.dropout};
-      call.run([&] { attn::sdpa_forward<T>(o, {}, w, q, k, v, mask, options); });
-      finish(std::move(s), weights);
-      return out;
+      return [v, options] { attn::sdpa_forward(v.out, {}, v.weights, v.queries, v.keys, v.values, v.mask, options); };
     });
   }
 
@@ -192,19 +204,12 @@ class AdditiveAttention : public Layer {
     s.w_q = w_q_.attr("astype")(dt, py::arg("copy") = false);
     s.w_k = w_k_.attr("astype")(dt, py::arg("copy") = false);
     s.w_v = w_v_.attr("astype")(dt, py::arg("copy") = false);
-    std::vector<index_t> out_shape = dims(s.queries, 0, -1), weights_shape = out_shape;
-    out_shape.push_back(dim(s.values, -1));
-    weights_shape.push_back(dim(s.keys, -2));
-    return dispatch(s.dtype, [&](auto tag) -> py::object {
-      using T = decltype(tag);
-      py::array_t<T> out = new_array<T>(out_shape), weights = new_array<T>(weights_shape);
-      const auto o = view_of<T>(out), w = view_of<T>(weights);
-      const auto q = cview<T>(s.queries), k = cview<T>(s.keys), v = cview<T>(s.values);
-      const attn::AdditiveParams<T> params{cview<T>(s.w_q), cview<T>(s.w_k), cview<T>(s.w_v)};
-      const attn::Mask<T> mask = s.mask.mask<T>();
-      call.run([&] { attn::additive_attention_forward<T>(o, w, q, k, v, params, mask, s.dropout); });
-      finish(std::move(s), weights);
-      return out;
+    return run_forward(call, std::move(s), [](const auto& v, const Saved& saved) {
+      using T = typename std::decay_t<decltype(v.out)>::value_type;
+      const attn::AdditiveParams<T> params{cview<T>(saved.w_q), cview<T>(saved.w_k), cview<T>(saved.w_v)};
+      return [v, params, dropout = saved.dropout] {
+        attn::additive_attention_forward<T>(v.out, v.weights, v.queries, v.keys, v.values, params, v.mask, dropout);
+      };
     });
   }
 

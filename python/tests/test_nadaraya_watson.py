@@ -29,14 +29,15 @@ def away_from_edges(x_train, x_query, width):
 
 
 def torch_results(x_train, y_train, x_query, kernel, width):
-    """torch float32 and float64 of seed 001's estimator, on the arrays as (B, len, features)."""
+    """torch float32 and float64 of seed 001's estimator, on the arrays as (B, len, features) (heads
+    folded into the batch)."""
     def batch(a):
-        return a.reshape(1, -1, 1) if a.ndim == 1 else a[None] if a.ndim == 2 else a
+        return a.reshape(1, -1, 1) if a.ndim == 1 else a[None] if a.ndim == 2 else a.reshape(-1, *a.shape[-2:])
 
     arrays = {"xt": batch(x_train), "yt": batch(y_train), "xq": batch(x_query)}
 
     def run(t):
-        y_hat, weights = seeds_torch.nadaraya_watson(t["xt"], t["yt"], t["xq"], kernel, width)
+        y_hat, weights = seeds_torch.nadaraya_watson(t["xq"], t["xt"], t["yt"], kernel, width)
         return {"y_hat": y_hat, "weights": weights}
 
     return torch_both(run, arrays)
