@@ -131,7 +131,8 @@ py::array_t<T> new_array(const std::vector<index_t>& shape) {
   return py::array_t<T>(std::vector<py::ssize_t>(shape.begin(), shape.end()));
 }
 
-// The sizes of `a` from dimension `from` on (negative: from the end), as a vector to extend.
+// The sizes of dimensions [from, to) of `a`, as a vector to extend; negative indices count from the
+// end and to = 0 means through the last: dims(a) is the shape, dims(a, 0, -1) all but the last size.
 std::vector<index_t> dims(const py::array& a, int from = 0, int to = 0);
 // Size of dimension i (negative: from the end), or 0 when `a` has fewer dimensions.
 index_t dim(const py::array& a, int i);

@@ -37,8 +37,8 @@ namespace {
 // What a call keeps for its backward.
 struct Saved {
   DType dtype = DType::f32;
-  py::array queries, keys, values;
-  py::array w_q, w_k, w_v;  // AdditiveAttention: the parameters as the call used them
+  py::array queries = no_array(), keys = no_array(), values = no_array();
+  py::array w_q = no_array(), w_k = no_array(), w_v = no_array();  // AdditiveAttention's, as the call used them
   MaskArgs mask;            // valid_lens and masked_fill
   attn::Dropout dropout;
 };
@@ -78,7 +78,6 @@ class Layer {
   }
   std::uint64_t seed() const { return seed_; }
   void set_seed(py::object seed) { seed_ = Call(name_, {}).seed(seed, "seed"); }
-  const std::string& name() const { return name_; }
 
   bool training = true;
   py::object attention_weights = py::none();
@@ -273,7 +272,7 @@ class AdditiveAttention : public Layer {
   }
 
   index_t k_ = 0, q_ = 0, h_ = 0;
-  py::array w_q_, w_k_, w_v_;
+  py::array w_q_ = no_array(), w_k_ = no_array(), w_v_ = no_array();
 };
 
 // The members both layers have, with the same Python names and docstrings.
