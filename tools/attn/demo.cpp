@@ -16,6 +16,7 @@
 #include <initializer_list>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "demo_figures.hpp"
 #include "print.hpp"
 
 namespace attn_cli {
@@ -120,7 +122,8 @@ void explain_uniform_weights(std::ostream& os) {
         "(0..3 + 4..7) / 2 = [2, 3, 4, 5] and (0..3 + ... + 20..23) / 6 = [10, 11, 12, 13].\n";
 }
 
-void additive_example(std::ostream& os, const SharedInputs& in) {
+// Returns the attention weights, for the demo's heatmap.
+Tensor<float> additive_example(std::ostream& os, const SharedInputs& in) {
   heading(os, "3. Additive attention (seed 002)",
           {"queries, keys = torch.normal(0, 1, (2, 1, 20)), torch.ones((2, 10, 2))",
            "values = torch.arange(40, dtype=torch.float32).reshape(1, 10, 4).repeat(2, 1, 1)",
@@ -139,9 +142,11 @@ void additive_example(std::ostream& os, const SharedInputs& in) {
   show(os, "attention(queries, keys, values, valid_lens)", out);
   show(os, "attention.attention_weights", weights);
   explain_uniform_weights(os);
+  return weights;
 }
 
-void dot_product_example(std::ostream& os, const SharedInputs& in) {
+// Returns the attention weights, for the demo's heatmap.
+Tensor<float> dot_product_example(std::ostream& os, const SharedInputs& in) {
   heading(os, "4. Scaled dot-product attention (seeds 002, 004)",
           {"queries = torch.normal(0, 1, (2, 1, 2))", "attention = DotProductAttention(dropout=0.5)",
            "attention.eval()", "attention(queries, keys, values, valid_lens)"});
@@ -156,6 +161,7 @@ void dot_product_example(std::ostream& os, const SharedInputs& in) {
   show(os, "attention(queries, keys, values, valid_lens)", out);
   show(os, "attention.attention_weights", weights);
   explain_uniform_weights(os);
+  return weights;
 }
 
 // --- Example 5: Nadaraya-Watson regression ---
@@ -233,7 +239,7 @@ void print_fits(std::ostream& os, const Regression& data,
   os << '\n';
 }
 
-void nadaraya_watson_example(std::ostream& os) {
+void nadaraya_watson_example(std::ostream& os, const Regression& data) {
   heading(os, "5. Nadaraya-Watson kernel regression (seed 001)",
           {"f(x) = sum_i softmax(-1/2 (x - x_i)^2) y_i", "kernels: Gaussian, boxcar, Epanechnikov"},
           "seed 001: ");
@@ -241,7 +247,6 @@ void nadaraya_watson_example(std::ostream& os) {
         "  x_i: 50 sorted uniform(0, 5) draws, y_i = 2 sin(x_i) + x_i^0.8 + normal(0, 0.5) noise,\n"
         "  queries x = 0, 0.1, ..., 4.9 (torch.arange(0, 5, 0.1)); MSE against the noiseless curve.\n"
         "attn::nadaraya_watson_forward with (1, 50, 1) queries, keys and values.\n\n";
-  const Regression data;
   using attn::Kernel;
   os << "Every kernel at width 1 (constant weighs all keys alike: the plain average of y):\n";
   print_fits(os, data, {{Kernel::gaussian, 1}, {Kernel::boxcar, 1}, {Kernel::epanechnikov, 1}, {Kernel::constant, 1}});
@@ -256,9 +261,16 @@ void closing(std::ostream& os) {
         "then average all values instead of giving 0).\n";
 }
 
+// The regression data set and its fits, for the demo's figure.
+RegressionFigure regression_figure(const Regression& data) {
+  const auto values = [](const Tensor<float>& t) { return std::vector<double>(t.values().begin(), t.values().end()); };
+  return {values(data.x_train), values(data.y_train), values(data.x_test), data.y_truth,
+          [&data](attn::Kernel kernel, double width) { return data.fit(kernel, static_cast<float>(width)); }};
+}
+
 }  // namespace
 
-void run_demo(std::ostream& os) {
+void run_demo(std::ostream& os, const std::string& out_dir) {
   os << "attn demo: the examples of the chapter \"Attention Scoring Functions\", computed by the attn\n"
         "library. Each section quotes the Python it reproduces. Random inputs come from std::mt19937_64\n"
         "with fixed seeds, not from PyTorch's generator: shapes and masks match the seeds, random values\n"
@@ -266,15 +278,27 @@ void run_demo(std::ostream& os) {
   masked_softmax_example(os);
   bmm_example(os);
   const SharedInputs shared;
-  additive_example(os, shared);
-  dot_product_example(os, shared);
-  nadaraya_watson_example(os);
+  const Tensor<float> additive_weights = additive_example(os, shared);
+  const Tensor<float> dot_product_weights = dot_product_example(os, shared);
+  const Regression data;
+  nadaraya_watson_example(os, data);
   closing(os);
+  if (!out_dir.empty())
+    write_demo_figures(os, out_dir, additive_weights, dot_product_weights, regression_figure(data));
 }
 
 void add_demo_command(CLI::App& app) {
+  auto out_dir = std::make_shared<std::string>();
   CLI::App* demo = app.add_subcommand("demo", "run every example of the seeds (no input files needed)");
-  demo->callback([] { run_demo(std::cout); });
+  demo->add_option("--out-dir", *out_dir,
+                   "also draw the chapter's pictures into DIR (created if missing), each as .svg and .png: "
+                   "the additive and dot-product attention weights, the kernels, the Nadaraya-Watson fits")
+      ->type_name("DIR");
+  demo->footer(
+      "Exit codes: 0 success, 1 failed run, 2 bad usage (see attn --help).\n\n"
+      "Example:\n"
+      "  attn demo --out-dir pictures");
+  demo->callback([out_dir] { run_demo(std::cout, *out_dir); });
 }
 
 }  // namespace attn_cli

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 
 namespace CLI {
 class App;
@@ -10,11 +11,11 @@ class App;
 
 namespace attn_cli {
 
-// Registers the `demo` subcommand on `app`; its callback calls run_demo(std::cout).
+// Registers the `demo` subcommand on `app`; its callback calls run_demo(std::cout, --out-dir).
 void add_demo_command(CLI::App& app);
 
-// Runs the examples (deterministic: fixed seeds) and prints them to `os`.
-// Library errors propagate as attn::Error.
-void run_demo(std::ostream& os);
+// Runs the examples (deterministic: fixed seeds) and prints them to `os`; with an `out_dir`, also
+// draws the chapter's pictures there (demo_figures.hpp). Library errors propagate as attn::Error.
+void run_demo(std::ostream& os, const std::string& out_dir = "");
 
 }  // namespace attn_cli

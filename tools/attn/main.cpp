@@ -1,36 +1,64 @@
 // The `attn` command line: one CLI::App, each subcommand registered by its own file
-// (demo.cpp: add_demo_command; softmax, sdpa, additive and nw come beside it).
-//
-// Exit codes: 0 success (and --help), 1 an error of the library or the system (attn::Error or any
-// other std::exception, message on stderr), 2 a command line CLI11 could not parse.
+// (softmax.cpp, sdpa.cpp, additive.cpp, nw.cpp, demo.cpp). The exit codes are a contract for the
+// scripts that drive attn; exit_codes.hpp states it and this is where it is kept.
 #include <CLI/CLI.hpp>
 
 #include <exception>
 #include <iostream>
+#include <new>
+#include <string>
 
 #include "attn/error.hpp"
 #include "bench.hpp"
+#include "commands.hpp"
 #include "demo.hpp"
+#include "exit_codes.hpp"
+
+namespace {
+
+// "attn sdpa" when a subcommand was recognised, else "attn": how error messages start.
+std::string who(const CLI::App& app) {
+  const auto chosen = app.get_subcommands();
+  return chosen.empty() ? "attn" : "attn " + chosen.front()->get_name();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"attn: attention scoring functions"};
+  using namespace attn_cli;
+  CLI::App app{"attn: attention scoring functions on .npy files"};
   app.require_subcommand(1);
-  attn_cli::add_demo_command(app);
-  attn_cli::add_bench_command(app);
+  add_softmax_command(app);
+  add_sdpa_command(app);
+  add_additive_command(app);
+  add_nw_command(app);
+  add_demo_command(app);
+  add_bench_command(app);
+  // Set after the subcommands: CLI11 copies a parent's footer into subcommands created after it.
+  app.footer(
+      "Run attn COMMAND --help for a command's flags and an example.\n"
+      "Exit codes: 0 success; 2 bad usage: a missing, unknown or malformed flag, or an input file that is\n"
+      "missing, unreadable, malformed, of the wrong type or shape; 1 a failed run: valid inputs, but the\n"
+      "work or writing its outputs failed. Errors go to stderr, naming the flag, the file and the problem.");
 
   // Subcommand callbacks run inside parse(), so their exceptions arrive here too. CLI::ParseError
   // derives from std::exception: it must be caught first.
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // app.exit prints the help text or the parse error; its code is 0 for --help.
-    return app.exit(e) == 0 ? 0 : 2;
-  } catch (const attn::Error& e) {
-    std::cerr << "attn: error: " << e.what() << '\n';
-    return 1;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help: CLI11 prints it
+    std::cerr << who(app) << ": error: " << e.what() << "\nRun '" << who(app)
+              << " --help' for the flags and an example.\n";
+    return kBadUsage;
+  } catch (const UsageError& e) {
+    std::cerr << who(app) << ": error: " << e.what() << '\n';
+    return kBadUsage;
+  } catch (const std::bad_alloc&) {
+    std::cerr << who(app) << ": error: out of memory\n";
+    return kFailedRun;
   } catch (const std::exception& e) {
-    std::cerr << "attn: " << e.what() << '\n';
-    return 1;
+    std::cerr << who(app) << ": error: " << e.what() << '\n';
+    return kFailedRun;
   }
-  return 0;
+  return kSuccess;
 }

@@ -1,0 +1,32 @@
+// `attn demo --out-dir DIR`: the chapter's pictures, drawn with attn/plot.hpp, each written twice,
+// as DIR/NAME.svg and DIR/NAME.png.
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "attn/nadaraya_watson.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn_cli {
+
+// The Nadaraya-Watson example's data and a way to fit it (demo.cpp owns the data set).
+struct RegressionFigure {
+  std::vector<double> x_train, y_train;  // sorted uniform(0, 5) points, noisy targets
+  std::vector<double> x_test, y_truth;   // 0, 0.1, ..., 4.9 and the noiseless curve there
+  std::function<std::vector<double>(attn::Kernel, double width)> fit;  // predictions at x_test
+};
+
+// Writes the four pictures into `dir` (created if missing) and lists them on `os`:
+//   attention-additive, attention-dot-product  the seeds' d2l.show_heatmaps of the (2, 1, 10)
+//                                              weights reshaped to (1, 1, 2, 10)
+//   kernels                                    the four kernels, as the seeds' figure of them
+//   nadaraya-watson                            data, truth and fit for each kernel at width 1,
+//                                              and for the Gaussian at widths 0.1, 0.2, 0.5, 1
+// attn::Error naming the path when a file or the directory cannot be written.
+void write_demo_figures(std::ostream& os, const std::string& dir, const attn::Tensor<float>& additive_weights,
+                        const attn::Tensor<float>& dot_product_weights, const RegressionFigure& regression);
+
+}  // namespace attn_cli
