@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# Installs what attn needs (Debian packages), builds it, and runs either the demo or every test.
-#   bash scripts/setup.sh demo   install, build (Release), run `attn demo` (pictures in out/demo/)
-#   bash scripts/setup.sh test   install, build, run every test twice: Release and ASan + UBSan
+# Installs what attn needs (Debian packages), builds it, installs the Python module `attn` for
+# Debian's /usr/bin/python3, and runs either the demo or every test.
+#   bash scripts/setup.sh demo   install, build (Release), install the module, run `attn demo`
+#                                (its pictures in out/demo/)
+#   bash scripts/setup.sh test   the same until the demo, then every test twice: Release and ASan + UBSan
 set -euo pipefail
 mode=${1:-demo}
 case "$mode" in demo | test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 
 # Every dependency, and why, is listed in the README ("Dependencies").
-packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev librandom123-dev libpng-dev libfreetype-dev
-          fonts-dejavu-core python3-numpy python3-torch)
+packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev librandom123-dev libhwy-dev libbenchmark-dev libpng-dev libfreetype-dev
+          fonts-dejavu-core python3-numpy python3-torch python3-dev pybind11-dev python3-pytest)
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "installing: ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
@@ -31,6 +33,9 @@ build() {  # build DIR [cmake options...]
 }
 
 build build/release -DCMAKE_BUILD_TYPE=Release
+# `import attn` for /usr/bin/python3: the built module copied into the site-packages directory of
+# packages installed outside apt, /usr/local/lib/python3.11/dist-packages (python/CMakeLists.txt).
+$sudo cmake --install build/release --component python
 if [ "$mode" = demo ]; then
   exec build/release/attn demo --out-dir out/demo
 fi

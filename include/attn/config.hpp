@@ -1,6 +1,9 @@
 // Run-time switches: which implementation runs, and how many threads it may use.
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace attn {
 
 // cpu: the production kernels (src/cpu). reference: the plain kernels written straight from the
@@ -16,6 +19,15 @@ Backend backend();
 // Results never depend on it: dropout masks are keyed by position, reductions by row.
 void set_num_threads(int threads);
 int num_threads();
+
+// The instruction sets the cpu backend's fused kernels were compiled for and this CPU runs, best
+// first, by lower-case name: "avx3" (AVX-512), "avx2", "sse4", "emu128" (portable, no SIMD
+// instructions needed). The best is used unless set_simd_target (or, at start-up, the environment
+// variable ATTN_SIMD_TARGET) picks another, for testing every target and comparing them.
+std::vector<std::string> simd_targets();
+std::string simd_target();
+// name: one of simd_targets(), or "" for the best. Throws attn::Error for any other name.
+void set_simd_target(const std::string& name);
 
 // Sets the backend for the lifetime of a scope and restores the previous one after it.
 class ScopedBackend {

@@ -1,89 +1,138 @@
-// cpu backend, unfused scaled dot-product attention: scores = scale Q K^T into an (n, m) buffer,
-// then the shared pooling pass. The backward recomputes the weights from the scores exactly as the
-// forward did (rebuilding them as exp(s - lse) would lose the low bits of lse when |s| is large).
-#include <vector>
+// cpu backend, scaled dot-product attention: the fused kernels (cpu/simd) unless the caller asks for
+// the (n, m) weights, which only the unfused path (cpu/unfused.hpp) forms. The backward does not read
+// lse: it recomputes each row's maximum and sum exactly (see simd/fused.hpp).
+#include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "cpu/cpu.hpp"
-#include "cpu/softmax_row.hpp"
+#include "cpu/scratch.hpp"
+#include "cpu/simd/fused.hpp"
+#include "cpu/unfused.hpp"
 
 namespace attn::cpu {
 namespace {
 
-// scores (B, H, n, m) = scale * queries keys^T, rows in parallel.
+// The decode path (simd/fused.hpp): key chunks sized from the shape alone (about 16 tasks over all
+// heads, at least 256 keys each), partial results merged per row in chunk order.
 template <class T>
-std::vector<T> scaled_scores(View4<const T> q, View4<const T> k, T scale) {
-  std::vector<T> s(static_cast<std::size_t>(q.B * q.H * q.R * k.R));
-  const View4<T> sv = dense_view4(s.data(), q.B, q.H, q.R, k.R);
-  bmm_forward<T>(sv, q, k, false, true);
-  const index_t total = static_cast<index_t>(s.size());
-#pragma omp parallel for schedule(static)
-  for (index_t e = 0; e < total; ++e) s[static_cast<std::size_t>(e)] *= scale;
-  return s;
+void decode(const fused::SdpaForward<T>& f) {
+  const index_t B = f.q.B, H = f.q.H, n = f.q.R, m = f.k.R, dv = f.v.C;
+  const index_t chunks = std::clamp<index_t>((16 + B * H - 1) / (B * H), 1, std::max<index_t>(1, m / 256));
+  const index_t chunk_keys = std::max<index_t>(1, (m + chunks - 1) / chunks);
+  const auto parts = static_cast<std::size_t>(B * H * n * chunks);
+  Scratch call(Scratch::bytes_for<T>(parts * static_cast<std::size_t>(dv)) + Scratch::bytes_for<T>(parts) +
+                   Scratch::bytes_for<double>(parts),
+               Scratch::call);
+  const fused::SdpaDecode<T> p{f, chunk_keys, chunks, call.take<T>(parts * static_cast<std::size_t>(dv)),
+                               call.take<T>(parts), call.take<double>(parts)};
+#pragma omp parallel for schedule(dynamic, 1) if (B * H * chunks > 1)
+  for (index_t t = 0; t < B * H * chunks; ++t) fused::sdpa_decode_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks);
+  // out = sum_c e^(max_c - max) out_c / sum_c e^(max_c - max) sum_c; lse = max + log(sum).
+  for (index_t r = 0; r < B * H * n; ++r) {
+    const index_t bh = r / n, i = r % n;
+    const T* mx = p.part_max + r * chunks;
+    const T top = *std::max_element(mx, mx + chunks);
+    T* o = f.out.row(bh / H, bh % H, i);
+    std::fill(o, o + dv, T(0));
+    double sum = 0;
+    if (top != -std::numeric_limits<T>::infinity())
+      for (index_t c = 0; c < chunks; ++c) {
+        const T a = std::exp(mx[c] - top);
+        sum += static_cast<double>(a) * p.part_sum[r * chunks + c];
+        const T* oc = p.part_out + (r * chunks + c) * dv;
+        for (index_t k = 0; k < dv; ++k) o[k] += a * oc[k];
+      }
+    const T inv = sum > 0 ? static_cast<T>(1.0 / sum) : T(0);
+    for (index_t k = 0; k < dv; ++k) o[k] *= inv;
+    if (!f.lse.empty())
+      f.lse.at(bh / H, bh % H, i, 0) = sum > 0 ? top + static_cast<T>(std::log(sum)) : -std::numeric_limits<T>::infinity();
+  }
 }
 
 }  // namespace
 
+// Forward: blocks of kBlockQ queries of one (b, h), dynamically scheduled because causal blocks
+// differ in cost. Every row is computed by one block in a fixed key order, so results do not depend
+// on the thread count.
 template <class T>
 void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> queries, View4<const T> keys,
                   View4<const T> values, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout) {
-  const std::vector<T> scores = scaled_scores(queries, keys, scale);
-  std::vector<T> own_weights;
-  if (weights.empty()) {
-    own_weights.resize(scores.size());
-    weights = dense_view4(own_weights.data(), queries.B, queries.H, queries.R, keys.R);
+  if (!weights.empty() || keys.R > fused::kMaxKeys)
+    return unfused::sdpa_forward<T>(out, lse, weights, queries, keys, values, mask, scale, dropout);
+  fused::init_simd_target();
+  const fused::SdpaForward<T> p{out, lse, queries, keys, values, &mask, scale, &dropout};
+  if (queries.R <= fused::kDecodeRows) return decode(p);
+  const index_t B = queries.B, H = queries.H, n = queries.R;
+  const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
+  const index_t tasks = B * H * blocks;
+  const std::size_t work = fused::sdpa_forward_work_bytes<T>(queries.C, values.C);
+#pragma omp parallel if (tasks > 1)
+  {
+    Scratch scratch(work);
+    void* w = scratch.take<unsigned char>(work);
+#pragma omp for schedule(dynamic, 1)
+    for (index_t t = 0; t < tasks; ++t) {
+      const index_t bh = t / blocks;
+      fused::sdpa_forward_block<T>(p, bh / H, bh % H, (t % blocks) * fused::kBlockQ, w);
+    }
   }
-  pool_forward<T>(out, lse, weights, dense_view4(scores.data(), queries.B, queries.H, queries.R, keys.R), values,
-                  mask, dropout);
 }
 
+// Backward: the three passes of simd/fused.hpp. Key chunks are sized from the shape alone (about 16
+// chunks over all heads, for load balance), never from the thread count, and the partial dQ of the
+// chunks are summed in chunk order, so results do not depend on the number of threads.
 template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout,
-                   View4<const T> queries, View4<const T> keys, View4<const T> values, View4<const T> /*out*/,
-                   View4<const T> /*lse*/, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout) {
-  const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, d = queries.C;
-  std::vector<T> scores = scaled_scores(queries, keys, scale);
-  std::vector<T> weights(scores.size());
-  const View4<T> s = dense_view4(scores.data(), B, H, n, m), w = dense_view4(weights.data(), B, H, n, m);
-#pragma omp parallel for collapse(3) schedule(static)
-  for (index_t b = 0; b < B; ++b)
-    for (index_t h = 0; h < H; ++h)
-      for (index_t i = 0; i < n; ++i)
-        softmax_row(w.row(b, h, i), s.row(b, h, i), mask.row(b, h, i), m);
-  // The scores are no longer needed: their buffer receives dscores.
-  pool_backward<T>(s, dvalues, dout, w, values, mask, dropout);
-  // s_ij = scale q_i . k_j  =>  dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i.
-  // ds is 0 for masked keys; skipping zeros keeps whatever their rows hold out of the sums.
-  if (!dqueries.empty()) {
-#pragma omp parallel for collapse(3) schedule(static)
-    for (index_t b = 0; b < B; ++b)
-      for (index_t h = 0; h < H; ++h)
-        for (index_t i = 0; i < n; ++i) {
-          T* dq = dqueries.row(b, h, i);
-          for (index_t c = 0; c < d; ++c) dq[c] = 0;
-          const T* ds = s.row(b, h, i);
-          for (index_t j = 0; j < m; ++j) {
-            if (ds[j] == T(0)) continue;
-            const T a = scale * ds[j];
-            const T* kj = keys.row(b, h, j);
-            for (index_t c = 0; c < d; ++c) dq[c] += a * kj[c];
-          }
-        }
+                   View4<const T> queries, View4<const T> keys, View4<const T> values, View4<const T> out,
+                   View4<const T> lse, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout) {
+  if (keys.R > fused::kMaxKeys)
+    return unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse, mask, scale,
+                                     dropout);
+  fused::init_simd_target();
+  const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, d = queries.C, dv = values.C;
+  const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
+  const index_t tiles = std::max<index_t>(1, (m + fused::kBlockK - 1) / fused::kBlockK);
+  const index_t want = std::clamp<index_t>((16 + B * H - 1) / (B * H), 1, tiles);
+  const index_t chunk_keys = (tiles + want - 1) / want * fused::kBlockK;
+  const index_t chunks = std::max<index_t>(1, (m + chunk_keys - 1) / chunk_keys);
+  const auto rows = static_cast<std::size_t>(B * H * n);
+  const auto partial = static_cast<std::size_t>(B * H * chunks * blocks * d * fused::kBlockQ);
+  const auto out_size = out.empty() ? static_cast<std::size_t>(B * H * n * dv) : 0;
+  Scratch call(2 * Scratch::bytes_for<T>(rows) + Scratch::bytes_for<double>(rows) + Scratch::bytes_for<T>(partial) +
+                   Scratch::bytes_for<T>(out_size),
+               Scratch::call);
+  fused::SdpaBackward<T> p{dqueries, dkeys, dvalues, dout, queries, keys, values, out, &mask, scale, &dropout,
+                           call.take<T>(rows), call.take<T>(rows), call.take<double>(rows), call.take<T>(partial),
+                           chunk_keys, chunks};
+  if (out.empty()) {  // D_i = dout_i . out_i needs the forward's output: recompute it
+    const View4<T> o = dense_view4(call.take<T>(out_size), B, H, n, dv);
+    sdpa_forward<T>(o, {}, {}, queries, keys, values, mask, scale, dropout);
+    p.out = o;
   }
-  if (!dkeys.empty()) {
-#pragma omp parallel for collapse(3) schedule(static)
-    for (index_t b = 0; b < B; ++b)
-      for (index_t h = 0; h < H; ++h)
-        for (index_t j = 0; j < m; ++j) {
-          T* dk = dkeys.row(b, h, j);
-          for (index_t c = 0; c < d; ++c) dk[c] = 0;
-          for (index_t i = 0; i < n; ++i) {
-            const T ds = s.at(b, h, i, j);
-            if (ds == T(0)) continue;
-            const T a = scale * ds;
-            const T* qi = queries.row(b, h, i);
-            for (index_t c = 0; c < d; ++c) dk[c] += a * qi[c];
-          }
+  const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv);
+#pragma omp parallel
+  {
+    Scratch scratch(work);
+    void* w = scratch.take<unsigned char>(work);
+#pragma omp for schedule(dynamic, 1)
+    for (index_t t = 0; t < B * H * blocks; ++t)
+      fused::sdpa_backward_stats<T>(p, t / blocks / H, t / blocks % H, (t % blocks) * fused::kBlockQ, w);
+#pragma omp for schedule(dynamic, 1)
+    for (index_t t = 0; t < B * H * chunks; ++t) fused::sdpa_backward_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks, w);
+    if (!dqueries.empty()) {
+#pragma omp for schedule(static)
+      for (index_t r = 0; r < B * H * n; ++r) {
+        const index_t bh = r / n, i = r % n;
+        T* dq = dqueries.row(bh / H, bh % H, i);
+        const T* part = p.dq_partial + (bh * chunks * blocks + i / fused::kBlockQ) * d * fused::kBlockQ + i % fused::kBlockQ;
+        for (index_t c = 0; c < d; ++c) {
+          T sum = 0;
+          for (index_t ch = 0; ch < chunks; ++ch) sum += part[ch * blocks * d * fused::kBlockQ + c * fused::kBlockQ];
+          dq[c] = scale * sum;
         }
+      }
+    }
   }
 }
 

@@ -1,11 +1,27 @@
 #include "support/testing.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <random>
 #include <sstream>
 
 namespace attn::testing {
+namespace {
+
+// ATTN_SIMD_TARGET names the SIMD target a test run is for (tests/CMakeLists.txt). When this CPU
+// cannot run it, the whole executable exits with 77, which CTest reports as skipped.
+const bool simd_target_available = [] {
+  const char* want = std::getenv("ATTN_SIMD_TARGET");
+  if (want == nullptr || *want == '\0') return true;
+  for (const std::string& t : simd_targets())
+    if (t == want) return true;
+  std::fprintf(stderr, "ATTN_SIMD_TARGET=%s: this CPU cannot run it; skipping\n", want);
+  std::exit(77);
+}();
+
+}  // namespace
 
 template <class T>
 Tensor<T> random_tensor(const std::vector<index_t>& shape, std::uint64_t seed, double lo, double hi) {

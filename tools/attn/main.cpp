@@ -1,5 +1,5 @@
 // The `attn` command line: one CLI::App, each subcommand registered by its own file
-// (softmax.cpp, sdpa.cpp, additive.cpp, nw.cpp, demo.cpp). The exit codes are a contract for the
+// (softmax.cpp, sdpa.cpp, additive.cpp, nw.cpp, demo.cpp, bench.cpp). The exit codes are a contract for the
 // scripts that drive attn; exit_codes.hpp states it and this is where it is kept.
 #include <CLI/CLI.hpp>
 
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attn/error.hpp"
+#include "bench.hpp"
 #include "commands.hpp"
 #include "demo.hpp"
 #include "exit_codes.hpp"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   add_additive_command(app);
   add_nw_command(app);
   add_demo_command(app);
+  add_bench_command(app);
   // Set after the subcommands: CLI11 copies a parent's footer into subcommands created after it.
   app.footer(
       "Run attn COMMAND --help for a command's flags and an example.\n"

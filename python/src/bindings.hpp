@@ -1,0 +1,12 @@
+// The parts of the Python module, each defined in its own file and added to it by module.cpp.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace attn_py {
+
+void bind_functions(pybind11::module_& m);  // functions.cpp: masked_softmax, bmm, sdpa, nadaraya_watson
+void bind_layers(pybind11::module_& m);     // layers.cpp: DotProductAttention, AdditiveAttention
+void bind_plot(pybind11::module_& m);       // plot.cpp: show_heatmaps
+
+}  // namespace attn_py

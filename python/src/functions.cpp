@@ -1,0 +1,201 @@
+// The module's functions: masked_softmax, bmm, scaled_dot_product_attention, nadaraya_watson.
+// Each converts its arguments (call.hpp), allocates its outputs as NumPy arrays, and runs the C++
+// forward on views of them: attn writes straight into the arrays it returns.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "attn/bmm.hpp"
+#include "attn/nadaraya_watson.hpp"
+#include "attn/sdpa.hpp"
+#include "attn/softmax.hpp"
+#include "bindings.hpp"
+#include "call.hpp"
+
+namespace attn_py {
+namespace {
+
+// What the messages of the masks call each argument (the same as the Python names).
+Renames mask_renames() {
+  return {{"valid_lens", "valid_lens"}, {"mask", "mask"}, {"additive mask", "mask (a float mask)"},
+          {"dropout p", "dropout_p"}, {"scale", "scale"}};
+}
+
+Renames with_masks(Renames renames) {
+  for (auto& r : mask_renames()) renames.push_back(std::move(r));
+  return renames;
+}
+
+py::array masked_softmax(py::object X, py::object valid_lens, py::object mask, py::object causal,
+                         py::object masked_fill) {
+  Call call("masked_softmax", with_masks({{"scores", "X"}}));
+  const py::array x = call.floating(X, "X");
+  const MaskArgs m = mask_args(call, valid_lens, mask, causal, masked_fill);
+  return dispatch(call.dtype(), [&](auto tag) -> py::array {
+    using T = decltype(tag);
+    py::array_t<T> weights = new_array<T>(dims(x));
+    const auto w = view_of<T>(weights);
+    const auto s = cview<T>(x);
+    const attn::Mask<T> mk = m.mask<T>();
+    call.run([&] { attn::masked_softmax_forward<T>(w, s, mk); });
+    return weights;
+  });
+}
+
+py::array bmm(py::object a_obj, py::object b_obj, bool transpose_a, bool transpose_b) {
+  Call call("bmm", {});
+  const py::array a = call.floating(a_obj, "a");
+  const py::array b = call.floating(b_obj, "b");
+  // out (batch..., rows of op(a), columns of op(b)); attn checks the shapes, this only sizes out.
+  std::vector<index_t> shape = dims(a, 0, -2);
+  shape.push_back(dim(a, transpose_a ? -1 : -2));
+  shape.push_back(dim(b, transpose_b ? -2 : -1));
+  return dispatch(call.dtype(), [&](auto tag) -> py::array {
+    using T = decltype(tag);
+    py::array_t<T> out = new_array<T>(shape);
+    const auto o = view_of<T>(out);
+    const auto av = cview<T>(a), bv = cview<T>(b);
+    call.run([&] { attn::bmm_forward<T>(o, av, bv, transpose_a, transpose_b); });
+    return out;
+  });
+}
+
+py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::object v_obj, py::object valid_lens,
+                                        py::object mask, py::object causal, py::object scale,
+                                        py::object dropout_p, py::object seed, bool return_weights,
+                                        py::object masked_fill) {
+  Call call("scaled_dot_product_attention",
+            with_masks({{"queries", "q (queries)"}, {"keys", "k (keys)"}, {"values", "v (values)"}}));
+  const py::array q = call.floating(q_obj, "q");
+  const py::array k = call.floating(k_obj, "k");
+  const py::array v = call.floating(v_obj, "v");
+  const MaskArgs m = mask_args(call, valid_lens, mask, causal, masked_fill);
+  attn::SdpaOptions options;
+  if (!scale.is_none()) options.scale = call.number(scale, "scale");
+  options.dropout = {call.number(dropout_p, "dropout_p"), call.seed(seed, "seed")};
+  std::vector<index_t> out_shape = dims(q, 0, -1), weights_shape = dims(q, 0, -1);
+  out_shape.push_back(dim(v, -1));
+  weights_shape.push_back(dim(k, -2));
+  return dispatch(call.dtype(), [&](auto tag) -> py::object {
+    using T = decltype(tag);
+    py::array_t<T> out = new_array<T>(out_shape);
+    const py::array weights = return_weights ? py::array(new_array<T>(weights_shape)) : no_array();
+    const auto o = view_of<T>(out);
+    const auto w = return_weights ? view_of<T>(weights) : attn::TensorView<T>{};
+    const auto qv = cview<T>(q), kv = cview<T>(k), vv = cview<T>(v);
+    const attn::Mask<T> mk = m.mask<T>();
+    call.run([&] { attn::sdpa_forward<T>(o, {}, w, qv, kv, vv, mk, options); });
+    if (return_weights) return py::make_tuple(out, weights);
+    return out;
+  });
+}
+
+// ---- Nadaraya-Watson ---------------------------------------------------------------------------
+
+// One of x_train, y_train, x_query as the kernels take it: 1-D (len,) is a column (1, len, 1) and
+// 2-D (len, c) one batch element (1, len, c); 3-D and 4-D arrays are batches already.
+template <class T>
+attn::TensorView<const T> as_batch(Call& call, const py::array& a, const char* name) {
+  const attn::TensorView<const T> v = cview<T>(a);
+  if (a.ndim() > 2 || a.ndim() == 0) return v;
+  const index_t rows = v.dim(0), cols = a.ndim() == 2 ? v.dim(1) : 1;
+  const index_t row_stride = v.stride(0), col_stride = a.ndim() == 2 ? v.stride(1) : 1;
+  const attn::TensorView<const T> batch(v.data(), {1, rows, cols}, {0, row_stride, col_stride});
+  call.note(std::string(name) + " " + v.shape_string() + " is passed to attn as " + batch.shape_string());
+  return batch;
+}
+
+py::object nadaraya_watson(py::object x_train_obj, py::object y_train_obj, py::object x_query_obj,
+                           py::object kernel_obj, py::object width_obj, bool return_weights) {
+  Call call("nadaraya_watson", {{"keys", "x_train (keys)"},
+                                {"values", "y_train (values)"},
+                                {"queries", "x_query (queries)"},
+                                {"width sigma", "width"},
+                                {"unknown kernel", "kernel: unknown kernel"}});
+  const py::array x_train = call.floating(x_train_obj, "x_train");
+  const py::array y_train = call.floating(y_train_obj, "y_train");
+  const py::array x_query = call.floating(x_query_obj, "x_query");
+  const std::string kernel_name = call.text(kernel_obj, "kernel");
+  const double width = call.number(width_obj, "width");
+  attn::Kernel kernel{};
+  call.run([&] { kernel = attn::kernel_from_name(kernel_name); });
+
+  // Unbatched queries give unbatched results: (n, v) or, for a 1-D y_train, (n,); weights (n, m).
+  const bool batched = x_query.ndim() > 2;
+  const index_t n = dim(x_query, batched ? -2 : 0), m = dim(x_train, x_train.ndim() > 2 ? -2 : 0);
+  const index_t v = y_train.ndim() == 1 ? 1 : dim(y_train, -1);
+  std::vector<index_t> out_shape = batched ? dims(x_query, 0, -1) : std::vector<index_t>{n};
+  std::vector<index_t> weights_shape = out_shape;
+  if (batched || y_train.ndim() != 1) out_shape.push_back(v);
+  weights_shape.push_back(m);
+  return dispatch(call.dtype(), [&](auto tag) -> py::object {
+    using T = decltype(tag);
+    py::array_t<T> out = new_array<T>(out_shape);
+    const py::array weights = return_weights ? py::array(new_array<T>(weights_shape)) : no_array();
+    // The outputs as (1, n, v) and (1, n, m) batches when unbatched: the same C-ordered memory.
+    attn::TensorView<T> o = view_of<T>(out), w = return_weights ? view_of<T>(weights) : attn::TensorView<T>{};
+    if (!batched) {
+      o = attn::TensorView<T>(o.data(), {1, n, v});
+      if (return_weights) w = attn::TensorView<T>(w.data(), {1, n, m});
+    }
+    const auto keys = as_batch<T>(call, x_train, "x_train");
+    const auto values = as_batch<T>(call, y_train, "y_train");
+    const auto queries = as_batch<T>(call, x_query, "x_query");
+    call.run([&] { attn::nadaraya_watson_forward<T>(o, w, queries, keys, values, kernel, static_cast<T>(width)); });
+    if (return_weights) return py::make_tuple(out, weights);
+    return out;
+  });
+}
+
+}  // namespace
+
+void bind_functions(py::module_& m) {
+  using py::arg;
+  m.def("masked_softmax", &masked_softmax, arg("X"), arg("valid_lens") = py::none(), arg("mask") = py::none(),
+        arg("causal") = false, py::kw_only(), arg("masked_fill") = "exclude",
+        R"(Softmax over the last axis of X, each row restricted to the keys its masks allow.
+
+X: scores (B, n, m) or (B, H, n, m), float32 or float64. Returns the weights, same shape and dtype.
+valid_lens: None, (B,) (one length per batch element, as the seeds) or (B, n) (one per query), integers
+  in [0, m]; query i of batch b attends to keys [0, valid_lens[b] or valid_lens[b, i]).
+mask: None, a bool array (True = attend) or a float array (added to the scores, -inf excludes a key),
+  broadcastable to the scores' shape.
+causal: False, True or "top_left" (query i sees keys j <= i), "bottom_right" (j <= i + m - n).
+masked_fill: "exclude" (default): masked keys take no part and a row left with no key is all 0;
+  "seeds_minus_1e6": the seeds' d2l code, masked scores become -1e6 before an ordinary softmax (an
+  empty row then weighs every key alike). The two agree whenever every row keeps a key.)");
+
+  m.def("bmm", &bmm, arg("a"), arg("b"), py::kw_only(), arg("transpose_a") = false, arg("transpose_b") = false,
+        R"(Batched matrix product, torch.bmm: out[b] = op(a[b]) @ op(b[b]).
+
+a (B, r, k) and b (B, k, c), or 4-D with a heads axis (B, H, ., .); op transposes the last two axes when
+transpose_a / transpose_b is set (MXNet's batch_dot). Returns (B, r, c) in the inputs' dtype.)");
+
+  m.def("scaled_dot_product_attention", &scaled_dot_product_attention, arg("q"), arg("k"), arg("v"),
+        arg("valid_lens") = py::none(), arg("mask") = py::none(), arg("causal") = false, arg("scale") = py::none(),
+        arg("dropout_p") = 0.0, arg("seed") = 0, arg("return_weights") = false, py::kw_only(),
+        arg("masked_fill") = "exclude",
+        R"(dropout(masked_softmax(q k^T * scale)) v: the seeds' DotProductAttention as one function.
+
+q (B, n, d), k (B, m, d), v (B, m, v), or 4-D with a heads axis (B, H, ., .); all float32 or all
+float64. Returns out (B, n, v), or (out, weights) with return_weights=True; weights (B, n, m) are the
+attention weights before dropout (the seeds' attention_weights).
+valid_lens, mask, causal, masked_fill: as masked_softmax.
+scale: default 1/sqrt(d).
+dropout_p, seed: each weight is dropped with probability dropout_p (the others scaled by
+  1/(1 - dropout_p)); the mask is a function of the seed and the position only (Philox4x32-10), so one
+  seed always drops the same weights.)");
+
+  m.def("nadaraya_watson", &nadaraya_watson, arg("x_train"), arg("y_train"), arg("x_query"),
+        arg("kernel") = "gaussian", arg("width") = 1.0, arg("return_weights") = false,
+        R"(Nadaraya-Watson kernel regression: y_hat(x) = sum_i K(|x - x_i| / width) y_i / sum_j K(|x - x_j| / width).
+
+kernel: "gaussian" exp(-u^2/2), "boxcar" 1 if u <= 1, "epanechnikov" max(0, 1 - u), "constant" 1.
+x_train (m,) points, y_train (m,) targets and x_query (n,) queries, as in the seeds' regression; or
+vectors: x_train (m, p), y_train (m, v), x_query (n, p); or batches (B, m, p), (B, m, v), (B, n, p) and
+4-D with heads. Returns y_hat: (n,) for a 1-D y_train, (n, v) for a 2-D one, (B, n, v) for batches; with
+return_weights=True, (y_hat, weights) where weights[i, j] is the weight of x_train[j] for x_query[i]
+(n, m): queries along the rows, like attention_weights (d2l's attention_w is its transpose). A query
+with no training point inside a compact kernel's support predicts 0 with weights 0.)");
+}
+
+}  // namespace attn_py

@@ -1,0 +1,21 @@
+// `import attn`: the Python module over the C++ library (pybind11).
+#include <pybind11/pybind11.h>
+
+#include "bindings.hpp"
+
+PYBIND11_MODULE(attn, m) {
+  m.doc() = R"(attn: attention scoring functions, computed by the attn C++ library.
+
+The chapter's PyTorch code as NumPy functions and layers: masked_softmax, bmm,
+scaled_dot_product_attention, nadaraya_watson, the layers DotProductAttention and
+AdditiveAttention with their backward passes, and show_heatmaps (SVG or PNG files).
+
+Arrays are float32 or float64 (all arrays of one call in the same dtype); C-contiguous arrays, and
+any array whose last axis is contiguous, are used without a copy; other layouts are copied. The GIL
+is released while attn computes. A bad argument raises ValueError (shapes, values) or TypeError
+(types, dtypes) whose message names the argument.)";
+  m.attr("__version__") = ATTN_VERSION;
+  attn_py::bind_functions(m);
+  attn_py::bind_layers(m);
+  attn_py::bind_plot(m);
+}

@@ -1,0 +1,58 @@
+// show_heatmaps: the seeds' d2l.show_heatmaps, drawn by attn's renderer (attn/plot.hpp), the one the
+// command line uses, into an SVG or PNG file instead of a matplotlib window.
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <vector>
+
+#include "attn/plot.hpp"
+#include "bindings.hpp"
+#include "call.hpp"
+
+namespace attn_py {
+namespace {
+
+py::str show_heatmaps(py::object matrices, py::object xlabel, py::object ylabel, py::object titles, py::object path,
+                      py::object cmap) {
+  // A str or an os.PathLike (pathlib.Path); its errors ("out.txt: cannot tell the picture format")
+  // start with the path itself, which the messages then call `path`.
+  if (path.is_none()) Call("show_heatmaps", {}).type_error("path is required: the .svg or .png file to write");
+  const std::string file = Call("show_heatmaps", {}).text(py::module_::import("os").attr("fspath")(path), "path");
+  Call call("show_heatmaps", {{file, "path \"" + file + "\""}, {"unknown colormap", "cmap: unknown colormap"}});
+  const py::array m = call.floating(matrices, "matrices");
+  attn::io::HeatmapOptions options;
+  options.xlabel = call.text(xlabel, "xlabel");
+  options.ylabel = call.text(ylabel, "ylabel");
+  options.colormap = call.text(cmap, "cmap");
+  if (!titles.is_none()) {
+    if (py::isinstance<py::str>(titles) || !py::isinstance<py::sequence>(titles))
+      call.type_error("titles must be a list of str, one per column or per heatmap");
+    for (py::handle title : titles) options.titles.push_back(call.text(title, "each title"));
+  }
+  dispatch(call.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const auto view = cview<T>(m);
+    call.run([&] { attn::io::write_heatmaps<T>(file, view, options); });
+  });
+  return py::str(file);
+}
+
+}  // namespace
+
+void bind_plot(py::module_& m) {
+  using py::arg;
+  m.def("show_heatmaps", &show_heatmaps, arg("matrices"), arg("xlabel") = "Keys", arg("ylabel") = "Queries",
+        arg("titles") = py::none(), py::kw_only(), arg("path") = py::none(), arg("cmap") = "Reds",
+        R"(d2l.show_heatmaps into a file: a grid of heatmaps with one colorbar, as the command line draws them.
+
+matrices: (rows, cols, n, m), (cols, n, m) or (n, m); heatmap (r, c) shows an n x m matrix, row i (a
+  query) from the top, column j (a key) from the left. The seeds call it on
+  attention.attention_weights.reshape((1, 1, 2, 10)).
+xlabel, ylabel: under the bottom row and left of the first column.
+titles: None, one title per column, or one per heatmap (row-major).
+path (keyword, required): the file, ".svg" or ".png" (PNG text needs Debian's fonts-dejavu-core).
+cmap: "Reds" (the seeds'), "Blues", "Greens", "Greys", "Oranges", "Purples" or "viridis".
+Returns the path written.)");
+}
+
+}  // namespace attn_py

@@ -1,0 +1,63 @@
+"""attn.show_heatmaps: the seeds' d2l.show_heatmaps into SVG and PNG files, the same pictures as the
+command line draws (attn sdpa --heatmap), byte for byte."""
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+import attn
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def seeds_weights():
+    # The seeds' heatmap cell: attention.attention_weights of the additive example, (2, 1, 10).
+    return np.array([[[0.5] * 2 + [0] * 8], [[1 / 6] * 6 + [0] * 4]], np.float32)
+
+
+def test_the_seeds_heatmap_cell(tmp_path):
+    # d2l.show_heatmaps(attention.attention_weights.reshape((1, 1, 2, 10)), xlabel='Keys', ylabel='Queries')
+    matrices = seeds_weights().reshape((1, 1, 2, 10))
+    svg = attn.show_heatmaps(matrices, xlabel="Keys", ylabel="Queries", path=str(tmp_path / "weights.svg"))
+    png = attn.show_heatmaps(matrices, xlabel="Keys", ylabel="Queries", path=tmp_path / "weights.png")
+    assert svg == str(tmp_path / "weights.svg") and png == str(tmp_path / "weights.png")
+    text = (tmp_path / "weights.svg").read_text()
+    assert text.startswith("<svg") or text.startswith("<?xml")
+    assert "Keys" in text and "Queries" in text
+    assert (tmp_path / "weights.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 4), (2, 2, 3, 4)])
+def test_grids_titles_and_colormaps(tmp_path, shape, rng):
+    matrices = rng.random(shape)
+    cols = shape[-3] if len(shape) > 2 else 1
+    titles = [f"head {c}" for c in range(cols)]
+    plain = attn.show_heatmaps(matrices, path=tmp_path / "plain.svg")
+    titled = attn.show_heatmaps(matrices, "k", "q", titles, path=tmp_path / "titled.svg", cmap="viridis")
+    assert all(t in pathlib.Path(titled).read_text() for t in titles)
+    assert pathlib.Path(plain).read_text() != pathlib.Path(titled).read_text()
+    # float32 and float64 matrices of the same values draw the same picture.
+    attn.show_heatmaps(matrices.astype(np.float32), path=tmp_path / "f32.svg")
+    attn.show_heatmaps(matrices.astype(np.float32).astype(np.float64), path=tmp_path / "f64.svg")
+    assert (tmp_path / "f32.svg").read_bytes() == (tmp_path / "f64.svg").read_bytes()
+
+
+def test_the_same_pictures_as_the_command_line(tmp_path, rng):
+    # `attn sdpa ... --heatmap` draws the weights (B, n, m) as a column of heatmaps titled
+    # "batch b"; show_heatmaps on attn's weights with those titles draws the same files.
+    cli = os.environ.get("ATTN_CLI", "")
+    if not os.path.isfile(cli):
+        pytest.skip("ATTN_CLI does not name the built `attn` command line (tests/python.cmake sets it)")
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 4), (2, 7, 4), (2, 7, 5)))
+    lens = np.array([4, 7])
+    for name, a in (("q", q), ("k", k), ("v", v), ("lens", lens)):
+        np.save(tmp_path / f"{name}.npy", a)
+    for ext in ("svg", "png"):
+        subprocess.run([cli, "sdpa", "--queries", tmp_path / "q.npy", "--keys", tmp_path / "k.npy", "--values",
+                        tmp_path / "v.npy", "--valid-lens", tmp_path / "lens.npy", "--out", tmp_path / "out.npy",
+                        "--heatmap", tmp_path / f"cli.{ext}"], check=True, capture_output=True)
+        _, weights = attn.scaled_dot_product_attention(q, k, v, lens, return_weights=True)
+        attn.show_heatmaps(weights[:, None], titles=["batch 0", "batch 1"], path=tmp_path / f"python.{ext}")
+        assert (tmp_path / f"python.{ext}").read_bytes() == (tmp_path / f"cli.{ext}").read_bytes(), ext

@@ -1,0 +1,94 @@
+"""attn.nadaraya_watson against seed 001's estimator written in torch (seeds_torch.nadaraya_watson):
+the seeds' 1-D regression, vectors, batches, every kernel and width."""
+import numpy as np
+import pytest
+
+import attn
+import seeds_torch
+from helpers import assert_within_budget, torch_both
+
+KERNELS = ["gaussian", "boxcar", "epanechnikov", "constant"]
+# u = |x - x_i| / width must stay this far from 1 for the compact kernels: at 1 the boxcar jumps, and
+# float32 and float64 may fall on different sides of it (as tests/torch/make_cases.py).
+EDGE = 1e-5
+
+
+def regression(rng):
+    """d2l's toy data: 50 sorted uniform(0, 5) points, y = 2 sin(x) + x^0.8 + noise, queries 0..4.9."""
+    x_train = np.sort(rng.random(50) * 5).astype(np.float32)
+    y_train = (2 * np.sin(x_train) + x_train**0.8 + rng.normal(0.0, 0.5, 50)).astype(np.float32)
+    return x_train, y_train, np.arange(0, 5, 0.1).astype(np.float32)
+
+
+def away_from_edges(x_train, x_query, width):
+    """True when no |x - x_i| / width is near 1 and every query has a training point inside it."""
+    xt = x_train.reshape(*x_train.shape[:-2], -1, x_train.shape[-1]) if x_train.ndim > 1 else x_train[:, None]
+    xq = x_query.reshape(*x_query.shape[:-2], -1, x_query.shape[-1]) if x_query.ndim > 1 else x_query[:, None]
+    u = np.linalg.norm(xq[..., :, None, :].astype(np.float64) - xt[..., None, :, :], axis=-1) / width
+    return np.abs(u - 1).min() > EDGE and (u < 1).any(axis=-1).all()
+
+
+def torch_results(x_train, y_train, x_query, kernel, width):
+    """torch float32 and float64 of seed 001's estimator, on the arrays as (B, len, features) (heads
+    folded into the batch)."""
+    def batch(a):
+        return a.reshape(1, -1, 1) if a.ndim == 1 else a[None] if a.ndim == 2 else a.reshape(-1, *a.shape[-2:])
+
+    arrays = {"xt": batch(x_train), "yt": batch(y_train), "xq": batch(x_query)}
+
+    def run(t):
+        y_hat, weights = seeds_torch.nadaraya_watson(t["xq"], t["xt"], t["yt"], kernel, width)
+        return {"y_hat": y_hat, "weights": weights}
+
+    return torch_both(run, arrays)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kernel,width", [(k, 1.0) for k in KERNELS] + [("gaussian", 0.1), ("gaussian", 0.5),
+                                                                           ("boxcar", 0.5), ("epanechnikov", 2.0)])
+def test_the_seeds_regression(rng, kernel, width, dtype):
+    for _ in range(100):  # redraw until the compact kernels' edges are out of the way
+        x_train, y_train, x_query = regression(rng)
+        if kernel in ("gaussian", "constant") or away_from_edges(x_train, x_query, width):
+            break
+    refs = torch_results(x_train, y_train, x_query, kernel, width)
+    y_hat, weights = attn.nadaraya_watson(x_train.astype(dtype), y_train.astype(dtype), x_query.astype(dtype),
+                                          kernel=kernel, width=width, return_weights=True)
+    assert y_hat.shape == (50,) and weights.shape == (50, 50) and y_hat.dtype == dtype
+    assert_within_budget(y_hat, refs["y_hat"][0].reshape(50), refs["y_hat"][1].reshape(50), "y_hat")
+    assert_within_budget(weights, refs["weights"][0][0], refs["weights"][1][0], "weights")
+
+
+@pytest.mark.parametrize("form", ["vectors", "vector_points_scalar_targets", "batch", "heads"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_vectors_and_batches(rng, kernel, form):
+    p, v, n, m, width = 3, 4, 37, 53, 2.5
+    lead = {"batch": (2,), "heads": (2, 3)}.get(form, ())
+    for _ in range(100):
+        x_train = rng.standard_normal((*lead, m, p)).astype(np.float32)
+        x_query = rng.standard_normal((*lead, n, p)).astype(np.float32)
+        if kernel in ("gaussian", "constant") or away_from_edges(x_train, x_query, width):
+            break
+    y_train = rng.standard_normal((m,) if form == "vector_points_scalar_targets" else (*lead, m, v)).astype(np.float32)
+    refs = torch_results(x_train, y_train, x_query, kernel, width)
+    y_hat, weights = attn.nadaraya_watson(x_train, y_train, x_query, kernel, width, return_weights=True)
+    expected = (n,) if form == "vector_points_scalar_targets" else (*lead, n, v)
+    assert y_hat.shape == expected and weights.shape == (*lead, n, m)
+    assert_within_budget(y_hat, refs["y_hat"][0].reshape(expected), refs["y_hat"][1].reshape(expected), "y_hat")
+    assert_within_budget(weights, refs["weights"][0].reshape(weights.shape), refs["weights"][1].reshape(weights.shape),
+                         "weights")
+
+
+def test_a_query_outside_every_support_predicts_zero():
+    y_hat, weights = attn.nadaraya_watson(np.array([0.0, 1.0]), np.array([5.0, 7.0]), np.array([0.5, 10.0]),
+                                          kernel="boxcar", return_weights=True)
+    assert y_hat[0] == 6.0 and y_hat[1] == 0.0 and np.all(weights[1] == 0)
+
+
+def test_the_gaussian_is_seed_001s_softmax_formula(rng):
+    # f(x) = sum_i softmax(-1/2 (x - x_i)^2) y_i, in NumPy, in float64.
+    x_train, y_train, x_query = (a.astype(np.float64) for a in regression(rng))
+    s = -0.5 * (x_query[:, None] - x_train[None, :]) ** 2
+    w = np.exp(s - s.max(1, keepdims=True))
+    w /= w.sum(1, keepdims=True)
+    np.testing.assert_allclose(attn.nadaraya_watson(x_train, y_train, x_query), w @ y_train, rtol=1e-12, atol=1e-12)

@@ -1,0 +1,122 @@
+// The fused SIMD kernels of the cpu backend, written once with Google Highway and compiled for
+// several targets (AVX-512, AVX2, SSE4 and a portable 128-bit emulation); the best one the CPU
+// supports is picked at run time (simd_target in attn/config.hpp overrides it). The kernels work
+// on one block of the problem per call; the callers in src/cpu split the problem into blocks and
+// run them on OpenMP threads, each with its own scratch (cpu/scratch.hpp).
+#pragma once
+
+#include <cstddef>
+
+#include "core/dropout_plan.hpp"
+#include "core/mask_plan.hpp"
+#include "core/view4.hpp"
+
+namespace attn::cpu::fused {
+
+// Queries per block: each block keeps its queries transposed, (d, kBlockQ), so that the scores of a
+// key are one row of kBlockQ lanes and the online softmax runs down columns without shuffles.
+inline constexpr index_t kBlockQ = 64;
+// Keys per tile: scores and weights of a block for one tile are (kBlockK, kBlockQ).
+inline constexpr index_t kBlockK = 64;
+static_assert(kBlockK == kBlockQ, "the backward transposes square (kBlockK, kBlockQ) tiles");
+// The fused kernels compare key indices in T lanes; beyond 2^24 keys a float no longer holds them.
+inline constexpr index_t kMaxKeys = index_t(1) << 24;
+
+// The work space of one block of queries (simd/softmax-inl.h, BlockState): queries transposed
+// (d, kBlockQ), scores or weights of a key tile (kBlockK, kBlockQ), the partial output transposed
+// (v, kBlockQ), and per-query running maximum, rescale factor, key limit, sums and row masks.
+constexpr std::size_t block_bytes(std::size_t n) { return (n + 63) / 64 * 64; }  // 64-byte aligned arrays
+template <class T>
+constexpr std::size_t block_state_bytes(index_t d, index_t v) {
+  const std::size_t q = kBlockQ;
+  return block_bytes(sizeof(T) * q * static_cast<std::size_t>(d + kBlockK + v)) + 3 * block_bytes(sizeof(T) * q) +
+         2 * block_bytes(sizeof(double) * q) + block_bytes(sizeof(RowMask<T>) * q);
+}
+
+// One scaled dot-product attention forward call, checked by src/api: out (B, H, n, v) and, when not
+// empty, lse (B, H, n, 1) from queries (B, H, n, d), keys (B, H, m, d), values (B, H, m, v).
+template <class T>
+struct SdpaForward {
+  View4<T> out, lse;
+  View4<const T> q, k, v;
+  const MaskPlan<T>* mask;
+  T scale;
+  const DropoutPlan* dropout;
+};
+
+// Applies ATTN_SIMD_TARGET once, before the first kernel runs (src/cpu/simd/targets.cpp).
+void init_simd_target();
+
+// Bytes of per-thread work space sdpa_forward_block needs for query size d and value size v.
+template <class T>
+std::size_t sdpa_forward_work_bytes(index_t d, index_t v);
+
+// Rows [i0, i0 + kBlockQ) of batch b, head h (fewer at the end): out and lse of those rows, by an
+// online softmax over tiles of kBlockK keys. `work` is sdpa_forward_work_bytes of 64-byte aligned
+// memory.
+template <class T>
+void sdpa_forward_block(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work);
+
+// ---- decode: one or a few queries over many keys ----------------------------------------------
+// Rows are handled one at a time (dot products along d), keys split into chunks that threads take
+// independently; each chunk leaves a partial result (unnormalised output, maximum, sum) and a merge
+// combines the chunks of a row through their maxima, in chunk order. Bound by reading K and V.
+inline constexpr index_t kDecodeRows = 4;  // queries per head up to which the decode path is used
+
+template <class T>
+struct SdpaDecode {
+  SdpaForward<T> f;
+  index_t chunk_keys, chunks;
+  T* part_out;         // (B, H, n, chunks, v)
+  T* part_max;         // (B, H, n, chunks)
+  double* part_sum;    // (B, H, n, chunks)
+};
+
+// Keys of chunk `chunk` of (b, h) for every query row: the partial results of that chunk.
+template <class T>
+void sdpa_decode_chunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chunk);
+
+// ---- backward ------------------------------------------------------------------------------
+// Three passes, each split into blocks that do not depend on the thread count, so results are
+// bit-identical at any number of threads:
+//   1. stats, per block of kBlockQ queries: each row's exact maximum and 1/sum of the masked scaled
+//      scores (computed as the forward does; rebuilding the weights from a float lse would lose its
+//      low bits when scores are large) and D_i = dout_i . out_i;
+//   2. chunks of keys: for each key tile and query block, weights P, dP = dout V^T, dS = P (dP - D)
+//      (0 where masked), then dV += P^T dout and dK += dS^T Q for the chunk's keys (owned) and dS K
+//      into the chunk's own partial dQ;
+//   3. dQ = scale x the chunks' partials summed in chunk order.
+template <class T>
+struct SdpaBackward {
+  View4<T> dq, dk, dv;
+  View4<const T> dout, q, k, v, out;
+  const MaskPlan<T>* mask;
+  T scale;
+  const DropoutPlan* dropout;
+  T* row_max;         // (B, H, n)
+  T* row_inv;         // (B, H, n): 1 / sum, 0 for an empty row
+  double* row_dot;    // (B, H, n): dout_i . out_i
+  T* dq_partial;      // (B, H, chunks, blocks, d, kBlockQ): per chunk, dQ^T of each query block
+  index_t chunk_keys;  // keys per chunk, a multiple of kBlockK
+  index_t chunks;      // ceil(m / chunk_keys)
+};
+
+// Pass 2's arrays after its BlockState: D (float64), three (kBlockK, kBlockQ) tiles, dK^T and dV^T.
+template <class T>
+constexpr std::size_t chunk_extra_bytes(index_t d, index_t v) {
+  return block_bytes(sizeof(double) * kBlockQ) + block_bytes(sizeof(T) * kBlockQ * static_cast<std::size_t>(3 * kBlockK + d + v));
+}
+
+// Work space of pass 1 and of pass 2 for query size d and value size v.
+template <class T>
+std::size_t sdpa_backward_work_bytes(index_t d, index_t v);
+
+// Pass 1 for rows [i0, i0 + kBlockQ) of (b, h).
+template <class T>
+void sdpa_backward_stats(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void* work);
+
+// Pass 2 for chunk `chunk` of (b, h).
+template <class T>
+void sdpa_backward_chunk(const SdpaBackward<T>& p, index_t b, index_t h, index_t chunk, void* work);
+
+}  // namespace attn::cpu::fused

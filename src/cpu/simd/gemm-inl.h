@@ -1,0 +1,122 @@
+// Per-target building blocks of the fused kernels (Highway's "-inl.h" convention: included once per
+// target by each kernel file after hwy/highway.h, inside its foreach_target expansion).
+//
+// The kernels keep a block of kBlockQ queries transposed, so every product they need has the form
+//   C (rows, kBlockQ) (+)= A (rows, depth) Bm (depth, kBlockQ)
+// with Bm and C dense (row stride kBlockQ) and A read through two strides: a(r, k) = A[r a_r + k a_k].
+// Scores of a key tile are rows = keys, depth = d, A = the keys, Bm = the queries transposed; the
+// output is rows = value columns, depth = keys, A = the values read transposed (a_r = 1), Bm = the
+// weights. Each micro-tile holds R rows x 2 vectors of accumulators in registers.
+
+#if defined(ATTN_CPU_SIMD_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_CPU_SIMD_GEMM_INL_H_
+#undef ATTN_CPU_SIMD_GEMM_INL_H_
+#else
+#define ATTN_CPU_SIMD_GEMM_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include "cpu/simd/fused.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::fused::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// R rows of C over all kBlockQ columns, two vectors at a time.
+template <int R, bool kAccumulate, class D, class T>
+HWY_INLINE void MicroTile(D d, const T* HWY_RESTRICT A, index_t a_r, index_t a_k, const T* HWY_RESTRICT Bm,
+                          T* HWY_RESTRICT C, index_t depth) {
+  using V = hn::Vec<D>;
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  for (index_t col = 0; col < kBlockQ; col += 2 * L) {
+    V acc0[R], acc1[R];
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = kAccumulate ? hn::Load(d, C + r * kBlockQ + col) : hn::Zero(d);
+      acc1[r] = kAccumulate ? hn::Load(d, C + r * kBlockQ + col + L) : hn::Zero(d);
+    }
+    for (index_t k = 0; k < depth; ++k) {
+      const V b0 = hn::Load(d, Bm + k * kBlockQ + col);
+      const V b1 = hn::Load(d, Bm + k * kBlockQ + col + L);
+      const T* a = A + k * a_k;
+      for (int r = 0; r < R; ++r) {
+        const V ar = hn::Set(d, a[r * a_r]);
+        acc0[r] = hn::MulAdd(ar, b0, acc0[r]);
+        acc1[r] = hn::MulAdd(ar, b1, acc1[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      hn::Store(acc0[r], d, C + r * kBlockQ + col);
+      hn::Store(acc1[r], d, C + r * kBlockQ + col + L);
+    }
+  }
+}
+
+// C (rows, kBlockQ) (+)= A (rows, depth) Bm (depth, kBlockQ), in micro-tiles of 6 rows (12
+// accumulators, 2 loads and a broadcast in flight: 15 of AVX2's 16 registers).
+template <bool kAccumulate, class D, class T>
+HWY_INLINE void BlockGemm(D d, const T* A, index_t a_r, index_t a_k, const T* Bm, T* C, index_t rows,
+                          index_t depth) {
+  index_t r = 0;
+  for (; r + 6 <= rows; r += 6) MicroTile<6, kAccumulate>(d, A + r * a_r, a_r, a_k, Bm, C + r * kBlockQ, depth);
+  const T* a = A + r * a_r;
+  T* c = C + r * kBlockQ;
+  switch (rows - r) {
+    case 5: MicroTile<5, kAccumulate>(d, a, a_r, a_k, Bm, c, depth); break;
+    case 4: MicroTile<4, kAccumulate>(d, a, a_r, a_k, Bm, c, depth); break;
+    case 3: MicroTile<3, kAccumulate>(d, a, a_r, a_k, Bm, c, depth); break;
+    case 2: MicroTile<2, kAccumulate>(d, a, a_r, a_k, Bm, c, depth); break;
+    case 1: MicroTile<1, kAccumulate>(d, a, a_r, a_k, Bm, c, depth); break;
+    default: break;
+  }
+}
+
+// dst (cols, kBlockQ) = rows [i0, i0 + count) of x(b, h) transposed, zero past `count`: a block of
+// queries (or of output gradients) laid out as the B operand of BlockGemm.
+template <class T>
+void PackTransposed(T* dst, View4<const T> x, index_t b, index_t h, index_t i0, index_t count) {
+  for (index_t i = 0; i < kBlockQ; ++i) {
+    const T* xi = i < count ? x.row(b, h, i0 + i) : nullptr;
+    for (index_t c = 0; c < x.C; ++c) dst[c * kBlockQ + i] = xi != nullptr ? xi[c] : T(0);
+  }
+}
+
+// dst (kBlockQ, kBlockQ) = src (kBlockQ, kBlockQ) transposed.
+template <class T>
+void Transpose(T* HWY_RESTRICT dst, const T* HWY_RESTRICT src) {
+  for (index_t r = 0; r < kBlockQ; ++r)
+    for (index_t c = 0; c < kBlockQ; ++c) dst[c * kBlockQ + r] = src[r * kBlockQ + c];
+}
+
+// Adds the lanes of v to two float64 accumulators (float lanes are widened first): row sums of
+// softmax weights are kept in double, as the unfused path keeps them.
+template <class D, class DW>
+HWY_INLINE void AddWide(D d, DW dw, hn::Vec<D> v, hn::Vec<DW>& lo, hn::Vec<DW>& hi) {
+  (void)d, (void)hi;
+  if constexpr (sizeof(hn::TFromD<D>) == 4) {
+#if HWY_TARGET == HWY_SCALAR
+    lo = hn::Add(lo, hn::PromoteTo(dw, v));  // one lane: widen it
+#else
+    const hn::Half<D> dh;
+    lo = hn::Add(lo, hn::PromoteTo(dw, hn::LowerHalf(dh, v)));
+    hi = hn::Add(hi, hn::PromoteTo(dw, hn::UpperHalf(dh, v)));
+#endif
+  } else {
+    lo = hn::Add(lo, v);
+  }
+}
+
+// The float64 tag AddWide accumulates in: half the lanes of a float vector (one on the scalar
+// target), all of a double one.
+#if HWY_TARGET == HWY_SCALAR
+template <class D>
+using WideTag = hn::Rebind<double, D>;
+#else
+template <class D>
+using WideTag = hn::Repartition<double, D>;
+#endif
+
+}  // namespace attn::cpu::fused::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTN_CPU_SIMD_GEMM_INL_H_

@@ -1,0 +1,189 @@
+// Fused scaled dot-product attention backward (passes 1 and 2 of simd/fused.hpp), compiled once per
+// SIMD target. Layouts follow the forward: a query block is kBlockQ lanes; scores, weights and their
+// gradients of a key tile are (keys, kBlockQ); dK, dV and the partial dQ are kept transposed.
+//
+// With s_ij = scale q_i . k_j, P = softmax(s) (masked), W = dropout(P) (kept weights x 1/(1-p)):
+//   out_i = sum_j W_ij v_j                 =>  dV_j = sum_i W_ij dout_i,  dP_ij = drop_ij (dout_i . v_j)
+//   P = softmax(s)                         =>  dS_ij = P_ij (dP_ij - D_i),  D_i = sum_j P_ij dP_ij = dout_i . out_i
+//   s_ij = scale q_i . k_j                 =>  dQ_i = scale sum_j dS_ij k_j,  dK_j = scale sum_i dS_ij q_i
+#include <algorithm>
+#include <cmath>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/simd/sdpa_backward.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+
+#include "cpu/simd/fused.hpp"
+#include "cpu/simd/gemm-inl.h"
+#include "cpu/simd/softmax-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::fused::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Pass 1: the forward's running maximum and sum over every key tile, then max, 1/sum and D per row.
+template <class T>
+void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void* work) {
+  const hn::ScalableTag<T> d;
+  const index_t rows = std::min<index_t>(kBlockQ, p.q.R - i0);
+  BlockState<T> st(work, p.q.C, 0);
+  PackTransposed(st.qt, p.q, b, h, i0, rows);
+  const index_t keys = st.start(*p.mask, b, h, i0, rows);
+  for (index_t j0 = 0; j0 < keys; j0 += kBlockK) {
+    const index_t cnt = std::min<index_t>(kBlockK, keys - j0);
+    BlockGemm<false>(d, p.k.row(b, h, j0), p.k.sR, 1, st.qt, st.s, cnt, p.q.C);
+    st.mask_tile(d, p.scale, j0, cnt);
+    st.softmax_tile(d, cnt);
+  }
+  const index_t row0 = (b * p.q.H + h) * p.q.R + i0;
+  for (index_t i = 0; i < rows; ++i) {
+    p.row_max[row0 + i] = st.max[i];
+    p.row_inv[row0 + i] = st.sum[i] > 0 ? static_cast<T>(1.0 / st.sum[i]) : T(0);
+    const T* g = p.dout.row(b, h, i0 + i);
+    const T* o = p.out.row(b, h, i0 + i);
+    double dot = 0;
+    for (index_t c = 0; c < p.dout.C; ++c) dot += static_cast<double>(g[c]) * static_cast<double>(o[c]);
+    p.row_dot[row0 + i] = dot;
+  }
+}
+
+// Pass 2 for the keys of one chunk: see simd/fused.hpp.
+template <class T>
+void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t chunk, void* work) {
+  const hn::ScalableTag<T> d;
+  using V = hn::Vec<decltype(d)>;
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  const index_t n = p.q.R, m = p.k.R, dq = p.q.C, dv = p.v.C, H = p.q.H;
+  const index_t blocks = (n + kBlockQ - 1) / kBlockQ;
+  BlockState<T> st(work, dq, dv);  // qt: queries^T, s: P^T, ot: dout^T, max / alpha: row max / 1/sum
+  auto* extra = static_cast<unsigned char*>(work) + block_state_bytes<T>(dq, dv);
+  double* row_dot = reinterpret_cast<double*>(extra);                      // D of the block's rows
+  T* pm = reinterpret_cast<T*>(extra + block_bytes(sizeof(double) * kBlockQ));  // W (kBlockQ, kBlockK), query-major
+  T* dst = pm + kBlockQ * kBlockK;                               // dP^T, then dS^T (kBlockK, kBlockQ)
+  T* dsm = dst + kBlockK * kBlockQ;                              // dS (kBlockQ, kBlockK)
+  T* dkt = dsm + kBlockQ * kBlockK;                              // dK^T (d, kBlockK) of the tile
+  T* dvt = dkt + dq * kBlockQ;                                   // dV^T (v, kBlockK) of the tile
+  const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
+  T* part = p.dq_partial + ((b * H + h) * p.chunks + chunk) * blocks * dq * kBlockQ;
+  std::fill(part, part + blocks * dq * kBlockQ, T(0));
+  const DropoutPlan& drop = *p.dropout;
+  const T keep_scale = static_cast<T>(drop.scale);
+
+  for (index_t j0 = k0; j0 < k1; j0 += kBlockK) {
+    const index_t cnt = std::min<index_t>(kBlockK, k1 - j0);
+    std::fill(dkt, dkt + (dq + dv) * kBlockQ, T(0));
+    const T* k_tile = p.k.row(b, h, j0);
+    const T* v_tile = p.v.row(b, h, j0);
+    for (index_t blk = 0; blk < blocks; ++blk) {
+      const index_t i0 = blk * kBlockQ, rows = std::min<index_t>(kBlockQ, n - i0);
+      if (j0 >= st.start(*p.mask, b, h, i0, rows)) continue;  // every key of the tile masked
+      const index_t row0 = (b * H + h) * n + i0;
+      for (index_t i = 0; i < kBlockQ; ++i) {
+        st.max[i] = i < rows ? p.row_max[row0 + i] : T(0);
+        st.alpha[i] = i < rows ? p.row_inv[row0 + i] : T(0);
+        row_dot[i] = i < rows ? p.row_dot[row0 + i] : 0.0;
+      }
+      PackTransposed(st.qt, p.q, b, h, i0, rows);
+      PackTransposed(st.ot, p.dout, b, h, i0, rows);
+      // P^T = exp(masked scores - max) / sum, exactly the forward's weights.
+      BlockGemm<false>(d, k_tile, p.k.sR, 1, st.qt, st.s, cnt, dq);
+      const bool partial = st.mask_tile(d, p.scale, j0, cnt);
+      // dP^T = V_tile dout^T.
+      BlockGemm<false>(d, v_tile, p.v.sR, 1, st.ot, dst, cnt, dv);
+      for (index_t i = 0; i < kBlockQ; i += L) {
+        const V mx = hn::Load(d, st.max + i), inv = hn::Load(d, st.alpha + i);
+        const V shift = hn::IfThenZeroElse(hn::Eq(mx, hn::Set(d, -INFINITY)), mx);
+        for (index_t jj = 0; jj < cnt; ++jj) {
+          T* sj = st.s + jj * kBlockQ + i;
+          hn::Store(hn::Mul(hn::Exp(d, hn::Sub(hn::Load(d, sj), shift)), inv), d, sj);
+        }
+      }
+      // dS = P (drop dP - D), in float64 as the unfused path (dP - D cancels in a peaked row), and
+      // W = drop P, where drop is the dropout factor 1/(1-p) or 0 of each weight.
+      for (index_t i = 0; i < rows; ++i)
+        for (index_t jj = 0; jj < cnt; ++jj) {
+          const index_t j = j0 + jj;
+          const T w = st.s[jj * kBlockQ + i];
+          T& ds = dst[jj * kBlockQ + i];  // dP on entry
+          T factor = T(1);
+          if (drop.active) factor = drop.draw(b * H + h, i0 + i, j >> 2)[static_cast<int>(j & 3)] >= drop.threshold ? keep_scale : T(0);
+          // 0 where the key is masked (dP may be anything there, even NaN) or the weight is 0.
+          ds = w != T(0) && st.rm[i].allowed(j)
+                   ? static_cast<T>(static_cast<double>(w) * (static_cast<double>(ds * factor) - row_dot[i]))
+                   : T(0);
+          pm[i * kBlockK + jj] = w * factor;
+        }
+      for (index_t i = rows; i < kBlockQ; ++i)
+        for (index_t jj = 0; jj < cnt; ++jj) dst[jj * kBlockQ + i] = 0, pm[i * kBlockK + jj] = 0;
+      for (index_t jj = cnt; jj < kBlockK; ++jj)
+        for (index_t i = 0; i < kBlockQ; ++i) pm[i * kBlockK + jj] = 0, dst[jj * kBlockQ + i] = 0;
+      Transpose(dsm, dst);
+      // dV^T += dout^T W, dK^T += Q^T dS (scaled at the end), partial dQ^T += K_tile^T dS^T.
+      BlockGemm<true>(d, p.dout.row(b, h, i0), 1, p.dout.sR, pm, dvt, dv, rows);
+      BlockGemm<true>(d, p.q.row(b, h, i0), 1, p.q.sR, dsm, dkt, dq, rows);
+      T* part_blk = part + blk * dq * kBlockQ;
+      if (partial && !rows_finite(k_tile, p.k.sR, cnt, dq)) {
+        AccumulateSkippingZeros(part_blk, k_tile, p.k.sR, dst, cnt, dq, rows);
+      } else {
+        BlockGemm<true>(d, k_tile, 1, p.k.sR, dst, part_blk, dq, cnt);
+      }
+    }
+    for (index_t jj = 0; jj < cnt; ++jj) {
+      if (!p.dk.empty()) {
+        T* dk = p.dk.row(b, h, j0 + jj);
+        for (index_t c = 0; c < dq; ++c) dk[c] = p.scale * dkt[c * kBlockK + jj];
+      }
+      if (!p.dv.empty()) {
+        T* dvr = p.dv.row(b, h, j0 + jj);
+        for (index_t c = 0; c < dv; ++c) dvr[c] = dvt[c * kBlockK + jj];
+      }
+    }
+  }
+}
+
+void StatsBlockF32(const SdpaBackward<float>& p, index_t b, index_t h, index_t i0, void* w) { StatsBlock(p, b, h, i0, w); }
+void StatsBlockF64(const SdpaBackward<double>& p, index_t b, index_t h, index_t i0, void* w) { StatsBlock(p, b, h, i0, w); }
+void ChunkBlockF32(const SdpaBackward<float>& p, index_t b, index_t h, index_t c, void* w) { ChunkBlock(p, b, h, c, w); }
+void ChunkBlockF64(const SdpaBackward<double>& p, index_t b, index_t h, index_t c, void* w) { ChunkBlock(p, b, h, c, w); }
+
+}  // namespace attn::cpu::fused::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::cpu::fused {
+
+HWY_EXPORT(StatsBlockF32);
+HWY_EXPORT(StatsBlockF64);
+HWY_EXPORT(ChunkBlockF32);
+HWY_EXPORT(ChunkBlockF64);
+
+template <class T>
+std::size_t sdpa_backward_work_bytes(index_t d, index_t v) {
+  return block_state_bytes<T>(d, v) + chunk_extra_bytes<T>(d, v);
+}
+
+template <>
+void sdpa_backward_stats(const SdpaBackward<float>& p, index_t b, index_t h, index_t i0, void* work) {
+  HWY_DYNAMIC_DISPATCH(StatsBlockF32)(p, b, h, i0, work);
+}
+template <>
+void sdpa_backward_stats(const SdpaBackward<double>& p, index_t b, index_t h, index_t i0, void* work) {
+  HWY_DYNAMIC_DISPATCH(StatsBlockF64)(p, b, h, i0, work);
+}
+template <>
+void sdpa_backward_chunk(const SdpaBackward<float>& p, index_t b, index_t h, index_t chunk, void* work) {
+  HWY_DYNAMIC_DISPATCH(ChunkBlockF32)(p, b, h, chunk, work);
+}
+template <>
+void sdpa_backward_chunk(const SdpaBackward<double>& p, index_t b, index_t h, index_t chunk, void* work) {
+  HWY_DYNAMIC_DISPATCH(ChunkBlockF64)(p, b, h, chunk, work);
+}
+
+template std::size_t sdpa_backward_work_bytes<float>(index_t, index_t);
+template std::size_t sdpa_backward_work_bytes<double>(index_t, index_t);
+
+}  // namespace attn::cpu::fused
+#endif  // HWY_ONCE

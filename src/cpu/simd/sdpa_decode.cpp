@@ -1,0 +1,137 @@
+// Fused scaled dot-product attention for a few queries (simd/fused.hpp, decode), compiled once per
+// SIMD target: per query row and key tile, dot products along d (four keys at a time share the
+// query's loads), masks, an online softmax step, and the weighted sum of the value rows whose
+// weight is not 0 (a masked or dropped key's value row is never read).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/simd/sdpa_decode.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+
+#include "cpu/simd/fused.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::fused::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// s[0, cnt) = q . k_j for keys j of the tile starting at k0 (row stride ks), d elements each.
+template <class D, class T>
+void Dots(D d, const T* q, const T* k0, index_t ks, index_t dim, index_t cnt, T* s) {
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  index_t j = 0;
+  for (; j + 4 <= cnt; j += 4) {
+    const T* k = k0 + j * ks;
+    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    index_t c = 0;
+    for (; c + L <= dim; c += L) {
+      const auto qv = hn::LoadU(d, q + c);
+      a0 = hn::MulAdd(qv, hn::LoadU(d, k + c), a0);
+      a1 = hn::MulAdd(qv, hn::LoadU(d, k + ks + c), a1);
+      a2 = hn::MulAdd(qv, hn::LoadU(d, k + 2 * ks + c), a2);
+      a3 = hn::MulAdd(qv, hn::LoadU(d, k + 3 * ks + c), a3);
+    }
+    T t[4] = {hn::GetLane(hn::SumOfLanes(d, a0)), hn::GetLane(hn::SumOfLanes(d, a1)),
+              hn::GetLane(hn::SumOfLanes(d, a2)), hn::GetLane(hn::SumOfLanes(d, a3))};
+    for (; c < dim; ++c)
+      for (int r = 0; r < 4; ++r) t[r] += q[c] * k[r * ks + c];
+    for (int r = 0; r < 4; ++r) s[j + r] = t[r];
+  }
+  for (; j < cnt; ++j) {
+    const T* k = k0 + j * ks;
+    auto a = hn::Zero(d);
+    index_t c = 0;
+    for (; c + L <= dim; c += L) a = hn::MulAdd(hn::LoadU(d, q + c), hn::LoadU(d, k + c), a);
+    T t = hn::GetLane(hn::SumOfLanes(d, a));
+    for (; c < dim; ++c) t += q[c] * k[c];
+    s[j] = t;
+  }
+}
+
+// o[0, v) = alpha o + w x[0, v) (alpha = 1: a plain axpy).
+template <class D, class T>
+void Axpy(D d, T w, const T* x, T* o, index_t v) {
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  const auto wv = hn::Set(d, w);
+  index_t c = 0;
+  for (; c + L <= v; c += L) hn::StoreU(hn::MulAdd(wv, hn::LoadU(d, x + c), hn::LoadU(d, o + c)), d, o + c);
+  for (; c < v; ++c) o[c] += w * x[c];
+}
+
+template <class T>
+void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chunk) {
+  const hn::ScalableTag<T> d;
+  const SdpaForward<T>& f = p.f;
+  const index_t n = f.q.R, m = f.k.R, dq = f.q.C, dv = f.v.C;
+  const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
+  const T inf = std::numeric_limits<T>::infinity();
+  const T fill = f.mask->seeds_fill ? T(-1e6) : -inf;
+  HWY_ALIGN T s[kBlockK];
+  for (index_t i = 0; i < n; ++i) {
+    const RowMask<T> rm = f.mask->row(b, h, i);
+    const index_t row = ((b * f.q.H + h) * n + i) * p.chunks + chunk;
+    T* o = p.part_out + row * dv;
+    std::fill(o, o + dv, T(0));
+    T mx = -inf;
+    double sum = 0;
+    const index_t end = f.mask->seeds_fill ? k1 : std::min(k1, rm.end);
+    for (index_t j0 = k0; j0 < end; j0 += kBlockK) {
+      const index_t cnt = std::min<index_t>(kBlockK, end - j0);
+      Dots(d, f.q.row(b, h, i), f.k.row(b, h, j0), f.k.sR, dq, cnt, s);
+      T tile_max = -inf;
+      for (index_t jj = 0; jj < cnt; ++jj) {
+        const index_t j = j0 + jj;
+        s[jj] = rm.allowed(j) ? s[jj] * f.scale + rm.bias_at(j) : fill;
+        tile_max = std::max(tile_max, s[jj]);
+      }
+      const T new_max = std::max(mx, tile_max);
+      if (new_max == -inf) continue;  // every key so far masked
+      const T alpha = std::exp(mx - new_max);
+      mx = new_max;
+      for (index_t c = 0; c < dv; ++c) o[c] *= alpha;
+      const index_t L = static_cast<index_t>(hn::Lanes(d));
+      index_t jj = 0;
+      for (; jj + L <= cnt; jj += L) hn::Store(hn::Exp(d, hn::Sub(hn::Load(d, s + jj), hn::Set(d, mx))), d, s + jj);
+      for (; jj < cnt; ++jj) s[jj] = std::exp(s[jj] - mx);
+      double tile_sum = 0;
+      for (jj = 0; jj < cnt; ++jj) tile_sum += static_cast<double>(s[jj]);
+      sum = sum * static_cast<double>(alpha) + tile_sum;
+      const DropoutPlan& drop = *f.dropout;
+      for (jj = 0; jj < cnt; ++jj) {
+        T w = s[jj];
+        if (drop.active) w = drop.keep(b * f.q.H + h, i, j0 + jj) ? w * static_cast<T>(drop.scale) : T(0);
+        if (w != T(0)) Axpy(d, w, f.v.row(b, h, j0 + jj), o, dv);
+      }
+    }
+    p.part_max[row] = mx;
+    p.part_sum[row] = sum;
+  }
+}
+
+void DecodeChunkF32(const SdpaDecode<float>& p, index_t b, index_t h, index_t c) { DecodeChunk(p, b, h, c); }
+void DecodeChunkF64(const SdpaDecode<double>& p, index_t b, index_t h, index_t c) { DecodeChunk(p, b, h, c); }
+
+}  // namespace attn::cpu::fused::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::cpu::fused {
+
+HWY_EXPORT(DecodeChunkF32);
+HWY_EXPORT(DecodeChunkF64);
+
+template <>
+void sdpa_decode_chunk(const SdpaDecode<float>& p, index_t b, index_t h, index_t chunk) {
+  HWY_DYNAMIC_DISPATCH(DecodeChunkF32)(p, b, h, chunk);
+}
+template <>
+void sdpa_decode_chunk(const SdpaDecode<double>& p, index_t b, index_t h, index_t chunk) {
+  HWY_DYNAMIC_DISPATCH(DecodeChunkF64)(p, b, h, chunk);
+}
+
+}  // namespace attn::cpu::fused
+#endif  // HWY_ONCE

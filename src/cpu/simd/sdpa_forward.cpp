@@ -1,0 +1,99 @@
+// Fused scaled dot-product attention forward, one block of kBlockQ queries per call: for each tile
+// of kBlockK keys, scores = scale K Q^T (transposed: a row per key), masks, an online softmax (running
+// row maximum and float64 sum; earlier partial outputs rescaled when the maximum grows), dropout, and
+// the weighted sum of values. The (n, m) matrix is never formed; tiles past every row's last
+// allowed key are skipped. Compiled once per SIMD target (hwy/foreach_target.h).
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/simd/sdpa_forward.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+
+#include "cpu/simd/fused.hpp"
+#include "cpu/simd/gemm-inl.h"
+#include "cpu/simd/softmax-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::fused::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class T>
+void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work) {
+  const hn::ScalableTag<T> d;
+  const index_t n = p.q.R, dq = p.q.C, dv = p.v.C;
+  const index_t rows = std::min<index_t>(kBlockQ, n - i0);
+  BlockState<T> st(work, dq, dv);
+
+  PackTransposed(st.qt, p.q, b, h, i0, rows);
+  const index_t keys = st.start(*p.mask, b, h, i0, rows);
+  for (index_t c = 0; c < dv * kBlockQ; ++c) st.ot[c] = 0;
+
+  for (index_t j0 = 0; j0 < keys; j0 += kBlockK) {
+    const index_t cnt = std::min<index_t>(kBlockK, keys - j0);
+    // scores^T (cnt, kBlockQ) = K_tile Q^T, then scale and masks.
+    BlockGemm<false>(d, p.k.row(b, h, j0), p.k.sR, 1, st.qt, st.s, cnt, dq);
+    const bool partial = st.mask_tile(d, p.scale, j0, cnt);
+    st.softmax_tile(d, cnt);
+    if (p.dropout->active) st.drop_tile(*p.dropout, b * p.q.H + h, i0, rows, j0, cnt);
+    // out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T.
+    st.rescale(d, st.ot, dv);
+    const T* v0 = p.v.row(b, h, j0);
+    if (partial && !rows_finite(v0, p.v.sR, cnt, dv)) {
+      st.accumulate_skipping_zeros(v0, p.v.sR, cnt, dv, rows);  // 0 * Inf must not reach a row
+    } else {
+      BlockGemm<true>(d, v0, 1, p.v.sR, st.s, st.ot, dv, cnt);
+    }
+  }
+
+  // out = out^T / sum, lse = max + log(sum); an empty row gets 0 and -inf.
+  for (index_t i = 0; i < rows; ++i) {
+    const double sum = st.sum[i];
+    const T inv = sum > 0 ? static_cast<T>(1.0 / sum) : T(0);
+    T* o = p.out.row(b, h, i0 + i);
+    for (index_t c = 0; c < dv; ++c) o[c] = st.ot[c * kBlockQ + i] * inv;
+    if (!p.lse.empty())
+      p.lse.at(b, h, i0 + i, 0) = sum > 0 ? st.max[i] + static_cast<T>(std::log(sum))
+                                          : -std::numeric_limits<T>::infinity();
+  }
+}
+
+void ForwardBlockF32(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
+  ForwardBlock(p, b, h, i0, work);
+}
+void ForwardBlockF64(const SdpaForward<double>& p, index_t b, index_t h, index_t i0, void* work) {
+  ForwardBlock(p, b, h, i0, work);
+}
+
+}  // namespace attn::cpu::fused::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::cpu::fused {
+
+HWY_EXPORT(ForwardBlockF32);
+HWY_EXPORT(ForwardBlockF64);
+
+template <class T>
+std::size_t sdpa_forward_work_bytes(index_t d, index_t v) {
+  return block_state_bytes<T>(d, v);
+}
+
+template <>
+void sdpa_forward_block(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
+  HWY_DYNAMIC_DISPATCH(ForwardBlockF32)(p, b, h, i0, work);
+}
+template <>
+void sdpa_forward_block(const SdpaForward<double>& p, index_t b, index_t h, index_t i0, void* work) {
+  HWY_DYNAMIC_DISPATCH(ForwardBlockF64)(p, b, h, i0, work);
+}
+
+template std::size_t sdpa_forward_work_bytes<float>(index_t, index_t);
+template std::size_t sdpa_forward_work_bytes<double>(index_t, index_t);
+
+}  // namespace attn::cpu::fused
+#endif  // HWY_ONCE

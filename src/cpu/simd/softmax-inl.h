@@ -1,0 +1,205 @@
+// Per-target online softmax over the key tiles of one block of kBlockQ queries (Highway "-inl.h"
+// convention, like gemm-inl.h). Scores of a tile are stored transposed, (kBlockK, kBlockQ): each
+// query is a lane, so the running maximum and sum of every query update with plain vector ops.
+//
+// exp is Highway's hn::Exp: at most 1 ulp from the exact value over the range the kernels use
+// (arguments <= 0; below -104 in float, -1000 in double, it returns 0, as the weight rounds to 0 anyway).
+
+#if defined(ATTN_CPU_SIMD_SOFTMAX_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_CPU_SIMD_SOFTMAX_INL_H_
+#undef ATTN_CPU_SIMD_SOFTMAX_INL_H_
+#else
+#define ATTN_CPU_SIMD_SOFTMAX_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+
+#include "cpu/simd/fused.hpp"
+#include "cpu/simd/gemm-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::fused::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Whether every entry of rows [0, count) x columns [0, cols) of a strided matrix is finite.
+template <class T>
+bool rows_finite(const T* x, index_t stride, index_t count, index_t cols) {
+  for (index_t r = 0; r < count; ++r)
+    for (index_t c = 0; c < cols; ++c)
+      if (!std::isfinite(x[r * stride + c])) return false;
+  return true;
+}
+
+// C (cols, kBlockQ) += sum_j A[j][c] W[j][i] over j < cnt, i < count, reading row j of A only
+// where W[j][i] != 0: the path for a tile whose masked keys hold values that are not finite
+// (0 * Inf must not reach a row that never attends to that key).
+template <class T>
+void AccumulateSkippingZeros(T* C, const T* A, index_t a_stride, const T* W, index_t cnt, index_t cols, index_t count) {
+  for (index_t j = 0; j < cnt; ++j) {
+    const T* aj = A + j * a_stride;
+    for (index_t i = 0; i < count; ++i) {
+      const T w = W[j * kBlockQ + i];
+      if (w == T(0)) continue;
+      for (index_t c = 0; c < cols; ++c) C[c * kBlockQ + i] += w * aj[c];
+    }
+  }
+}
+
+// The state of one block of queries while its key tiles stream past, laid out in the caller's work
+// space (block_state_bytes). Queries past the end of the block (the last block of a head) are
+// padding lanes: every key is masked for them and nothing of them is stored.
+template <class T>
+struct BlockState {
+  T* qt;      // (d, kBlockQ) queries transposed
+  T* s;       // (kBlockK, kBlockQ) scores, then weights, of the current tile
+  T* ot;      // (v, kBlockQ) unnormalised output transposed
+  T* max;     // running row maximum (-inf while a row has seen no key)
+  T* alpha;   // exp(previous max - new max) of the current tile
+  T* end;     // keys [end, m) are masked (valid lengths and causal), as T for lane compares
+  double* sum;   // running sum of exp(score - max)
+  double* tsum;  // the current tile's part of it
+  RowMask<T>* rm;
+  index_t rows = 0, min_end = 0;
+  bool general = false;  // a keep or additive mask: masks are applied element by element
+  T fill = 0;            // what a masked score becomes: -inf, or -1e6 under the seeds' fill
+
+  BlockState(void* work, index_t d, index_t v) {
+    auto* p = static_cast<unsigned char*>(work);
+    auto take = [&p](std::size_t bytes) {
+      unsigned char* r = p;
+      p += (bytes + 63) / 64 * 64;
+      return r;
+    };
+    const std::size_t q = kBlockQ;
+    qt = reinterpret_cast<T*>(take(sizeof(T) * q * static_cast<std::size_t>(d + kBlockK + v)));
+    s = qt + q * static_cast<std::size_t>(d);
+    ot = s + q * static_cast<std::size_t>(kBlockK);
+    max = reinterpret_cast<T*>(take(sizeof(T) * q));
+    alpha = reinterpret_cast<T*>(take(sizeof(T) * q));
+    end = reinterpret_cast<T*>(take(sizeof(T) * q));
+    sum = reinterpret_cast<double*>(take(sizeof(double) * q));
+    tsum = reinterpret_cast<double*>(take(sizeof(double) * q));
+    rm = reinterpret_cast<RowMask<T>*>(take(sizeof(RowMask<T>) * q));
+  }
+
+  // Starts rows [i0, i0 + count) of (b, h): empty running state, the row masks. Returns how many
+  // keys take part in the block: tiles past the last allowed key of every row are skipped.
+  index_t start(const MaskPlan<T>& mask, index_t b, index_t h, index_t i0, index_t count) {
+    rows = count;
+    general = mask.keep != nullptr || mask.bias != nullptr;
+    fill = mask.seeds_fill ? T(-1e6) : -std::numeric_limits<T>::infinity();
+    min_end = mask.m;
+    index_t keys = 0;
+    for (index_t i = 0; i < kBlockQ; ++i) {
+      max[i] = -std::numeric_limits<T>::infinity();
+      sum[i] = 0;
+      end[i] = 0;
+      if (i >= rows) continue;
+      rm[i] = mask.row(b, h, i0 + i);
+      end[i] = static_cast<T>(rm[i].end);
+      min_end = std::min(min_end, rm[i].end);
+      keys = std::max(keys, mask.seeds_fill ? mask.m : rm[i].end);
+    }
+    return keys;
+  }
+
+  // Scores of keys [j0, j0 + cnt) (raw dot products in s) -> scale * score + additive mask where
+  // allowed, `fill` where masked. Returns whether some row masks a key of the tile outright (its
+  // weight is then exactly 0, and the key's value row may hold anything).
+  template <class D>
+  bool mask_tile(D d, T scale, index_t j0, index_t cnt) {
+    using V = hn::Vec<D>;
+    const index_t L = static_cast<index_t>(hn::Lanes(d));
+    const V vscale = hn::Set(d, scale), vfill = hn::Set(d, fill);
+    if (general) {
+      for (index_t jj = 0; jj < cnt; ++jj) {
+        T* sj = s + jj * kBlockQ;
+        for (index_t i = 0; i < kBlockQ; ++i) {
+          const index_t j = j0 + jj;
+          sj[i] = i < rows && rm[i].allowed(j) ? sj[i] * scale + rm[i].bias_at(j) : fill;
+        }
+      }
+      return fill != T(-1e6);
+    }
+    for (index_t jj = 0; jj < cnt; ++jj) {
+      T* sj = s + jj * kBlockQ;
+      const V vj = hn::Set(d, static_cast<T>(j0 + jj));
+      for (index_t i = 0; i < kBlockQ; i += L) {
+        const V x = hn::Mul(hn::Load(d, sj + i), vscale);
+        hn::Store(hn::IfThenElse(hn::Lt(vj, hn::Load(d, end + i)), x, vfill), d, sj + i);
+      }
+    }
+    return fill != T(-1e6) && j0 + cnt > min_end;
+  }
+
+  // The online softmax step of one tile: new running maximum, alpha = exp(old max - new max),
+  // s = exp(s - new max) (the tile's weights, unnormalised), sum = alpha sum + the tile's row sums.
+  template <class D>
+  void softmax_tile(D d, index_t cnt) {
+    using V = hn::Vec<D>;
+    const WideTag<D> dw;
+    const index_t L = static_cast<index_t>(hn::Lanes(d));
+    const V ninf = hn::Set(d, -std::numeric_limits<T>::infinity());
+    for (index_t i = 0; i < kBlockQ; i += L) {
+      V tile_max = ninf;
+      for (index_t jj = 0; jj < cnt; ++jj) tile_max = hn::Max(tile_max, hn::Load(d, s + jj * kBlockQ + i));
+      const V old_max = hn::Load(d, max + i);
+      const V new_max = hn::Max(old_max, tile_max);
+      // A row that has seen only masked keys keeps max -inf: subtract 0 instead (exp(-inf) = 0).
+      const V shift = hn::IfThenZeroElse(hn::Eq(new_max, ninf), new_max);
+      hn::Store(new_max, d, max + i);
+      hn::Store(hn::Exp(d, hn::Sub(old_max, shift)), d, alpha + i);
+      hn::Vec<WideTag<D>> lo = hn::Zero(dw), hi = hn::Zero(dw);
+      for (index_t jj = 0; jj < cnt; ++jj) {
+        T* sj = s + jj * kBlockQ + i;
+        const V w = hn::Exp(d, hn::Sub(hn::Load(d, sj), shift));
+        hn::Store(w, d, sj);
+        AddWide(d, dw, w, lo, hi);
+      }
+      const index_t W = static_cast<index_t>(hn::Lanes(dw));
+      hn::StoreU(lo, dw, tsum + i);
+      if (W < L) hn::StoreU(hi, dw, tsum + i + W);
+    }
+    for (index_t i = 0; i < kBlockQ; ++i) sum[i] = sum[i] * static_cast<double>(alpha[i]) + tsum[i];
+  }
+
+  // Dropout of the tile's weights (after their sum was taken: the softmax is normalised before
+  // dropout): a kept weight is scaled by 1/(1-p), a dropped one becomes 0. One Philox call serves
+  // four keys.
+  void drop_tile(const DropoutPlan& dropout, index_t bh, index_t i0, index_t count, index_t j0, index_t cnt) {
+    const T scale = static_cast<T>(dropout.scale);
+    for (index_t i = 0; i < count; ++i)
+      for (index_t jj = 0; jj < cnt; jj += 4) {
+        const auto r = dropout.draw(bh, i0 + i, (j0 + jj) >> 2);
+        for (index_t t = 0; t < 4 && jj + t < cnt; ++t) {
+          T& w = s[(jj + t) * kBlockQ + i];
+          w = r[static_cast<int>(t)] >= dropout.threshold ? w * scale : T(0);
+        }
+      }
+  }
+
+  // x (count, kBlockQ) *= alpha, lane by lane: earlier partial sums follow the new maximum.
+  template <class D>
+  void rescale(D d, T* x, index_t count) const {
+    const index_t L = static_cast<index_t>(hn::Lanes(d));
+    for (index_t i = 0; i < kBlockQ; i += L) {
+      const hn::Vec<D> a = hn::Load(d, alpha + i);
+      for (index_t r = 0; r < count; ++r) hn::Store(hn::Mul(hn::Load(d, x + r * kBlockQ + i), a), d, x + r * kBlockQ + i);
+    }
+  }
+
+  // ot (v, kBlockQ) += V_tile^T s, skipping zero weights (see AccumulateSkippingZeros).
+  void accumulate_skipping_zeros(const T* v0, index_t v_stride, index_t cnt, index_t v, index_t count) {
+    AccumulateSkippingZeros(ot, v0, v_stride, s, cnt, v, count);
+  }
+};
+
+}  // namespace attn::cpu::fused::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTN_CPU_SIMD_SOFTMAX_INL_H_

@@ -1,0 +1,19 @@
+// The cpu backend's unfused scaled dot-product attention (sdpa_unfused.cpp): scores, softmax and
+// pooling as separate threaded passes over an (n, m) buffer. Same contract as cpu::sdpa_forward and
+// cpu::sdpa_backward (core/kernels.inc). It serves the calls that ask for the weights, and is the
+// baseline `attn bench` reports the fused kernels against.
+#pragma once
+
+#include "cpu/cpu.hpp"
+
+namespace attn::cpu::unfused {
+
+template <class T>
+void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> queries, View4<const T> keys,
+                  View4<const T> values, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout);
+template <class T>
+void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout,
+                   View4<const T> queries, View4<const T> keys, View4<const T> values, View4<const T> out,
+                   View4<const T> lse, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout);
+
+}  // namespace attn::cpu::unfused

@@ -1,0 +1,22 @@
+# The Python module's tests (included by tests/CMakeLists.txt): each python/tests/test_*.py file is
+# one CTest test, python.<file>, run by pytest under Debian's /usr/bin/python3 (the interpreter the
+# module is built for) with PYTHONPATH set to the build's module, so that the build is tested, never a
+# copy installed in site-packages. python.example runs examples/seeds_notebook.py the same way, its
+# heatmaps written to build/tests/python_example.
+# Registered only when python/CMakeLists.txt built the module (not in sanitizer builds).
+if(TARGET attn_python)
+  file(GLOB attn_python_tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/python/tests/test_*.py)
+  # ATTN_CLI: test_heatmaps.py compares show_heatmaps' pictures with the command line's.
+  set(attn_python_env "PYTHONPATH=$<TARGET_FILE_DIR:attn_python>" "PYTHONDONTWRITEBYTECODE=1"
+                      "ATTN_CLI=$<TARGET_FILE:attn_cli>")
+  foreach(test_file ${attn_python_tests})
+    get_filename_component(test_name ${test_file} NAME_WE)
+    add_test(NAME python.${test_name}
+             COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${test_file}
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/python/tests)
+    set_tests_properties(python.${test_name} PROPERTIES LABELS python ENVIRONMENT "${attn_python_env}" TIMEOUT 600)
+  endforeach()
+  add_test(NAME python.example
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples/seeds_notebook.py ${CMAKE_CURRENT_BINARY_DIR}/python_example)
+  set_tests_properties(python.example PROPERTIES LABELS python ENVIRONMENT "${attn_python_env}" TIMEOUT 300)
+endif()

@@ -1,0 +1,139 @@
+// `attn bench` (bench.hpp): the machine's limits first, then every case: validated (fused against
+// unfused), then timed, median of repeated runs.
+#include "bench.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "attn/config.hpp"
+#include "attn/error.hpp"
+#include "cpu/scratch.hpp"
+#include "cpu/simd/machine.hpp"
+
+namespace attn_cli {
+namespace {
+
+struct Options {
+  bool json = false, large = false;
+  int threads = 0;
+  double seconds = 1.0;  // time budget per measurement
+  std::string filter, target;
+};
+
+// Median seconds of `f` over at least 3 runs and about `budget` seconds (at most 50 runs), after
+// one run that warms caches and per-thread scratch.
+double median_seconds(const std::function<void()>& f, double budget) {
+  using clock = std::chrono::steady_clock;
+  f();
+  std::vector<double> times;
+  const auto start = clock::now();
+  while (times.size() < 3 || (times.size() < 50 && std::chrono::duration<double>(clock::now() - start).count() < budget)) {
+    const auto t0 = clock::now();
+    f();
+    times.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+struct Result {
+  std::string name, formula;
+  double seconds = 0, rate = 0, fraction = 0, extra_mib = 0, unfused_seconds = 0, baseline_mib = 0, error = 0;
+  bool memory_bound = false;
+};
+
+void print_json(const std::vector<Result>& results, double peak, double bandwidth, int threads) {
+  std::cout << "{\"threads\": " << threads << ", \"simd_target\": \"" << attn::simd_target()
+            << "\", \"fma_peak_gflops\": " << peak / 1e9 << ", \"read_bandwidth_gbs\": " << bandwidth / 1e9
+            << ", \"cases\": [\n";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    std::cout << "  {\"name\": \"" << r.name << "\", \"median_s\": " << r.seconds << ", \""
+              << (r.memory_bound ? "gbs" : "gflops") << "\": " << r.rate / 1e9 << ", \"fraction_of_limit\": "
+              << r.fraction << ", \"extra_mib\": " << r.extra_mib << ", \"unfused_median_s\": " << r.unfused_seconds
+              << ", \"unfused_extra_mib\": " << r.baseline_mib << ", \"speedup\": "
+              << (r.unfused_seconds > 0 ? r.unfused_seconds / r.seconds : 0) << ", \"max_rel_diff\": " << r.error
+              << ", \"counted\": \"" << r.formula << "\"}" << (i + 1 < results.size() ? "," : "") << "\n";
+  }
+  std::cout << "]}\n";
+}
+
+void run_bench(const Options& o) {
+  if (o.threads > 0) attn::set_num_threads(o.threads);
+  if (!o.target.empty()) attn::set_simd_target(o.target);
+  const int threads = attn::num_threads();
+  std::cerr << "measuring the machine (" << threads << " threads, " << attn::simd_target() << ")...\n";
+  const double peak = attn::cpu::machine::fma_peak_flops();
+  const double bandwidth = attn::cpu::machine::read_bandwidth(std::size_t(1) << 29);
+  std::cerr << "FMA peak " << fixed(peak / 1e9, 1) << " GFLOP/s, read bandwidth " << fixed(bandwidth / 1e9, 1)
+            << " GB/s\n";
+  std::vector<Result> results;
+  bool mismatch = false;
+  for (BenchCase& c : bench_cases(o.large)) {
+    if (!o.filter.empty() && c.name.find(o.filter) == std::string::npos) continue;
+    std::cerr << "  " << c.name << "..." << std::flush;
+    c.prepare();
+    Result r;
+    r.name = c.name, r.formula = c.formula, r.memory_bound = c.bytes > 0;
+    r.seconds = median_seconds(c.run_fused, o.seconds);
+    r.extra_mib = static_cast<double>(attn::cpu::Scratch::held()) / (1 << 20);
+    if (c.run_unfused) {
+      r.unfused_seconds = median_seconds(c.run_unfused, o.seconds);
+      r.baseline_mib = c.baseline_bytes / (1 << 20);
+      r.error = c.check();
+      if (!(r.error < 1e-4)) mismatch = true;
+    }
+    r.rate = (r.memory_bound ? c.bytes : c.flops) / r.seconds;
+    r.fraction = r.rate / (r.memory_bound ? bandwidth : peak);
+    c.release();
+    std::cerr << " " << fixed(r.seconds * 1e3, 2) << " ms\n";
+    results.push_back(r);
+  }
+  if (o.json) {
+    print_json(results, peak, bandwidth, threads);
+  } else {
+    std::printf("threads %d, simd %s, FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n", threads,
+                attn::simd_target().c_str(), peak / 1e9, bandwidth / 1e9);
+    std::printf("%-44s %10s %12s %8s %9s %11s %8s %9s\n", "case", "median ms", "GFLOP/s|GB/s", "% limit",
+                "extra MiB", "unfused ms", "speedup", "rel diff");
+    for (const Result& r : results)
+      std::printf("%-44s %10.2f %9.1f %-2s %7.1f%% %9.2f %11s %8s %9.1e\n", r.name.c_str(), r.seconds * 1e3,
+                  r.rate / 1e9, r.memory_bound ? "GB" : "GF", 100 * r.fraction, r.extra_mib,
+                  r.unfused_seconds > 0 ? fixed(r.unfused_seconds * 1e3, 2).c_str() : "-",
+                  r.unfused_seconds > 0 ? (fixed(r.unfused_seconds / r.seconds, 2) + "x").c_str() : "-", r.error);
+    std::printf("GFLOP/s count 4 d per computed (query, key) pair forward, 12 B n m d forward+backward; decode\n"
+                "counts bytes of keys, values, queries and out. extra MiB: per-thread scratch of the fused kernels\n"
+                "(all threads); the unfused path holds n x m buffers.\n");
+  }
+  if (mismatch) attn::detail::fail("bench: the fused and unfused results differ by more than 1e-4 (relative)");
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("bench", "time the fused kernels against the unfused path and the machine's limits");
+  cmd->add_flag("--json", o->json, "print the results as JSON");
+  cmd->add_flag("--large", o->large, "add the n = m = 16384 forward (extra memory at scale)");
+  cmd->add_option("--threads", o->threads, "OpenMP threads (default: all)");
+  cmd->add_option("--seconds", o->seconds, "time budget of each measurement (default 1)");
+  cmd->add_option("--filter", o->filter, "only the cases whose name contains this");
+  cmd->add_option("--simd", o->target, "SIMD target (avx3, avx2, sse4, scalar; default: the best)");
+  cmd->callback([o] { run_bench(*o); });
+}
+
+}  // namespace attn_cli

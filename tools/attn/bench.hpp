@@ -1,0 +1,35 @@
+// `attn bench`: measures the machine (FMA peak, memory read rate), then times each case of the fused
+// kernels against the project's unfused path in the same run, and prints time, GFLOP/s or GB/s,
+// the fraction of the measured limit, extra memory and the speed-up (--json for machines).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace attn_cli {
+
+// Registers the `bench` subcommand on `app`.
+void add_bench_command(CLI::App& app);
+
+// One benchmark case (bench_cases.cpp). run_fused and run_unfused each execute the operation once
+// on inputs made by prepare(); check() compares their last results and returns the largest
+// difference relative to the largest unfused output (after both ran).
+struct BenchCase {
+  std::string name;
+  double flops = 0;          // FLOPs of one run, from the formula in `formula`
+  double bytes = 0;          // bytes one run must read (memory-bound cases), else 0
+  std::string formula;       // how flops or bytes are counted
+  double baseline_bytes = 0; // extra memory of the unfused path, from its buffers' sizes
+  std::function<void()> prepare, run_fused, run_unfused, release;
+  std::function<double()> check;
+};
+
+// Every case of the list; `large` adds the n = m = 16384 memory case.
+std::vector<BenchCase> bench_cases(bool large);
+
+}  // namespace attn_cli

@@ -1,0 +1,182 @@
+// The cases of `attn bench`: shapes from the issue, inputs uniform in [-1, 1) from fixed seeds.
+// Each fused run calls the public API (cpu backend, no weights asked for); each unfused run calls
+// the unfused kernels the cpu backend used before the fused ones (src/cpu/unfused.hpp).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "attn/attn.hpp"
+#include "bench.hpp"
+#include "core/mask_plan.hpp"
+#include "cpu/unfused.hpp"
+
+namespace attn_cli {
+namespace {
+
+using attn::index_t;
+using attn::Tensor;
+
+Tensor<float> uniform(std::vector<index_t> shape, std::uint64_t seed) {
+  Tensor<float> t{std::span<const index_t>(shape)};
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (index_t i = 0; i < t.numel(); ++i) t[i] = u(gen);
+  return t;
+}
+
+double max_abs(const Tensor<float>& t) {
+  double m = 0;
+  for (index_t i = 0; i < t.numel(); ++i) m = std::max(m, static_cast<double>(std::abs(t[i])));
+  return m;
+}
+
+double max_rel_diff(const Tensor<float>& a, const Tensor<float>& b) {
+  double m = 0;
+  for (index_t i = 0; i < a.numel(); ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+  }
+  return m / std::max(1e-30, max_abs(b));
+}
+
+enum class MaskKind { none, lens, causal };
+
+// Tensors of one SDPA case (B, n, m, d), 3-D as the seeds use them; allocated by prepare(), freed
+// by release() so that large cases do not keep their memory.
+struct SdpaData {
+  index_t B, n, m, d;
+  MaskKind kind;
+  Tensor<float> q, k, v, g, out, lse, weights, out_ref, dq, dk, dv, dq_ref, dk_ref, dv_ref;
+  Tensor<std::int64_t> lens;
+
+  attn::Mask<float> mask() const {
+    attn::Mask<float> mk;
+    if (kind == MaskKind::lens) mk.valid_lens = lens.view();
+    if (kind == MaskKind::causal) mk.causal = attn::Causal::top_left;
+    return mk;
+  }
+  // Query-key pairs that are computed: all, up to each valid length, or the causal triangle.
+  double pairs() const {
+    if (kind == MaskKind::causal) return static_cast<double>(B) * (static_cast<double>(n) * (n + 1) / 2);
+    if (kind == MaskKind::lens) {
+      double p = 0;
+      for (index_t b = 0; b < B; ++b) p += static_cast<double>(n) * static_cast<double>(lens[b]);
+      return p;
+    }
+    return static_cast<double>(B) * n * m;
+  }
+  void prepare(bool backward) {
+    q = uniform({B, n, d}, 1), k = uniform({B, m, d}, 2), v = uniform({B, m, d}, 3);
+    out = Tensor<float>({B, n, d}), lse = Tensor<float>({B, n});
+    lens = Tensor<std::int64_t>({B});
+    for (index_t b = 0; b < B; ++b) lens[b] = m / 2 + (b * m) / (2 * B) + 1;  // between m/2 and m
+    if (backward) {
+      g = uniform({B, n, d}, 4);
+      dq = Tensor<float>({B, n, d}), dk = Tensor<float>({B, m, d}), dv = Tensor<float>({B, m, d});
+      dq_ref = dq, dk_ref = dk, dv_ref = dv;
+    }
+  }
+  void release() {
+    for (Tensor<float>* t : {&q, &k, &v, &g, &out, &lse, &weights, &out_ref, &dq, &dk, &dv, &dq_ref, &dk_ref, &dv_ref})
+      *t = Tensor<float>();
+  }
+
+  // The unfused kernels on the same views the public API would build.
+  template <class F>
+  void with_views(F&& f) {
+    using attn::View4;
+    auto v4 = [](auto& t) { return attn::detail::to_view4(t.view(), "bench", "t"); };
+    const attn::MaskPlan<float> plan = attn::plan_mask(mask(), B, 1, n, m, 3, "bench");
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    f(v4(q), v4(k), v4(v), plan, scale);
+  }
+};
+
+std::string shape(index_t B, index_t n, index_t m, index_t d) {
+  return "(" + std::to_string(B) + "," + std::to_string(n) + "," + std::to_string(m) + "," + std::to_string(d) + ")";
+}
+
+BenchCase sdpa_forward_case(index_t B, index_t n, index_t m, index_t d, MaskKind kind, bool with_baseline) {
+  auto s = std::make_shared<SdpaData>(SdpaData{B, n, m, d, kind});
+  BenchCase c;
+  const char* suffix = kind == MaskKind::lens ? " valid_lens" : kind == MaskKind::causal ? " causal" : "";
+  const bool decode = n <= 4;
+  c.name = std::string(decode ? "sdpa decode " : "sdpa forward ") + shape(B, n, m, d) + suffix;
+  s->lens = Tensor<std::int64_t>({B});
+  for (index_t b = 0; b < B; ++b) s->lens[b] = m / 2 + (b * m) / (2 * B) + 1;
+  c.flops = 4.0 * static_cast<double>(d) * s->pairs();
+  c.formula = "4 d x (query, key pairs computed)";
+  if (decode) {
+    c.bytes = 4.0 * static_cast<double>(B) * (2.0 * m * d + 2.0 * n * d);
+    c.formula = "bytes of keys, values, queries and out";
+  }
+  c.baseline_bytes = with_baseline ? 2.0 * 4.0 * static_cast<double>(B) * n * m : 0;
+  c.prepare = [s, with_baseline] {
+    s->prepare(false);
+    if (with_baseline) s->weights = Tensor<float>({s->B, s->n, s->m}), s->out_ref = s->out;
+  };
+  c.run_fused = [s] {
+    attn::sdpa_forward<float>(s->out.view(), s->lse.view(), {}, s->q.view(), s->k.view(), s->v.view(), s->mask());
+  };
+  if (with_baseline)
+    c.run_unfused = [s] {
+      s->with_views([&](auto q, auto k, auto v, const auto& plan, float scale) {
+        attn::cpu::unfused::sdpa_forward<float>(attn::detail::to_view4(s->out_ref.view(), "bench", "out"), {},
+                                                attn::detail::to_view4(s->weights.view(), "bench", "w"), q, k, v,
+                                                plan, scale, attn::DropoutPlan{});
+      });
+    };
+  c.check = [s, with_baseline] { return with_baseline ? max_rel_diff(s->out, s->out_ref) : 0.0; };
+  c.release = [s] { s->release(); };
+  return c;
+}
+
+BenchCase sdpa_backward_case(index_t B, index_t n, index_t m, index_t d) {
+  auto s = std::make_shared<SdpaData>(SdpaData{B, n, m, d, MaskKind::none});
+  BenchCase c;
+  c.name = "sdpa forward+backward " + shape(B, n, m, d);
+  c.flops = 12.0 * static_cast<double>(B) * n * m * d;
+  c.formula = "12 B n m d";
+  c.baseline_bytes = 4.0 * 4.0 * static_cast<double>(B) * n * m;
+  c.prepare = [s] { s->prepare(true), s->weights = Tensor<float>({s->B, s->n, s->m}), s->out_ref = s->out; };
+  c.run_fused = [s] {
+    attn::sdpa_forward<float>(s->out.view(), s->lse.view(), {}, s->q.view(), s->k.view(), s->v.view());
+    attn::sdpa_backward<float>(s->dq.view(), s->dk.view(), s->dv.view(), s->g.view(), s->q.view(), s->k.view(),
+                               s->v.view(), s->out.view(), s->lse.view());
+  };
+  c.run_unfused = [s] {
+    s->with_views([&](auto q, auto k, auto v, const auto& plan, float scale) {
+      using attn::detail::to_view4;
+      attn::cpu::unfused::sdpa_forward<float>(to_view4(s->out_ref.view(), "b", "o"), {},
+                                              to_view4(s->weights.view(), "b", "w"), q, k, v, plan, scale, {});
+      attn::cpu::unfused::sdpa_backward<float>(to_view4(s->dq_ref.view(), "b", "dq"), to_view4(s->dk_ref.view(), "b", "dk"),
+                                               to_view4(s->dv_ref.view(), "b", "dv"), to_view4(s->g.view(), "b", "g"),
+                                               q, k, v, {}, {}, plan, scale, {});
+    });
+  };
+  c.check = [s] {
+    return std::max({max_rel_diff(s->out, s->out_ref), max_rel_diff(s->dq, s->dq_ref), max_rel_diff(s->dk, s->dk_ref),
+                     max_rel_diff(s->dv, s->dv_ref)});
+  };
+  c.release = [s] { s->release(); };
+  return c;
+}
+
+}  // namespace
+
+std::vector<BenchCase> bench_cases(bool large) {
+  std::vector<BenchCase> cases;
+  const index_t shapes[][4] = {{8, 512, 512, 64}, {4, 1024, 1024, 64}, {1, 4096, 4096, 64}, {1, 4096, 4096, 128}};
+  for (const auto& s : shapes)
+    for (MaskKind kind : {MaskKind::none, MaskKind::lens, MaskKind::causal})
+      cases.push_back(sdpa_forward_case(s[0], s[1], s[2], s[3], kind, true));
+  cases.push_back(sdpa_backward_case(4, 1024, 1024, 64));
+  cases.push_back(sdpa_forward_case(32, 1, 8192, 128, MaskKind::none, true));
+  if (large) cases.push_back(sdpa_forward_case(1, 16384, 16384, 64, MaskKind::none, false));
+  return cases;
+}
+
+}  // namespace attn_cli
