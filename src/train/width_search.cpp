@@ -75,7 +75,7 @@ class Search {
       theta_ = log_of(scale_);
       error_ = evaluate(theta_, nullptr);
       r.converged = true;
-      how << "constant kernel: every point weighs the same at any width; evaluated at the spread " << fmt(scale_);
+      how << "the constant kernel weighs every point the same at any width; evaluated at the spread " << fmt(scale_);
     } else {
       const std::vector<std::pair<double, std::vector<double>>> starts = grid();
       theta_ = starts[0].second, error_ = starts[0].first;
