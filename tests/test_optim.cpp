@@ -197,7 +197,7 @@ TEST(Optim, RefusesBadOptions) {
   expect_error(adam({.eps = -1e-8}), {"Adam: eps is -1e-08"});
   expect_error(adam({.weight_decay = INFINITY}), {"Adam: weight_decay is inf"});
   Adam<double> ok({p.pg()}, {});
-  expect_error([&] { ok.set_lr(-0.1); }, {"Adam::set_lr: lr is -0.1"});
+  expect_error([&] { ok.set_lr(-0.1); }, {"Adam: lr is -0.1"});
 }
 
 }  // namespace

@@ -44,18 +44,21 @@ struct AdamOptions {
   double weight_decay = 0;
 };
 
-// The interface a training loop needs: step() after each backward, lr() for schedules.
+// The interface a training loop needs: step() after each backward, lr() and set_lr() for
+// schedules (the next step uses the new rate).
 template <class T>
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual void step() = 0;
-  virtual double lr() const = 0;
-  virtual void set_lr(double lr) = 0;
-  // Steps taken so far.
-  long steps() const { return steps_; }
+  double lr() const { return lr_; }
+  void set_lr(double lr);  // attn::Error when lr is negative or not finite
+  long steps() const { return steps_; }  // steps taken so far
 
  protected:
+  Optimizer(const char* name, double lr);
+  const char* name_;
+  double lr_;
   long steps_ = 0;
 };
 
@@ -69,8 +72,6 @@ class Sgd final : public Optimizer<T> {
  public:
   Sgd(std::vector<ParamGrad<T>> params, const SgdOptions& options);
   void step() override;
-  double lr() const override { return o_.lr; }
-  void set_lr(double lr) override;
 
  private:
   std::vector<ParamGrad<T>> params_;
@@ -83,8 +84,6 @@ class Adam final : public Optimizer<T> {
  public:
   Adam(std::vector<ParamGrad<T>> params, const AdamOptions& options);
   void step() override;
-  double lr() const override { return o_.lr; }
-  void set_lr(double lr) override;
 
  private:
   std::vector<ParamGrad<T>> params_;

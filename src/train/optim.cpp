@@ -49,10 +49,6 @@ void check_params(const char* op, const std::vector<ParamGrad<T>>& params) {
   }
 }
 
-void check_lr(const char* op, double lr) {
-  if (!(lr >= 0) || !std::isfinite(lr)) detail::fail(op, ": lr is ", lr, "; it must be non-negative and finite");
-}
-
 void check_at_least_0(const char* op, const char* name, double x) {
   if (!(x >= 0) || !std::isfinite(x)) detail::fail(op, ": ", name, " is ", x, "; it must be non-negative and finite");
 }
@@ -64,11 +60,21 @@ void check_beta(const char* op, const char* name, double beta) {
 }  // namespace
 
 template <class T>
+Optimizer<T>::Optimizer(const char* name, double lr) : name_(name), lr_(0) {
+  set_lr(lr);
+}
+
+template <class T>
+void Optimizer<T>::set_lr(double lr) {
+  if (!(lr >= 0) || !std::isfinite(lr)) detail::fail(name_, ": lr is ", lr, "; it must be non-negative and finite");
+  lr_ = lr;
+}
+
+template <class T>
 Sgd<T>::Sgd(std::vector<ParamGrad<T>> params, const SgdOptions& options)
-    : params_(std::move(params)), o_(options), momentum_(params_.size()) {
+    : Optimizer<T>("Sgd", options.lr), params_(std::move(params)), o_(options), momentum_(params_.size()) {
   const char* op = "Sgd";
   check_params(op, params_);
-  check_lr(op, o_.lr);
   check_at_least_0(op, "momentum", o_.momentum);
   check_at_least_0(op, "weight_decay", o_.weight_decay);
   if (!(o_.dampening >= 0 && o_.dampening <= 1))
@@ -79,15 +85,9 @@ Sgd<T>::Sgd(std::vector<ParamGrad<T>> params, const SgdOptions& options)
 }
 
 template <class T>
-void Sgd<T>::set_lr(double lr) {
-  check_lr("Sgd::set_lr", lr);
-  o_.lr = lr;
-}
-
-template <class T>
 void Sgd<T>::step() {
   const T wd = static_cast<T>(o_.weight_decay), mu = static_cast<T>(o_.momentum);
-  const T keep = static_cast<T>(1 - o_.dampening), neg_lr = static_cast<T>(-o_.lr);
+  const T keep = static_cast<T>(1 - o_.dampening), neg_lr = static_cast<T>(-this->lr_);
   for (std::size_t k = 0; k < params_.size(); ++k) {
     T* p = params_[k].param.data();
     const T* grad = params_[k].grad.data();
@@ -109,10 +109,9 @@ void Sgd<T>::step() {
 
 template <class T>
 Adam<T>::Adam(std::vector<ParamGrad<T>> params, const AdamOptions& options)
-    : params_(std::move(params)), o_(options) {
+    : Optimizer<T>("Adam", options.lr), params_(std::move(params)), o_(options) {
   const char* op = "Adam";
   check_params(op, params_);
-  check_lr(op, o_.lr);
   check_beta(op, "beta1", o_.beta1);
   check_beta(op, "beta2", o_.beta2);
   check_at_least_0(op, "eps", o_.eps);
@@ -124,12 +123,6 @@ Adam<T>::Adam(std::vector<ParamGrad<T>> params, const AdamOptions& options)
 }
 
 template <class T>
-void Adam<T>::set_lr(double lr) {
-  check_lr("Adam::set_lr", lr);
-  o_.lr = lr;
-}
-
-template <class T>
 void Adam<T>::step() {
   const long t = ++this->steps_;
   // The bias corrections in double, as PyTorch computes them from Python floats.
@@ -138,7 +131,7 @@ void Adam<T>::step() {
   const T b1 = static_cast<T>(o_.beta1), b2 = static_cast<T>(o_.beta2);
   const T one_b1 = static_cast<T>(1 - o_.beta1), one_b2 = static_cast<T>(1 - o_.beta2);
   const T wd = static_cast<T>(o_.weight_decay), eps = static_cast<T>(o_.eps);
-  const T neg_step = static_cast<T>(-o_.lr / bc1), bc2_sqrt = static_cast<T>(std::sqrt(bc2));
+  const T neg_step = static_cast<T>(-this->lr_ / bc1), bc2_sqrt = static_cast<T>(std::sqrt(bc2));
   for (std::size_t k = 0; k < params_.size(); ++k) {
     T* p = params_[k].param.data();
     const T* grad = params_[k].grad.data();
@@ -155,6 +148,8 @@ void Adam<T>::step() {
   }
 }
 
+template class Optimizer<float>;
+template class Optimizer<double>;
 template class Sgd<float>;
 template class Sgd<double>;
 template class Adam<float>;
