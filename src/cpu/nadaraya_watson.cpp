@@ -31,14 +31,17 @@ inline bool worth_threads(index_t rows, index_t m, index_t p, index_t v) {
   return static_cast<double>(rows) * static_cast<double>(m) * static_cast<double>(p + v + 1) >= kParallelWork;
 }
 
-// d2 (m) = ||q - k_j||^2 for the m keys of (b, h); q is one query row of p features.
-template <class T>
-void squared_distances(T* d2, const T* q, const View4<const T>& k, index_t b, index_t h) {
+// d2 (m) = ||q - k_j||^2 for the m keys of (b, h), summed in Out; q is one query row of p features.
+template <class Out, class T>
+void squared_distances(Out* d2, const T* q, const View4<const T>& k, index_t b, index_t h) {
   for (index_t j = 0; j < k.R; ++j) {
     const T* kj = k.row(b, h, j);
-    T s = 0;
+    Out s = 0;
 #pragma omp simd reduction(+ : s)
-    for (index_t x = 0; x < k.C; ++x) s += (q[x] - kj[x]) * (q[x] - kj[x]);
+    for (index_t x = 0; x < k.C; ++x) {
+      const Out diff = static_cast<Out>(q[x]) - static_cast<Out>(kj[x]);
+      s += diff * diff;
+    }
     d2[j] = s;
   }
 }
@@ -84,43 +87,48 @@ void weighted_sum(T* o, const T* w, const View4<const T>& values, index_t b, ind
   }
 }
 
-// One query row of the backward, in place over a (m): d2 on entry, the coefficients a_j of the
-// comment at the top on return. w (m) and Z from normalize_row; g (m) is scratch; di (v) = dout_i.
-// Returns sum_j a_j d2_j, this row's share of -sigma dL/dsigma.
+// One query row of the backward: the coefficients a_j of the comment at the top into a (m).
+// qi (p) and di (v) = dout_i are the row's query and output gradient; Z is the forward's
+// normalizer in T (0: an empty row, which has no gradient). Returns sum_j a_j d2_j, this row's
+// share of -sigma dL/dsigma. Distances, weights, g and c are recomputed in double in `scratch`
+// (3 m): dsigma is a covariance of g and d2 under w whose terms cancel, and the rounding of a
+// float d2 or w would dominate its error.
 template <class T>
-double row_coefficients(T* a, T* g, const T* w, T Z, const T* di, const View4<const T>& values, index_t b, index_t h,
-                   Kernel kernel, T sigma) {
+double row_coefficients(T* a, double* scratch, T Z, const T* qi, const T* di, const View4<const T>& keys,
+                        const View4<const T>& values, index_t b, index_t h, Kernel kernel, T sigma) {
   const index_t m = values.R;
-  if (Z == 0) {  // an empty row outputs a constant 0: no gradient
+  double* d2 = scratch;
+  double* w = scratch + m;
+  double* g = scratch + 2 * m;
+  squared_distances(d2, qi, keys, b, h);
+  const double s = sigma;
+  const double Zd = normalize_row(w, d2, m, kernel, s);
+  if (Z == 0 || Zd == 0) {  // an empty row outputs a constant 0
     std::fill(a, a + m, T(0));
     return 0;
   }
   for (index_t j = 0; j < m; ++j) {
     const T* vj = values.row(b, h, j);
-    T s = 0;
-#pragma omp simd reduction(+ : s)
-    for (index_t x = 0; x < values.C; ++x) s += di[x] * vj[x];
-    g[j] = s;
+    double dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (index_t x = 0; x < values.C; ++x) dot += static_cast<double>(di[x]) * vj[x];
+    g[j] = dot;
   }
-  // c, the coefficients and their sum in double: a row's share of dsigma is a covariance of g and
-  // d2 under w whose terms cancel, and a float c would dominate its error.
   double c = 0;
 #pragma omp simd reduction(+ : c)
-  for (index_t j = 0; j < m; ++j) c += static_cast<double>(w[j]) * g[j];
+  for (index_t j = 0; j < m; ++j) c += w[j] * g[j];
   double sum_ad2 = 0;
   if (kernel == Kernel::gaussian) {
-#pragma omp simd reduction(+ : sum_ad2)
     for (index_t j = 0; j < m; ++j) {
-      const double aj = -w[j] * (g[j] - c) / sigma / sigma;
-      sum_ad2 += aj * a[j];
+      const double aj = -w[j] * (g[j] - c) / s / s;
+      sum_ad2 += aj * d2[j];
       a[j] = static_cast<T>(aj);
     }
-  } else {  // epanechnikov: the support and r > 0 test in T, as normalize_row's K > 0
-#pragma omp simd reduction(+ : sum_ad2)
+  } else {  // epanechnikov: K = 1 - r / sigma inside the support, w = K / Z, so dK/dr = -1 / sigma
     for (index_t j = 0; j < m; ++j) {
-      const T r = std::sqrt(a[j]);
-      const double aj = 1 - r / sigma > 0 && r > 0 ? -(g[j] - c) / Z / sigma / r : 0.0;
-      sum_ad2 += aj * a[j];
+      const double r = std::sqrt(d2[j]);
+      const double aj = 1 - r / s > 0 && r > 0 ? -(g[j] - c) / Zd / s / r : 0.0;
+      sum_ad2 += aj * d2[j];
       a[j] = static_cast<T>(aj);
     }
   }
@@ -179,7 +187,8 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
                                             std::max<index_t>(1, pairs));
   const int threads = omp_get_max_threads();
   std::vector<T> W(static_cast<std::size_t>(group * n * m));
-  std::vector<T> A(need_a ? W.size() : 0), G(need_a ? static_cast<std::size_t>(threads * m) : 0);
+  std::vector<T> A(need_a ? W.size() : 0);
+  std::vector<double> scratch(need_a ? static_cast<std::size_t>(threads * 3 * m) : 0);
   std::vector<double> row_ds(need_a ? static_cast<std::size_t>(pairs * n) : 0);  // per (b, h, i)
   const bool do_dk = need_a && !dkeys.empty(), do_dv = !dvalues.empty();
   const index_t key_blocks = do_dk || do_dv ? (m + kKeyBlock - 1) / kKeyBlock : 0;  // 0: no pass 2
@@ -200,9 +209,8 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
           squared_distances(a, qi, keys, b, h);
           const T Z = normalize_row(w, a, m, kernel, sigma);
           if (!need_a) continue;
-          T* g = G.data() + omp_get_thread_num() * m;
-          row_ds[(first + pp) * n + i] =
-              row_coefficients(a, g, w, Z, dout.row(b, h, i), values, b, h, kernel, sigma);
+          row_ds[(first + pp) * n + i] = row_coefficients(a, scratch.data() + omp_get_thread_num() * 3 * m, Z, qi,
+                                                          dout.row(b, h, i), keys, values, b, h, kernel, sigma);
           if (dqueries.empty()) continue;
           T* dq = dqueries.row(b, h, i);
           std::fill(dq, dq + p, T(0));
