@@ -71,11 +71,9 @@ def test_empty_dimensions(rng):
     assert out.shape == (2, 3, 5) and w.shape == (2, 3, 0) and np.all(out == 0)  # no key: every row is empty
 
 
-def test_the_gil_is_released_while_attn_computes(rng):
-    # While a thread runs an attn call of a few tenths of a second, the main thread keeps running
-    # Python code: its longest pause is far shorter than the call. Were the GIL held, the main thread
-    # would stop for the whole call.
-    q, k = random(rng, 4, 256, 64), random(rng, 4, 2048, 64)
+def longest_pause_during_a_call(q, k):
+    """The longest stretch in which the main thread could not run Python while another thread ran
+    one attn call, and how long that call takes alone."""
     start = time.perf_counter()
     attn.scaled_dot_product_attention(q, k, k)
     duration = time.perf_counter() - start
@@ -95,4 +93,14 @@ def test_the_gil_is_released_while_attn_computes(rng):
         now = time.perf_counter()
         longest_pause, last = max(longest_pause, now - last), now
     worker.join()
-    assert longest_pause < duration / 2, (longest_pause, duration)
+    return longest_pause, duration
+
+
+def test_the_gil_is_released_while_attn_computes(rng):
+    # While a thread runs an attn call of a few tenths of a second, the main thread keeps running
+    # Python code: its longest pause is far shorter than the call. Were the GIL held, the main thread
+    # would stop for the whole call, every time. On a loaded machine the OS may deschedule the main
+    # thread once in a while, so one attempt in three is enough.
+    q, k = random(rng, 4, 256, 64), random(rng, 4, 2048, 64)
+    attempts = [longest_pause_during_a_call(q, k) for _ in range(3)]
+    assert any(pause < duration / 2 for pause, duration in attempts), attempts
