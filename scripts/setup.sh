@@ -40,6 +40,8 @@ if [ "$mode" = demo ]; then
   exec build/release/attn demo --out-dir out/demo
 fi
 
+# Idle OpenMP threads sleep instead of spinning: CTest runs tests side by side on few cores.
+export OMP_WAIT_POLICY=passive
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 build build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -2,7 +2,10 @@
 // with the library called directly on the same inputs (the same code, so the results must be
 // identical, bit for bit), in float32 and float64; the demo's pictures; progress; --help.
 // The error paths are in test_cli_errors.cpp.
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <span>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -168,6 +171,35 @@ TEST(Cli, NadarayaWatsonWithMultiDimensionalPoints) {
                                   TensorView<const double>(x.data(), {1, 30, 3}), TensorView<const double>(y.data(), {1, 30, 1}),
                                   Kernel::gaussian, 0.5);
   EXPECT_EQ(dir.load<double>("YHAT.npy").values(), out.values());
+}
+
+TEST(Cli, NadarayaWatsonWidthAutoPrintsAndUsesTheLeaveOneOutWidth) {
+  ScratchDir dir;
+  const Tensor<double> x = random_tensor<double>({40, 2}, 21, 0, 5), xq = random_tensor<double>({6, 2}, 22, 0, 5);
+  Tensor<double> y({40});
+  for (index_t i = 0; i < 40; ++i) y[i] = std::sin(x(i, 0)) + 0.1 * x(i, 1);
+  const testing::CliResult r =
+      dir.run({"nw", "--x-train", dir.npy("X.npy", x), "--y-train", dir.npy("Y.npy", y), "--x-query",
+               dir.npy("XQ.npy", xq), "--kernel", "gaussian", "--width", "auto", "--out", dir.file("YHAT.npy")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  // The library's choice on the same data, printed with its leave-one-out error, then used.
+  const WidthSelection chosen = select_width<double>(TensorView<const double>(x.data(), {40, 2}),
+                                                     TensorView<const double>(y.data(), {40, 1}), Kernel::gaussian);
+  char expected[96];
+  std::snprintf(expected, sizeof expected, "width %.6g,%.6g (leave-one-out squared error %.6g)\n", chosen.widths[0],
+                chosen.widths[1], chosen.loo_error);
+  EXPECT_EQ(r.out, expected);
+  Tensor<double> out({1, 6, 1});
+  nadaraya_watson_forward<double>(out, {}, TensorView<const double>(xq.data(), {1, 6, 2}),
+                                  TensorView<const double>(x.data(), {1, 40, 2}),
+                                  TensorView<const double>(y.data(), {1, 40, 1}), Kernel::gaussian,
+                                  std::span<const double>(chosen.widths));
+  EXPECT_EQ(dir.load<double>("YHAT.npy").values(), out.values());
+  const testing::CliResult bad = dir.run({"nw", "--x-train", dir.file("X.npy"), "--y-train", dir.file("Y.npy"),
+                                          "--x-query", dir.file("XQ.npy"), "--kernel", "gaussian", "--width", "wide",
+                                          "--out", dir.file("YHAT.npy")});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--width wide: the width must be a positive number or 'auto'"), std::string::npos) << bad.err;
 }
 
 TEST(Cli, DemoDrawsItsFourPicturesAsSvgAndPng) {

@@ -1,6 +1,9 @@
 // The module's functions: masked_softmax, bmm, scaled_dot_product_attention, nadaraya_watson.
 // Each converts its arguments (call.hpp), allocates its outputs as NumPy arrays, and runs the C++
 // forward on views of them: attn writes straight into the arrays it returns.
+#include <span>
+#include <string>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -8,6 +11,7 @@
 #include "attn/nadaraya_watson.hpp"
 #include "attn/sdpa.hpp"
 #include "attn/softmax.hpp"
+#include "attn/width_selection.hpp"
 #include "bindings.hpp"
 #include "call.hpp"
 
@@ -115,7 +119,9 @@ py::object nadaraya_watson(py::object x_train_obj, py::object y_train_obj, py::o
   const py::array y_train = call.floating(y_train_obj, "y_train");
   const py::array x_query = call.floating(x_query_obj, "x_query");
   const std::string kernel_name = call.text(kernel_obj, "kernel");
-  const double width = call.number(width_obj, "width");
+  // width='auto': one width per input dimension, chosen by leave-one-out cross-validation.
+  const bool auto_width = py::isinstance<py::str>(width_obj) && width_obj.cast<std::string>() == "auto";
+  const double width = auto_width ? 0.0 : call.number(width_obj, "width");
   attn::Kernel kernel{};
   call.run([&] { kernel = attn::kernel_from_name(kernel_name); });
 
@@ -140,7 +146,14 @@ py::object nadaraya_watson(py::object x_train_obj, py::object y_train_obj, py::o
     const auto keys = as_batch<T>(call, x_train, "x_train");
     const auto values = as_batch<T>(call, y_train, "y_train");
     const auto queries = as_batch<T>(call, x_query, "x_query");
-    call.run([&] { attn::nadaraya_watson_forward<T>(o, w, queries, keys, values, kernel, static_cast<T>(width)); });
+    call.run([&] {
+      if (!auto_width) {
+        attn::nadaraya_watson_forward<T>(o, w, queries, keys, values, kernel, static_cast<T>(width));
+        return;
+      }
+      const attn::WidthSelection chosen = attn::select_width<T>(keys, values, kernel);
+      attn::nadaraya_watson_forward<T>(o, w, queries, keys, values, kernel, std::span<const double>(chosen.widths));
+    });
     if (return_weights) return py::make_tuple(out, weights);
     return out;
   });
@@ -195,7 +208,33 @@ vectors: x_train (m, p), y_train (m, v), x_query (n, p); or batches (B, m, p), (
 4-D with heads. Returns y_hat: (n,) for a 1-D y_train, (n, v) for a 2-D one, (B, n, v) for batches; with
 return_weights=True, (y_hat, weights) where weights[i, j] is the weight of x_train[j] for x_query[i]
 (n, m): queries along the rows, like attention_weights (d2l's attention_w is its transpose). A query
-with no training point inside a compact kernel's support predicts 0 with weights 0.)");
+with no training point inside a compact kernel's support predicts 0 with weights 0.
+width='auto' chooses one width per input dimension by leave-one-out cross-validation (statsmodels'
+cv_ls; see select_width) and predicts with it.)");
+
+  m.def(
+      "select_width",
+      [](py::object x_train_obj, py::object y_train_obj, py::object kernel_obj) {
+        Call call("select_width", {{"keys", "x_train"}, {"values", "y_train"}, {"unknown kernel", "kernel: unknown kernel"}});
+        const py::array x_train = call.floating(x_train_obj, "x_train");
+        const py::array y_train = call.floating(y_train_obj, "y_train");
+        attn::Kernel kernel{};
+        const std::string kernel_name = call.text(kernel_obj, "kernel");
+        call.run([&] { kernel = attn::kernel_from_name(kernel_name); });
+        return dispatch(call.dtype(), [&](auto tag) -> py::object {
+          using T = decltype(tag);
+          attn::WidthSelection chosen;
+          const auto keys = as_batch<T>(call, x_train, "x_train");
+          const auto values = as_batch<T>(call, y_train, "y_train");
+          call.run([&] { chosen = attn::select_width<T>(keys, values, kernel); });
+          return py::make_tuple(py::array_t<double>(static_cast<py::ssize_t>(chosen.widths.size()), chosen.widths.data()),
+                                chosen.loo_error);
+        });
+      },
+      arg("x_train"), arg("y_train"), arg("kernel") = "gaussian",
+      R"(The Nadaraya-Watson width by leave-one-out cross-validation (statsmodels' cv_ls): returns
+(widths, loo_error), one width per input dimension of x_train ((m,) or (m, p) points, y_train (m,) or
+(m, v) targets), minimising the mean squared error of predicting each training point from the others.)");
 }
 
 }  // namespace attn_py

@@ -92,3 +92,28 @@ def test_the_gaussian_is_seed_001s_softmax_formula(rng):
     w = np.exp(s - s.max(1, keepdims=True))
     w /= w.sum(1, keepdims=True)
     np.testing.assert_allclose(attn.nadaraya_watson(x_train, y_train, x_query), w @ y_train, rtol=1e-12, atol=1e-12)
+
+
+def loo_error_by_refits(x, y, width):
+    """The leave-one-out squared error by brute force: N fits, each without one point."""
+    errors = []
+    for i in range(len(x)):
+        keep = np.arange(len(x)) != i
+        errors.append((attn.nadaraya_watson(x[keep], y[keep], x[i:i + 1], "gaussian", width)[0] - y[i]) ** 2)
+    return float(np.mean(errors))
+
+
+def test_width_auto_uses_the_leave_one_out_width(rng):
+    x = np.sort(rng.uniform(0, 5, 40))
+    y = 2 * np.sin(x) + x ** 0.8 + rng.normal(0, 0.5, 40)
+    widths, loo_error = attn.select_width(x, y, "gaussian")
+    assert widths.shape == (1,) and widths[0] > 0
+    assert loo_error == pytest.approx(loo_error_by_refits(x, y, float(widths[0])), rel=1e-9)
+    # Nearby widths do no better by the criterion it minimises.
+    for factor in (0.8, 1.25):
+        assert loo_error <= loo_error_by_refits(x, y, float(widths[0]) * factor) + 1e-12
+    xq = np.arange(0, 5, 0.1)
+    np.testing.assert_array_equal(attn.nadaraya_watson(x, y, xq, width="auto"),
+                                  attn.nadaraya_watson(x, y, xq, width=float(widths[0])))
+    with pytest.raises(TypeError, match="width must be a number"):
+        attn.nadaraya_watson(x, y, xq, width="wide")

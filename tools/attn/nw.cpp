@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <span>
+#include <string>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "attention_flags.hpp"
 #include "attn/nadaraya_watson.hpp"
 #include "attn/plot.hpp"
+#include "attn/width_selection.hpp"
 #include "commands.hpp"
 #include "exit_codes.hpp"
 
@@ -21,8 +24,33 @@ using attn::index_t;
 
 struct NwArgs {
   std::string x_train, y_train, x_query, kernel, out, weights, plot;
-  double width = 0;
+  std::string width;  // a positive number, or "auto": chosen by leave-one-out cross-validation
 };
+
+// --width as a number; "auto" gives an empty vector (the width is then chosen from the data).
+std::vector<double> fixed_width(const std::string& text) {
+  if (text == "auto") return {};
+  std::size_t used = 0;
+  double w = 0;
+  try {
+    w = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw UsageError("--width " + text + ": the width must be a positive number or 'auto'");
+  return {w};  // its range is the library's to check
+}
+
+std::string widths_string(const std::vector<double>& widths) {
+  std::string s;
+  for (double w : widths) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", w);
+    s += (s.empty() ? "" : ",") + std::string(text);
+  }
+  return s;
+}
 
 // x (N,) or (N,p) as the library's (1, N, p): one batch element of N points in p dimensions.
 std::vector<index_t> points_shape(const NpyInput& x) {
@@ -34,7 +62,7 @@ std::vector<index_t> points_shape(const NpyInput& x) {
 
 // The training data, the fit at the queries (in increasing x) and the title.
 template <class T>
-void draw_fit(const NwArgs& args, const attn::Tensor<T>& x, const attn::Tensor<T>& y, const attn::Tensor<T>& xq,
+void draw_fit(const NwArgs& args, const std::vector<double>& widths, const attn::Tensor<T>& x, const attn::Tensor<T>& y, const attn::Tensor<T>& xq,
               const attn::Tensor<T>& yhat) {
   attn::io::Series data{"training data", {x.values().begin(), x.values().end()}, {y.values().begin(), y.values().end()},
                         attn::io::Series::Style::points, ""};
@@ -44,10 +72,8 @@ void draw_fit(const NwArgs& args, const attn::Tensor<T>& x, const attn::Tensor<T
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return xq.values()[a] < xq.values()[b]; });
   attn::io::Series fit{"prediction", {}, {}, attn::io::Series::Style::line, ""};
   for (std::size_t i : order) fit.x.push_back(xq.values()[i]), fit.y.push_back(yhat.values()[i]);
-  char width[32];
-  std::snprintf(width, sizeof width, "%g", args.width);
   attn::io::PlotOptions options;
-  options.title = "Nadaraya-Watson, " + args.kernel + " kernel, width " + width;
+  options.title = "Nadaraya-Watson, " + args.kernel + " kernel, width " + widths_string(widths);
   options.xlabel = "x";
   options.ylabel = "y";
   attn::io::write_plot(args.plot, {fit, data}, options);
@@ -73,17 +99,29 @@ void run_nw(const NwArgs& args) {
     throw UsageError("--plot draws one-dimensional x only, but " + x.where() + " has points of dimension " +
                      std::to_string(p));
   const attn::Kernel kernel = as_usage([&] { return attn::kernel_from_name(args.kernel); });
+  std::vector<double> widths = fixed_width(args.width);
   with_float_type(dtype, [&]<class T>() {
     const attn::Tensor<T> keys = to_tensor<T>(x), values = to_tensor<T>(y), queries = to_tensor<T>(xq);
+    if (widths.empty()) {  // --width auto: one width per input dimension, by leave-one-out CV
+      progress.stage("choosing the width");
+      const attn::WidthSelection chosen = as_usage([&] {
+        return attn::select_width<T>({keys.data(), {n_train, p}}, {values.data(), {n_train, 1}}, kernel);
+      });
+      widths = chosen.widths;
+      std::printf("width %s (leave-one-out squared error %.6g)\n", widths_string(widths).c_str(), chosen.loo_error);
+    }
     progress.stage("computing");
     // x, y and the queries as the library's one batch element: (1, N, p), (1, N, 1), (1, Nq, p);
     // the outputs are written back without the batch axis, (Nq,) and (Nq, N).
     attn::Tensor<T> out({1, n_query, 1}), weights;
     if (!args.weights.empty()) weights = attn::Tensor<T>({1, n_query, n_train});
     as_usage([&] {
-      attn::nadaraya_watson_forward<T>(out.view(), weights.view(), {queries.data(), queries_shape},
-                                       {keys.data(), keys_shape}, {values.data(), {1, n_train, 1}}, kernel,
-                                       static_cast<T>(args.width));
+      const attn::TensorView<const T> q(queries.data(), queries_shape), k(keys.data(), keys_shape),
+          v(values.data(), {1, n_train, 1});
+      if (widths.size() == 1)
+        attn::nadaraya_watson_forward<T>(out.view(), weights.view(), q, k, v, kernel, static_cast<T>(widths[0]));
+      else  // per-dimension widths from --width auto
+        attn::nadaraya_watson_forward<T>(out.view(), weights.view(), q, k, v, kernel, std::span<const double>(widths));
     });
     progress.stage("writing " + args.out);
     write_output(args.out, out, std::vector<index_t>{n_query});
@@ -93,7 +131,7 @@ void run_nw(const NwArgs& args) {
     }
     if (!args.plot.empty()) {
       progress.stage("drawing " + args.plot);
-      draw_fit(args, keys, values, queries, out);
+      draw_fit(args, widths, keys, values, queries, out);
     }
   });
   progress.done();
@@ -117,7 +155,11 @@ void add_nw_command(CLI::App& app) {
       ->type_name("KERNEL")
       ->required()
       ->check(CLI::IsMember({"gaussian", "boxcar", "epanechnikov", "constant"}));
-  command->add_option("--width", args->width, "the kernel's width W, positive")->type_name("W")->required();
+  command->add_option("--width", args->width,
+                      "the kernel's width W, positive; 'auto' chooses one width per input dimension by "
+                      "leave-one-out cross-validation and prints it with its leave-one-out error")
+      ->type_name("W|auto")
+      ->required();
   command->add_option("--out", args->out, "where to write the predictions (Nq,), the inputs' float type")
       ->type_name("YHAT.npy")
       ->required();
