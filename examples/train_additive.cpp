@@ -7,10 +7,12 @@
 // Prints the loss every --log-every steps (the mean training loss since the previous line, and the
 // loss and accuracy on a fixed evaluation batch of 256 episodes), then the learned attention on an
 // episode whose key j and query i both have class j = i: the right pattern is the identity. Writes
-// to --out (default: the current directory) attention.npy (n, m) and .csv, and the learned
-// parameters w_q.npy (h, q), w_k.npy (h, k), w_v.npy (h,).
+// to --out (default: the current directory) that attention as attention.png (a heatmap),
+// attention.npy (n, m) and .csv, the learned parameters as w_q.npy (h, q), w_k.npy (h, k) and
+// w_v.npy (h,), and W_q and W_k side by side as parameters.png.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +21,7 @@
 
 #include "attn/config.hpp"
 #include "attn/npy.hpp"
+#include "attn/plot.hpp"
 #include "attn/train.hpp"
 
 namespace {
@@ -27,6 +30,23 @@ void write_csv(const std::string& path, const attn::Tensor<float>& t) {
   std::ofstream f(path);
   const attn::index_t cols = t.dim(-1);
   for (attn::index_t e = 0; e < t.numel(); ++e) f << t[e] << ((e + 1) % cols == 0 ? '\n' : ',');
+}
+
+// W_q (h, q) and W_k (h, k) side by side as one (1, 2, h, max(q, k)) grid of heatmaps, the narrower
+// padded with NaN (grey): each input feature is a column, the noise features last.
+void write_parameters(const std::string& path, const attn::MatchingTask& task, const attn::AdditiveWeights<float>& w) {
+  const attn::index_t h = w.w_q.dim(0), q = task.query_size(), k = task.key_size(), cols = std::max(q, k);
+  attn::Tensor<float> both({2, h, cols});
+  for (attn::index_t r = 0; r < h; ++r)
+    for (attn::index_t c = 0; c < cols; ++c) {
+      both(0, r, c) = c < q ? w.w_q(r, c) : NAN;
+      both(1, r, c) = c < k ? w.w_k(r, c) : NAN;
+    }
+  attn::io::HeatmapOptions heat;
+  heat.xlabel = "input feature (one-hot class, then noise)", heat.ylabel = "hidden unit";
+  heat.titles = {"W_q (h, q)", "W_k (h, k)"};
+  heat.colormap = "viridis";
+  attn::io::write_heatmaps<float>(path, both, heat);
 }
 
 }  // namespace
@@ -55,7 +75,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "OpenMP threads of the attention kernels (0: all)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--out", out_dir, "directory for attention.npy, attention.csv, w_q.npy, w_k.npy, w_v.npy")
+  app.add_option("--out", out_dir, "directory for attention.png/.npy/.csv, parameters.png, w_q.npy, w_k.npy, w_v.npy")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   options.optimizer = optimizer == "sgd" ? attn::OptimizerKind::sgd : attn::OptimizerKind::adam;
@@ -100,10 +120,16 @@ int main(int argc, char** argv) {
     const std::filesystem::path dir(out_dir);
     attn::io::write_npy((dir / "attention.npy").string(), grid);
     write_csv((dir / "attention.csv").string(), grid);
+    attn::io::HeatmapOptions heat;
+    heat.xlabel = "Keys (class j)", heat.ylabel = "Queries (class i)", heat.vmin = 0, heat.vmax = 1;
+    heat.titles = {"learned attention"};
+    attn::io::write_heatmaps<float>((dir / "attention.png").string(), grid, heat);
     attn::io::write_npy((dir / "w_q.npy").string(), weights.w_q);
     attn::io::write_npy((dir / "w_k.npy").string(), weights.w_k);
     attn::io::write_npy((dir / "w_v.npy").string(), weights.w_v);
-    std::printf("wrote attention.npy, attention.csv, w_q.npy, w_k.npy, w_v.npy to %s\n", out_dir.c_str());
+    write_parameters((dir / "parameters.png").string(), task, weights);
+    std::printf("wrote attention.png, attention.npy, attention.csv, parameters.png, w_q.npy, w_k.npy, w_v.npy to %s\n",
+                out_dir.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_additive: %s\n", e.what());
     return 1;
