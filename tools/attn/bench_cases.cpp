@@ -49,8 +49,9 @@ enum class MaskKind { none, lens, causal };
 struct SdpaData {
   index_t B, n, m, d;
   MaskKind kind;
-  Tensor<float> q, k, v, g, out, lse, weights, out_ref, dq, dk, dv, dq_ref, dk_ref, dv_ref;
-  Tensor<std::int64_t> lens;
+  // Filled by prepare(); a case is built from its sizes alone.
+  Tensor<float> q{}, k{}, v{}, g{}, out{}, lse{}, weights{}, out_ref{}, dq{}, dk{}, dv{}, dq_ref{}, dk_ref{}, dv_ref{};
+  Tensor<std::int64_t> lens{};
 
   attn::Mask<float> mask() const {
     attn::Mask<float> mk;
