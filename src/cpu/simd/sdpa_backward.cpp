@@ -24,6 +24,29 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::fused::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// w (dp - D) lane by lane, computed in float64 and rounded once, as the scalar path does; D holds
+// the lanes' float64 row dots.
+template <class D>
+HWY_INLINE hn::Vec<D> ScoreGrad(D d, hn::Vec<D> w, hn::Vec<D> dp, const double* row_dot) {
+  if constexpr (sizeof(hn::TFromD<D>) == 8) {
+    return hn::Mul(w, hn::Sub(dp, hn::LoadU(d, row_dot)));
+  } else {
+#if HWY_TARGET == HWY_SCALAR
+    const hn::Rebind<double, D> dw;
+    return hn::DemoteTo(d, hn::Mul(hn::PromoteTo(dw, w), hn::Sub(hn::PromoteTo(dw, dp), hn::LoadU(dw, row_dot))));
+#else
+    const hn::Half<D> dh;
+    const hn::Repartition<double, D> dw;
+    const size_t W = hn::Lanes(dw);
+    const auto lo = hn::Mul(hn::PromoteTo(dw, hn::LowerHalf(dh, w)),
+                            hn::Sub(hn::PromoteTo(dw, hn::LowerHalf(dh, dp)), hn::LoadU(dw, row_dot)));
+    const auto hi = hn::Mul(hn::PromoteTo(dw, hn::UpperHalf(dh, w)),
+                            hn::Sub(hn::PromoteTo(dw, hn::UpperHalf(dh, dp)), hn::LoadU(dw, row_dot + W)));
+    return hn::Combine(d, hn::DemoteTo(dh, hi), hn::DemoteTo(dh, lo));
+#endif
+  }
+}
+
 // Pass 1: the forward's running maximum and sum over every key tile, then max, 1/sum and D per row.
 template <class T>
 void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void* work) {
@@ -102,24 +125,43 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t chunk, v
         }
       }
       // dS = P (drop dP - D), in float64 as the unfused path (dP - D cancels in a peaked row), and
-      // W = drop P, where drop is the dropout factor 1/(1-p) or 0 of each weight.
-      for (index_t i = 0; i < rows; ++i)
-        for (index_t jj = 0; jj < cnt; ++jj) {
-          const index_t j = j0 + jj;
-          const T w = st.s[jj * kBlockQ + i];
-          T& ds = dst[jj * kBlockQ + i];  // dP on entry
-          T factor = T(1);
-          if (drop.active) factor = drop.draw(b * H + h, i0 + i, j >> 2)[static_cast<int>(j & 3)] >= drop.threshold ? keep_scale : T(0);
-          // 0 where the key is masked (dP may be anything there, even NaN) or the weight is 0.
-          ds = w != T(0) && st.rm[i].allowed(j)
-                   ? static_cast<T>(static_cast<double>(w) * (static_cast<double>(ds * factor) - row_dot[i]))
-                   : T(0);
-          pm[i * kBlockK + jj] = w * factor;
+      // W = drop P, where drop is the dropout factor 1/(1-p) or 0 of each weight. 0 where the key
+      // is masked (dP may be anything there, even NaN) or the weight is 0.
+      if (!drop.active && !st.general) {
+        // Masks are key limits only: the tile's lanes at once, W = P.
+        for (index_t jj = 0; jj < kBlockK; ++jj) {
+          T* ds = dst + jj * kBlockQ;
+          if (jj >= cnt) {
+            std::fill(ds, ds + kBlockQ, T(0));
+            std::fill(st.s + jj * kBlockQ, st.s + (jj + 1) * kBlockQ, T(0));
+            continue;
+          }
+          const V vj = hn::Set(d, static_cast<T>(j0 + jj));
+          for (index_t i = 0; i < kBlockQ; i += L) {
+            const V w = hn::Load(d, st.s + jj * kBlockQ + i);
+            const auto keep = hn::And(hn::Lt(vj, hn::Load(d, st.end + i)), hn::Ne(w, hn::Zero(d)));
+            hn::Store(hn::IfThenElseZero(keep, ScoreGrad(d, w, hn::Load(d, ds + i), row_dot + i)), d, ds + i);
+          }
         }
-      for (index_t i = rows; i < kBlockQ; ++i)
-        for (index_t jj = 0; jj < cnt; ++jj) dst[jj * kBlockQ + i] = 0, pm[i * kBlockK + jj] = 0;
-      for (index_t jj = cnt; jj < kBlockK; ++jj)
-        for (index_t i = 0; i < kBlockQ; ++i) pm[i * kBlockK + jj] = 0, dst[jj * kBlockQ + i] = 0;
+        Transpose(pm, st.s);
+      } else {
+        for (index_t i = 0; i < rows; ++i)
+          for (index_t jj = 0; jj < cnt; ++jj) {
+            const index_t j = j0 + jj;
+            const T w = st.s[jj * kBlockQ + i];
+            T& ds = dst[jj * kBlockQ + i];  // dP on entry
+            T factor = T(1);
+            if (drop.active) factor = drop.draw(b * H + h, i0 + i, j >> 2)[static_cast<int>(j & 3)] >= drop.threshold ? keep_scale : T(0);
+            ds = w != T(0) && st.rm[i].allowed(j)
+                     ? static_cast<T>(static_cast<double>(w) * (static_cast<double>(ds * factor) - row_dot[i]))
+                     : T(0);
+            pm[i * kBlockK + jj] = w * factor;
+          }
+        for (index_t i = rows; i < kBlockQ; ++i)
+          for (index_t jj = 0; jj < cnt; ++jj) dst[jj * kBlockQ + i] = 0, pm[i * kBlockK + jj] = 0;
+        for (index_t jj = cnt; jj < kBlockK; ++jj)
+          for (index_t i = 0; i < kBlockQ; ++i) pm[i * kBlockK + jj] = 0, dst[jj * kBlockQ + i] = 0;
+      }
       Transpose(dsm, dst);
       // dV^T += dout^T W, dK^T += Q^T dS (scaled at the end), partial dQ^T += K_tile^T dS^T.
       BlockGemm<true>(d, p.dout.row(b, h, i0), 1, p.dout.sR, pm, dvt, dv, rows);
