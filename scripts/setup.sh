@@ -3,7 +3,8 @@
 # Debian's /usr/bin/python3, and runs either the demo or every test.
 #   bash scripts/setup.sh demo   install, build (Release), install the module, run `attn demo`
 #                                (its pictures in out/demo/)
-#   bash scripts/setup.sh test   the same until the demo, then every test twice: Release and ASan + UBSan
+#   bash scripts/setup.sh test   the same until the demo, then every test twice, Release and ASan + UBSan,
+#                                and the threaded kernels' suites under ThreadSanitizer (clang + libomp)
 set -euo pipefail
 mode=${1:-demo}
 case "$mode" in demo | test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 # Every dependency, and why, is listed in the README ("Dependencies").
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev librandom123-dev libhwy-dev libbenchmark-dev libpng-dev libfreetype-dev
-          fonts-dejavu-core python3-numpy python3-torch python3-dev pybind11-dev python3-pytest)
+          fonts-dejavu-core python3-numpy python3-torch python3-dev pybind11-dev python3-pytest clang libomp-dev)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 missing=()
@@ -46,3 +47,9 @@ ctest --test-dir build/release --output-on-failure -j "$jobs"
 build build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/sanitize --output-on-failure -j "$jobs"
+# ThreadSanitizer needs clang++ and LLVM's libomp (CMakeLists.txt, ATTN_TSAN): only the suites of the
+# threaded SIMD kernels are built and run (`ctest -L simd`: every SIMD target, 1 and 2 threads).
+cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DATTN_TSAN=ON \
+  -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build build/tsan -j "$jobs" --target simd_tests
+ctest --test-dir build/tsan -L simd --output-on-failure -j "$jobs"

@@ -21,7 +21,7 @@ void set_num_threads(int threads);
 int num_threads();
 
 // The instruction sets the cpu backend's fused kernels were compiled for and this CPU runs, best
-// first, by lower-case name: "avx3" (AVX-512), "avx2", "sse4", "emu128" (portable, no SIMD
+// first, by lower-case name: "avx3" (AVX-512), "avx2", "sse4", "scalar" (portable, no SIMD
 // instructions needed). The best is used unless set_simd_target (or, at start-up, the environment
 // variable ATTN_SIMD_TARGET) picks another, for testing every target and comparing them.
 std::vector<std::string> simd_targets();

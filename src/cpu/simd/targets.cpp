@@ -22,6 +22,13 @@ std::string lower(const char* name) {
   return s;
 }
 
+// Our name of a target: Highway's in lower case, except that the portable fallback (EMU128, or
+// SCALAR where a compiler gets that one) is "scalar" whichever one this build has.
+std::string target_name(std::int64_t bit) {
+  if (bit == HWY_EMU128 || bit == HWY_SCALAR) return "scalar";
+  return lower(hwy::TargetName(bit));
+}
+
 std::mutex& target_mutex() {
   static std::mutex m;
   return m;
@@ -50,7 +57,7 @@ std::int64_t available() {
 std::int64_t target_named(const std::string& name) {
   for (std::int64_t t = available(); t != 0; t &= t - 1) {
     const std::int64_t bit = t & -t;
-    if (lower(hwy::TargetName(bit)) == name) return bit;
+    if (target_name(bit) == name) return bit;
   }
   return 0;
 }
@@ -61,7 +68,7 @@ std::vector<std::string> simd_targets() {
   cpu::fused::init_simd_target();
   std::lock_guard lock(target_mutex());
   std::vector<std::string> names;
-  for (std::int64_t t = available(); t != 0; t &= t - 1) names.push_back(lower(hwy::TargetName(t & -t)));
+  for (std::int64_t t = available(); t != 0; t &= t - 1) names.push_back(target_name(t & -t));
   return names;
 }
 
@@ -69,7 +76,7 @@ std::string simd_target() {
   cpu::fused::init_simd_target();
   std::lock_guard lock(target_mutex());
   const std::int64_t t = hwy::SupportedTargets() & HWY_TARGETS;
-  return lower(hwy::TargetName(t & -t));
+  return target_name(t & -t);
 }
 
 void set_simd_target(const std::string& name) {
@@ -79,7 +86,7 @@ void set_simd_target(const std::string& name) {
   const std::int64_t bit = target_named(name);
   if (bit == 0) {
     std::string known;
-    for (std::int64_t t = available(); t != 0; t &= t - 1) known += (known.empty() ? "" : ", ") + lower(hwy::TargetName(t & -t));
+    for (std::int64_t t = available(); t != 0; t &= t - 1) known += (known.empty() ? "" : ", ") + target_name(t & -t);
     detail::fail("set_simd_target: target \"", name, "\" is not one this build and CPU can run; they are: ", known);
   }
   restrict_to(bit);
