@@ -4,14 +4,12 @@
 // weight is not 0 (a masked or dropped key's value row is never read).
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/simd/sdpa_decode.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
-#include <hwy/cache_control.h>
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
@@ -54,14 +52,6 @@ void Dots(D d, const T* q, const T* k0, index_t ks, index_t dim, index_t cnt, T*
   }
 }
 
-// Asks for rows [r0, r1) of x (row stride xs, `cols` elements each) to be brought into cache.
-template <class T>
-void PrefetchRows(const T* x, index_t xs, index_t cols, index_t r0, index_t r1) {
-  constexpr index_t kLine = 64 / sizeof(T);
-  for (index_t r = r0; r < r1; ++r)
-    for (index_t c = 0; c < cols; c += kLine) hwy::Prefetch(x + r * xs + c);
-}
-
 // o[0, v) = alpha o + w x[0, v) (alpha = 1: a plain axpy).
 template <class D, class T>
 void Axpy(D d, T w, const T* x, T* o, index_t v) {
@@ -91,8 +81,6 @@ void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chunk) {
     const index_t end = f.mask->seeds_fill ? k1 : std::min(k1, rm.end);
     for (index_t j0 = k0; j0 < end; j0 += kBlockK) {
       const index_t cnt = std::min<index_t>(kBlockK, end - j0);
-      if (getenv("ATTN_PF")) PrefetchRows(f.k.row(b, h, 0), f.k.sR, dq, j0 + kBlockK, std::min(end, j0 + 2 * kBlockK)),
-          PrefetchRows(f.v.row(b, h, 0), f.v.sR, dv, j0 + kBlockK, std::min(end, j0 + 2 * kBlockK));
       Dots(d, f.q.row(b, h, i), f.k.row(b, h, j0), f.k.sR, dq, cnt, s);
       T tile_max = -inf;
       for (index_t jj = 0; jj < cnt; ++jj) {
