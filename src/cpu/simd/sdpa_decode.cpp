@@ -19,47 +19,48 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::fused::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// s[0, cnt) = q . k_j for keys j of the tile starting at k0 (row stride ks), d elements each.
-template <class D, class T>
-void Dots(D d, const T* q, const T* k0, index_t ks, index_t dim, index_t cnt, T* s) {
+// s[0, R) = q . k_r for R keys from k (row stride ks), d elements each: R independent FMA chains
+// share each load of q, so the chains' latency overlaps.
+template <int R, class D, class T>
+HWY_INLINE void DotsOf(D d, const T* HWY_RESTRICT q, const T* HWY_RESTRICT k, index_t ks, index_t dim, T* s) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
-  index_t j = 0;
-  for (; j + 4 <= cnt; j += 4) {
-    const T* k = k0 + j * ks;
-    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-    index_t c = 0;
-    for (; c + L <= dim; c += L) {
-      const auto qv = hn::LoadU(d, q + c);
-      a0 = hn::MulAdd(qv, hn::LoadU(d, k + c), a0);
-      a1 = hn::MulAdd(qv, hn::LoadU(d, k + ks + c), a1);
-      a2 = hn::MulAdd(qv, hn::LoadU(d, k + 2 * ks + c), a2);
-      a3 = hn::MulAdd(qv, hn::LoadU(d, k + 3 * ks + c), a3);
-    }
-    T t[4] = {hn::GetLane(hn::SumOfLanes(d, a0)), hn::GetLane(hn::SumOfLanes(d, a1)),
-              hn::GetLane(hn::SumOfLanes(d, a2)), hn::GetLane(hn::SumOfLanes(d, a3))};
-    for (; c < dim; ++c)
-      for (int r = 0; r < 4; ++r) t[r] += q[c] * k[r * ks + c];
-    for (int r = 0; r < 4; ++r) s[j + r] = t[r];
+  hn::Vec<D> acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
+  index_t c = 0;
+  for (; c + L <= dim; c += L) {
+    const auto qv = hn::LoadU(d, q + c);
+    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(qv, hn::LoadU(d, k + r * ks + c), acc[r]);
   }
-  for (; j < cnt; ++j) {
-    const T* k = k0 + j * ks;
-    auto a = hn::Zero(d);
-    index_t c = 0;
-    for (; c + L <= dim; c += L) a = hn::MulAdd(hn::LoadU(d, q + c), hn::LoadU(d, k + c), a);
-    T t = hn::GetLane(hn::SumOfLanes(d, a));
-    for (; c < dim; ++c) t += q[c] * k[c];
-    s[j] = t;
+  for (int r = 0; r < R; ++r) {
+    T t = hn::GetLane(hn::SumOfLanes(d, acc[r]));
+    for (index_t cc = c; cc < dim; ++cc) t += q[cc] * k[r * ks + cc];
+    s[r] = t;
   }
 }
 
-// o[0, v) = alpha o + w x[0, v) (alpha = 1: a plain axpy).
+// s[0, cnt) = q . k_j for keys j of the tile starting at k0 (row stride ks), d elements each.
 template <class D, class T>
-void Axpy(D d, T w, const T* x, T* o, index_t v) {
+void Dots(D d, const T* q, const T* k0, index_t ks, index_t dim, index_t cnt, T* s) {
+  index_t j = 0;
+  for (; j + 4 <= cnt; j += 4) DotsOf<4>(d, q, k0 + j * ks, ks, dim, s + j);
+  for (; j < cnt; ++j) DotsOf<1>(d, q, k0 + j * ks, ks, dim, s + j);
+}
+
+// o[0, v) += sum_r w[r] x_r[0, v) for R rows x_r (row stride xs): o is read and written once for
+// all R rows.
+template <int R, class D, class T>
+HWY_INLINE void Axpys(D d, const T* w, const T* HWY_RESTRICT x, index_t xs, T* HWY_RESTRICT o, index_t v) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
-  const auto wv = hn::Set(d, w);
+  hn::Vec<D> wv[R];
+  for (int r = 0; r < R; ++r) wv[r] = hn::Set(d, w[r]);
   index_t c = 0;
-  for (; c + L <= v; c += L) hn::StoreU(hn::MulAdd(wv, hn::LoadU(d, x + c), hn::LoadU(d, o + c)), d, o + c);
-  for (; c < v; ++c) o[c] += w * x[c];
+  for (; c + L <= v; c += L) {
+    auto acc = hn::LoadU(d, o + c);
+    for (int r = 0; r < R; ++r) acc = hn::MulAdd(wv[r], hn::LoadU(d, x + r * xs + c), acc);
+    hn::StoreU(acc, d, o + c);
+  }
+  for (; c < v; ++c)
+    for (int r = 0; r < R; ++r) o[c] += w[r] * x[r * xs + c];
 }
 
 template <class T>
@@ -101,10 +102,20 @@ void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chunk) {
       for (jj = 0; jj < cnt; ++jj) tile_sum += static_cast<double>(s[jj]);
       sum = sum * static_cast<double>(alpha) + tile_sum;
       const DropoutPlan& drop = *f.dropout;
-      for (jj = 0; jj < cnt; ++jj) {
-        T w = s[jj];
-        if (drop.active) w = drop.keep(b * f.q.H + h, i, j0 + jj) ? w * static_cast<T>(drop.scale) : T(0);
-        if (w != T(0)) Axpy(d, w, f.v.row(b, h, j0 + jj), o, dv);
+      if (drop.active)
+        for (jj = 0; jj < cnt; ++jj)
+          s[jj] = drop.keep(b * f.q.H + h, i, j0 + jj) ? s[jj] * static_cast<T>(drop.scale) : T(0);
+      // o += the value rows by their weights, four at a time where all four are not 0 (a row whose
+      // weight is 0 is never read: a masked or dropped key's value may be anything).
+      const T* v0 = f.v.row(b, h, j0);
+      for (jj = 0; jj < cnt;) {
+        if (jj + 4 <= cnt && s[jj] != T(0) && s[jj + 1] != T(0) && s[jj + 2] != T(0) && s[jj + 3] != T(0)) {
+          Axpys<4>(d, s + jj, v0 + jj * f.v.sR, f.v.sR, o, dv);
+          jj += 4;
+        } else {
+          if (s[jj] != T(0)) Axpys<1>(d, s + jj, v0 + jj * f.v.sR, f.v.sR, o, dv);
+          ++jj;
+        }
       }
     }
     p.part_max[row] = mx;
