@@ -66,7 +66,7 @@ struct SdpaCase {
 };
 
 // The whole op in precision T: out and lse (fused), weights, out and lse with them (unfused), and
-// every gradient.
+// every gradient, with and without lse.
 template <class T>
 std::vector<Tensor<T>> run_sdpa(const SdpaCase& sc, const Tensor<float>& q32, const Tensor<float>& k32,
                                 const Tensor<float>& v32, const Tensor<float>& g32) {
@@ -93,7 +93,12 @@ std::vector<Tensor<T>> run_sdpa(const SdpaCase& sc, const Tensor<float>& q32, co
   Tensor<T> dq({B, H, n, q32.dim(3)}), dk({B, H, m, q32.dim(3)}), dv({B, H, m, v32.dim(3)});
   sdpa_backward<T>(dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(), lse.view(),
                    mask, options);
-  return {out, lse, weights, out_w, lse_w, dq, dk, dv};
+  // Without lse the fused backward recomputes every row's maximum and sum (with lse it rebuilds the
+  // rows whose |lse| <= 16 from it): both paths are held to the same budget.
+  Tensor<T> dq_r(dq.shape()), dk_r(dk.shape()), dv_r(dv.shape());
+  sdpa_backward<T>(dq_r.view(), dk_r.view(), dv_r.view(), g.view(), q.view(), k.view(), v.view(), out.view(), {},
+                   mask, options);
+  return {out, lse, weights, out_w, lse_w, dq, dk, dv, dq_r, dk_r, dv_r};
 }
 
 // gtest (and CTest's test names) print a case by its name.

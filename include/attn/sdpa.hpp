@@ -31,8 +31,11 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
 
 // dqueries, dkeys, dvalues from dout, given the forward's inputs and the same mask and options (the
 // same dropout seed gives the same mask). Any gradient may be empty when not needed. out and lse are
-// the forward's results; both are optional and checked for shape when given; the current kernels
-// recompute the weights from the inputs and do not read them.
+// the forward's results (they must come from the same inputs, mask and scale); both are optional and
+// checked for shape when given. The weights are recomputed from the inputs: the fused kernels
+// rebuild a row as exp(score - lse) when |lse| <= 16 (its rounding then moves the whole row by one
+// factor within 1 +- 16 x 2^-24 in float), and otherwise, or without lse, recompute the row's maximum
+// and sum exactly; without out, the forward is run again first.
 template <class T>
 void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
                    TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,

@@ -1,6 +1,7 @@
 // cpu backend, scaled dot-product attention: the fused kernels (cpu/simd) unless the caller asks for
-// the (n, m) weights, which only the unfused path (cpu/unfused.hpp) forms. The backward does not read
-// lse: it recomputes each row's maximum and sum exactly (see simd/fused.hpp).
+// the (n, m) weights, which only the unfused path (cpu/unfused.hpp) forms. The backward rebuilds the
+// weights from lse where that is exact enough, else recomputes each row's maximum and sum (see
+// simd/fused.hpp, pass 1).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -99,16 +100,18 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   const auto rows = static_cast<std::size_t>(B * H * n);
   const auto partial = static_cast<std::size_t>(B * H * chunks * blocks * d * fused::kBlockQ);
   const auto out_size = out.empty() ? static_cast<std::size_t>(B * H * n * dv) : 0;
+  const auto lse_size = out.empty() ? rows : 0;
   Scratch call(2 * Scratch::bytes_for<T>(rows) + Scratch::bytes_for<double>(rows) + Scratch::bytes_for<T>(partial) +
-                   Scratch::bytes_for<T>(out_size),
+                   Scratch::bytes_for<T>(out_size) + Scratch::bytes_for<T>(lse_size),
                Scratch::call);
-  fused::SdpaBackward<T> p{dqueries, dkeys, dvalues, dout, queries, keys, values, out, &mask, scale, &dropout,
+  fused::SdpaBackward<T> p{dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse, &mask, scale, &dropout,
                            call.take<T>(rows), call.take<T>(rows), call.take<double>(rows), call.take<T>(partial),
                            chunk_keys, chunks};
-  if (out.empty()) {  // D_i = dout_i . out_i needs the forward's output: recompute it
+  if (out.empty()) {  // D_i = dout_i . out_i needs the forward's output: recompute it, and lse with it
     const View4<T> o = dense_view4(call.take<T>(out_size), B, H, n, dv);
-    sdpa_forward<T>(o, {}, {}, queries, keys, values, mask, scale, dropout);
-    p.out = o;
+    const View4<T> l = dense_view4(call.take<T>(lse_size), B, H, n, 1);
+    sdpa_forward<T>(o, l, {}, queries, keys, values, mask, scale, dropout);
+    p.out = o, p.lse = l;
   }
   const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv);
 #pragma omp parallel

@@ -79,17 +79,23 @@ void sdpa_decode_chunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chu
 // ---- backward ------------------------------------------------------------------------------
 // Three passes, each split into blocks that do not depend on the thread count, so results are
 // bit-identical at any number of threads:
-//   1. stats, per block of kBlockQ queries: each row's exact maximum and 1/sum of the masked scaled
-//      scores (computed as the forward does; rebuilding the weights from a float lse would lose its
-//      low bits when scores are large) and D_i = dout_i . out_i;
+//   1. stats, per block of kBlockQ queries: each row's maximum and 1/sum of the masked scaled scores
+//      and D_i = dout_i . out_i. When the forward's lse is given and every row of the block has
+//      |lse| <= kLseTrusted (or is empty, lse = -inf), the weights are rebuilt as exp(s - lse): lse
+//      is within half an ulp of the exact value, so each row's weights are off by one common factor
+//      within (1 +- kLseTrusted 2^-24) in float. Otherwise (large scores, the seeds' -1e6 fill on an
+//      empty row) the maximum and sum are recomputed exactly as the forward does;
 //   2. chunks of keys: for each key tile and query block, weights P, dP = dout V^T, dS = P (dP - D)
 //      (0 where masked), then dV += P^T dout and dK += dS^T Q for the chunk's keys (owned) and dS K
 //      into the chunk's own partial dQ;
 //   3. dQ = scale x the chunks' partials summed in chunk order.
+inline constexpr double kLseTrusted = 16;
+
 template <class T>
 struct SdpaBackward {
   View4<T> dq, dk, dv;
   View4<const T> dout, q, k, v, out;
+  View4<const T> lse;  // (B, H, n, 1), or empty
   const MaskPlan<T>* mask;
   T scale;
   const DropoutPlan* dropout;

@@ -47,24 +47,48 @@ HWY_INLINE hn::Vec<D> ScoreGrad(D d, hn::Vec<D> w, hn::Vec<D> dp, const double* 
   }
 }
 
-// Pass 1: the forward's running maximum and sum over every key tile, then max, 1/sum and D per row.
+// Whether rows [i0, i0 + rows) of (b, h) can rebuild their weights from the forward's lse (see
+// pass 1 in simd/fused.hpp).
+template <class T>
+bool LseTrusted(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, index_t rows) {
+  if (p.lse.empty()) return false;
+  for (index_t i = 0; i < rows; ++i) {
+    const T l = p.lse.at(b, h, i0 + i, 0);
+    if (!(std::abs(l) <= T(kLseTrusted) || l == -INFINITY)) return false;  // NaN too
+  }
+  return true;
+}
+
+// Pass 1: max, 1/sum and D per row: from lse where it is trusted, else the forward's running
+// maximum and sum over every key tile.
 template <class T>
 void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void* work) {
   const hn::ScalableTag<T> d;
   const index_t rows = std::min<index_t>(kBlockQ, p.q.R - i0);
-  BlockState<T> st(work, p.q.C, 0);
-  PackTransposed(st.qt, p.q, b, h, i0, rows);
-  const index_t keys = st.start(*p.mask, b, h, i0, rows);
-  for (index_t j0 = 0; j0 < keys; j0 += kBlockK) {
-    const index_t cnt = std::min<index_t>(kBlockK, keys - j0);
-    BlockGemm<false>(d, p.k.row(b, h, j0), p.k.sR, 1, st.qt, st.s, cnt, p.q.C);
-    st.mask_tile(d, p.scale, j0, cnt);
-    st.softmax_tile(d, cnt);
-  }
   const index_t row0 = (b * p.q.H + h) * p.q.R + i0;
+  if (LseTrusted(p, b, h, i0, rows)) {
+    // weights = exp(s - lse) x 1; an empty row (lse = -inf) keeps max -inf and gets 1/sum = 0.
+    for (index_t i = 0; i < rows; ++i) {
+      const T l = p.lse.at(b, h, i0 + i, 0);
+      p.row_max[row0 + i] = l;
+      p.row_inv[row0 + i] = l == -INFINITY ? T(0) : T(1);
+    }
+  } else {
+    BlockState<T> st(work, p.q.C, 0);
+    PackTransposed(st.qt, p.q, b, h, i0, rows);
+    const index_t keys = st.start(*p.mask, b, h, i0, rows);
+    for (index_t j0 = 0; j0 < keys; j0 += kBlockK) {
+      const index_t cnt = std::min<index_t>(kBlockK, keys - j0);
+      BlockGemm<false>(d, p.k.row(b, h, j0), p.k.sR, 1, st.qt, st.s, cnt, p.q.C);
+      st.mask_tile(d, p.scale, j0, cnt);
+      st.softmax_tile(d, cnt);
+    }
+    for (index_t i = 0; i < rows; ++i) {
+      p.row_max[row0 + i] = st.max[i];
+      p.row_inv[row0 + i] = st.sum[i] > 0 ? static_cast<T>(1.0 / st.sum[i]) : T(0);
+    }
+  }
   for (index_t i = 0; i < rows; ++i) {
-    p.row_max[row0 + i] = st.max[i];
-    p.row_inv[row0 + i] = st.sum[i] > 0 ? static_cast<T>(1.0 / st.sum[i]) : T(0);
     const T* g = p.dout.row(b, h, i0 + i);
     const T* o = p.out.row(b, h, i0 + i);
     double dot = 0;
