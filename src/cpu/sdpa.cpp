@@ -113,7 +113,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
     sdpa_forward<T>(o, l, {}, queries, keys, values, mask, scale, dropout);
     p.out = o, p.lse = l;
   }
-  const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv);
+  const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv, chunk_keys);
 #pragma omp parallel
   {
     Scratch scratch(work);

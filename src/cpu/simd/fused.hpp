@@ -85,9 +85,10 @@ void sdpa_decode_chunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chu
 //      is within half an ulp of the exact value, so each row's weights are off by one common factor
 //      within (1 +- kLseTrusted 2^-24) in float. Otherwise (large scores, the seeds' -1e6 fill on an
 //      empty row) the maximum and sum are recomputed exactly as the forward does;
-//   2. chunks of keys: for each key tile and query block, weights P, dP = dout V^T, dS = P (dP - D)
-//      (0 where masked), then dV += P^T dout and dK += dS^T Q for the chunk's keys (owned) and dS K
-//      into the chunk's own partial dQ;
+//   2. chunks of keys: for each query block (its queries and output gradients transposed once) and
+//      each key tile of the chunk, weights P, dP = dout V^T, dS = P (dP - D) (0 where masked), then
+//      dV += P^T dout and dK += dS^T Q for the chunk's keys (owned) and dS K into the chunk's own
+//      partial dQ;
 //   3. dQ = scale x the chunks' partials summed in chunk order.
 inline constexpr double kLseTrusted = 16;
 
@@ -107,15 +108,17 @@ struct SdpaBackward {
   index_t chunks;      // ceil(m / chunk_keys)
 };
 
-// Pass 2's arrays after its BlockState: D (float64), three (kBlockK, kBlockQ) tiles, dK^T and dV^T.
+// Pass 2's arrays after its BlockState: D (float64), three (kBlockK, kBlockQ) tiles, and dK^T, dV^T
+// of every key tile of a chunk of chunk_keys keys.
 template <class T>
-constexpr std::size_t chunk_extra_bytes(index_t d, index_t v) {
-  return block_bytes(sizeof(double) * kBlockQ) + block_bytes(sizeof(T) * kBlockQ * static_cast<std::size_t>(3 * kBlockK + d + v));
+constexpr std::size_t chunk_extra_bytes(index_t d, index_t v, index_t chunk_keys) {
+  return block_bytes(sizeof(double) * kBlockQ) +
+         block_bytes(sizeof(T) * static_cast<std::size_t>(3 * kBlockK * kBlockQ + (d + v) * chunk_keys));
 }
 
-// Work space of pass 1 and of pass 2 for query size d and value size v.
+// Work space of pass 1 and of pass 2 for query size d, value size v and chunks of chunk_keys keys.
 template <class T>
-std::size_t sdpa_backward_work_bytes(index_t d, index_t v);
+std::size_t sdpa_backward_work_bytes(index_t d, index_t v, index_t chunk_keys);
 
 // Pass 1 for rows [i0, i0 + kBlockQ) of (b, h).
 template <class T>

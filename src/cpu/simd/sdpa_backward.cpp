@@ -111,30 +111,37 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t chunk, v
   T* pm = reinterpret_cast<T*>(extra + block_bytes(sizeof(double) * kBlockQ));  // W (kBlockQ, kBlockK), query-major
   T* dst = pm + kBlockQ * kBlockK;                               // dP^T, then dS^T (kBlockK, kBlockQ)
   T* dsm = dst + kBlockK * kBlockQ;                              // dS (kBlockQ, kBlockK)
-  T* dkt = dsm + kBlockQ * kBlockK;                              // dK^T (d, kBlockK) of the tile
-  T* dvt = dkt + dq * kBlockQ;                                   // dV^T (v, kBlockK) of the tile
   const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
+  T* dk_chunk = dsm + kBlockQ * kBlockK;                         // dK^T (d, kBlockK) of each tile
+  T* dv_chunk = dk_chunk + dq * p.chunk_keys;                    // dV^T (v, kBlockK) of each tile
+  std::fill(dk_chunk, dk_chunk + (dq + dv) * p.chunk_keys, T(0));
   T* part = p.dq_partial + ((b * H + h) * p.chunks + chunk) * blocks * dq * kBlockQ;
   std::fill(part, part + blocks * dq * kBlockQ, T(0));
   const DropoutPlan& drop = *p.dropout;
   const T keep_scale = static_cast<T>(drop.scale);
 
-  for (index_t j0 = k0; j0 < k1; j0 += kBlockK) {
-    const index_t cnt = std::min<index_t>(kBlockK, k1 - j0);
-    std::fill(dkt, dkt + (dq + dv) * kBlockQ, T(0));
-    const T* k_tile = p.k.row(b, h, j0);
-    const T* v_tile = p.v.row(b, h, j0);
-    for (index_t blk = 0; blk < blocks; ++blk) {
-      const index_t i0 = blk * kBlockQ, rows = std::min<index_t>(kBlockQ, n - i0);
-      if (j0 >= st.start(*p.mask, b, h, i0, rows)) continue;  // every key of the tile masked
-      const index_t row0 = (b * H + h) * n + i0;
-      for (index_t i = 0; i < kBlockQ; ++i) {
-        st.max[i] = i < rows ? p.row_max[row0 + i] : T(0);
-        st.alpha[i] = i < rows ? p.row_inv[row0 + i] : T(0);
-        row_dot[i] = i < rows ? p.row_dot[row0 + i] : 0.0;
-      }
-      PackTransposed(st.qt, p.q, b, h, i0, rows);
-      PackTransposed(st.ot, p.dout, b, h, i0, rows);
+  // Query blocks outside, key tiles inside: a block's queries and output gradients are transposed
+  // once per chunk. Every sum keeps its order (dK, dV over blocks ascending, dQ over tiles
+  // ascending), whatever the thread count.
+  for (index_t blk = 0; blk < blocks; ++blk) {
+    const index_t i0 = blk * kBlockQ, rows = std::min<index_t>(kBlockQ, n - i0);
+    const index_t keys_end = std::min(k1, st.start(*p.mask, b, h, i0, rows));  // later keys masked for all rows
+    if (keys_end <= k0) continue;
+    const index_t row0 = (b * H + h) * n + i0;
+    for (index_t i = 0; i < kBlockQ; ++i) {
+      st.max[i] = i < rows ? p.row_max[row0 + i] : T(0);
+      st.alpha[i] = i < rows ? p.row_inv[row0 + i] : T(0);
+      row_dot[i] = i < rows ? p.row_dot[row0 + i] : 0.0;
+    }
+    PackTransposed(st.qt, p.q, b, h, i0, rows);
+    PackTransposed(st.ot, p.dout, b, h, i0, rows);
+    T* part_blk = part + blk * dq * kBlockQ;
+    for (index_t j0 = k0; j0 < keys_end; j0 += kBlockK) {
+      const index_t cnt = std::min<index_t>(kBlockK, k1 - j0);
+      T* dkt = dk_chunk + (j0 - k0) * dq;  // this tile's dK^T (d, kBlockK)
+      T* dvt = dv_chunk + (j0 - k0) * dv;
+      const T* k_tile = p.k.row(b, h, j0);
+      const T* v_tile = p.v.row(b, h, j0);
       // P^T = exp(masked scores - max) / sum, exactly the forward's weights.
       BlockGemm<false>(d, k_tile, p.k.sR, 1, st.qt, st.s, cnt, dq);
       const bool partial = st.mask_tile(d, p.scale, j0, cnt);
@@ -190,22 +197,24 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t chunk, v
       // dV^T += dout^T W, dK^T += Q^T dS (scaled at the end), partial dQ^T += K_tile^T dS^T.
       BlockGemm<true>(d, p.dout.row(b, h, i0), 1, p.dout.sR, pm, dvt, dv, rows);
       BlockGemm<true>(d, p.q.row(b, h, i0), 1, p.q.sR, dsm, dkt, dq, rows);
-      T* part_blk = part + blk * dq * kBlockQ;
       if (partial && !rows_finite(k_tile, p.k.sR, cnt, dq)) {
         AccumulateSkippingZeros(part_blk, k_tile, p.k.sR, dst, cnt, dq, rows);
       } else {
         BlockGemm<true>(d, k_tile, 1, p.k.sR, dst, part_blk, dq, cnt);
       }
     }
-    for (index_t jj = 0; jj < cnt; ++jj) {
-      if (!p.dk.empty()) {
-        T* dk = p.dk.row(b, h, j0 + jj);
-        for (index_t c = 0; c < dq; ++c) dk[c] = p.scale * dkt[c * kBlockK + jj];
-      }
-      if (!p.dv.empty()) {
-        T* dvr = p.dv.row(b, h, j0 + jj);
-        for (index_t c = 0; c < dv; ++c) dvr[c] = dvt[c * kBlockK + jj];
-      }
+  }
+  for (index_t j = k0; j < k1; ++j) {
+    const index_t jj = (j - k0) % kBlockK;
+    const T* dkt = dk_chunk + (j - k0 - jj) * dq;
+    const T* dvt = dv_chunk + (j - k0 - jj) * dv;
+    if (!p.dk.empty()) {
+      T* dk = p.dk.row(b, h, j);
+      for (index_t c = 0; c < dq; ++c) dk[c] = p.scale * dkt[c * kBlockK + jj];
+    }
+    if (!p.dv.empty()) {
+      T* dvr = p.dv.row(b, h, j);
+      for (index_t c = 0; c < dv; ++c) dvr[c] = dvt[c * kBlockK + jj];
     }
   }
 }
@@ -227,8 +236,8 @@ HWY_EXPORT(ChunkBlockF32);
 HWY_EXPORT(ChunkBlockF64);
 
 template <class T>
-std::size_t sdpa_backward_work_bytes(index_t d, index_t v) {
-  return block_state_bytes<T>(d, v) + chunk_extra_bytes<T>(d, v);
+std::size_t sdpa_backward_work_bytes(index_t d, index_t v, index_t chunk_keys) {
+  return block_state_bytes<T>(d, v) + chunk_extra_bytes<T>(d, v, chunk_keys);
 }
 
 template <>
@@ -248,8 +257,8 @@ void sdpa_backward_chunk(const SdpaBackward<double>& p, index_t b, index_t h, in
   HWY_DYNAMIC_DISPATCH(ChunkBlockF64)(p, b, h, chunk, work);
 }
 
-template std::size_t sdpa_backward_work_bytes<float>(index_t, index_t);
-template std::size_t sdpa_backward_work_bytes<double>(index_t, index_t);
+template std::size_t sdpa_backward_work_bytes<float>(index_t, index_t, index_t);
+template std::size_t sdpa_backward_work_bytes<double>(index_t, index_t, index_t);
 
 }  // namespace attn::cpu::fused
 #endif  // HWY_ONCE
