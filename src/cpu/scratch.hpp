@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <new>
 
@@ -48,6 +49,16 @@ class Scratch {
 
   // The bytes all threads' blocks hold together (what `attn bench` reports as extra memory).
   static std::size_t held() { return total().load(); }
+
+  // Frees the calling thread's blocks (the next use allocates again): `attn bench` starts each case
+  // from nothing, so that held() afterwards is what that case needed.
+  static void release() {
+    for (Block& b : {std::ref(block(work)), std::ref(block(call))}) {
+      total().fetch_sub(b.size);
+      b.data.reset();
+      b.size = 0;
+    }
+  }
 
  private:
   static constexpr std::size_t kAlign = 64;

@@ -87,6 +87,10 @@ void run_bench(const Options& o) {
     if (!o.filter.empty() && c.name.find(o.filter) == std::string::npos) continue;
     std::cerr << "  " << c.name << "..." << std::flush;
     c.prepare();
+    // Every thread's scratch (the calling thread's too: it is the team's first) freed, so that what
+    // the threads hold after the run is this case's.
+#pragma omp parallel
+    attn::cpu::Scratch::release();
     Result r;
     r.name = c.name, r.formula = c.formula, r.memory_bound = c.bytes > 0;
     r.seconds = median_seconds(c.run_fused, o.seconds);
