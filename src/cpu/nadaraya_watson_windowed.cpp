@@ -25,8 +25,8 @@
 //     rounding of a itself). For m = 1e5 that keeps the keys within about 7.6 sigma (float) or 9.9
 //     sigma (double) of the nearest one.
 //
-// Forward: weights K computed in T with the dense path's expressions; Z = sum K and S = sum K v in
-// double, out = S / Z (0 for an empty window). Backward, with the dense path's coefficients a_ij
+// Forward: weights K computed in T with the dense path's expressions (for v = 1 in SIMD, with
+// Highway's exp); Z = sum K and S = sum K v in double, out = S / Z (0 for an empty window). Backward, with the dense path's coefficients a_ij
 // (nadaraya_watson.cpp) recomputed in double from the window of the T support test (Gaussian: of the
 // double exponent against T's cutoff A):
 //   pass 1, fixed chunks of queries in ascending order: Z_i, c_i = dout_i . out_i, dq_i and the
@@ -45,6 +45,8 @@
 
 #include "cpu/nw_windowed.hpp"
 #include "cpu/scratch.hpp"
+#include "cpu/simd/fused.hpp"
+#include "cpu/simd/nw_window.hpp"
 #include "cpu/unfused.hpp"
 
 namespace attn::cpu {
@@ -192,23 +194,19 @@ double dot(const T* a, const T* b, index_t v) {
 // ---- forward -------------------------------------------------------------------------------------
 
 // out row (v) of query q over its window: S / Z in double, 0 when Z = 0. acc (v) is work space.
+// For v = 1 the sums come from the SIMD loop of simd/nw_window.hpp (Highway's exp in place of
+// std::exp, at most 1 ulp apart); wider values take the scalar loop below.
 template <Kernel K, class T>
 void forward_row(T* out, double* acc, T q, const Window<T>& w, const SortedKeys<T>& s, index_t g, T sigma) {
   const T* ks = s.k(g);
   const index_t v = s.v;
-  double Z = 0;
-  if (v == 1) {  // the seeds' regression: scalar targets
-    double S = 0;
-    const T* vals = s.val(g, 0);
-    for (index_t j = w.lo; j < w.hi; ++j) {
-      const T d = q - ks[j];
-      const double Kv = weight<K>(d * d, w.d2_min, sigma);
-      Z += Kv;
-      S += Kv * vals[j];
-    }
-    out[0] = Z > 0 ? static_cast<T>(S / Z) : T(0);
+  if (v == 1) {  // the seeds' regression, scalar targets: the SIMD loop
+    const fused::WindowSums sums = fused::nw_window_sums<T>(ks + w.lo, s.val(g, w.lo), w.hi - w.lo, q, w.d2_min,
+                                                            sigma, K);
+    out[0] = sums.Z > 0 ? static_cast<T>(sums.S / sums.Z) : T(0);
     return;
   }
+  double Z = 0;
   std::fill(acc, acc + v, 0.0);
   for (index_t j = w.lo; j < w.hi; ++j) {
     const T d = q - ks[j];
@@ -364,6 +362,7 @@ template <class T>
 bool nw_forward(View4<T> out, View4<const T> queries, View4<const T> keys, View4<const T> values, Kernel kernel,
                 T sigma) {
   if (!applies(keys.C, kernel) || !all_finite(queries) || !all_finite(keys)) return false;
+  fused::init_simd_target();
   const index_t H = queries.H, G = queries.B * H, n = queries.R, m = keys.R, v = values.C;
   Scratch call(SortedKeys<T>::bytes(G, m, v), Scratch::call);
   SortedKeys<T> s;
