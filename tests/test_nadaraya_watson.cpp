@@ -629,6 +629,38 @@ TEST(NadarayaWatsonWindowed, VisitsFarFewerPairsThanDense) {
   EXPECT_EQ(cpu::windowed::visited_pairs<float>(q4, k4, Kernel::constant, sigma), -1);  // dense
 }
 
+// Queries or keys that are not finite cannot be ordered: such calls take the dense path and give
+// what it gives (bit for bit, NaN included). No key at all (m = 0): every row is empty, out 0.
+TEST(NadarayaWatsonWindowed, NonFiniteInputsAndNoKeysAreHandledLikeTheDensePath) {
+  using attn::detail::to_view4;
+  const Problem finite = make_1d({3, 1, 1, 5, 6, 1, 1}, 8, KeyOrder::unsorted, 0, 1, 0, 1);
+  Problem nan_query = finite, inf_key = finite;
+  nan_query.q[2] = std::numeric_limits<double>::quiet_NaN();
+  inf_key.k[3] = std::numeric_limits<double>::infinity();
+  const auto same_bits = [](const Tensor<double>& a, const Tensor<double>& b) {
+    return std::memcmp(a.data(), b.data(), sizeof(double) * a.numel()) == 0;
+  };
+  for (const Problem* pr : {&nan_query, &inf_key})
+    for (const Kernel kernel : kWindowed) {
+      SCOPED_TRACE(::testing::Message() << kernel_name(kernel) << (pr == &nan_query ? " NaN query" : " inf key"));
+      const auto got = run<double>(*pr, kernel, 0.3, Backend::cpu, false);
+      Tensor<double> out = zeros<double>(pr->s.dims(pr->s.n, pr->s.v));
+      cpu::dense::nw_forward<double>(to_view4(out.view(), "t", "o"), {}, to_view4(pr->q.cview(), "t", "q"),
+                                     to_view4(pr->k.cview(), "t", "k"), to_view4(pr->v.cview(), "t", "v"), kernel,
+                                     0.3);
+      EXPECT_TRUE(same_bits(got.out, out));
+    }
+  // The forward only: src/api refuses empty (B, 0, C) gradients as outputs that broadcast or share
+  // memory with the (empty) keys.
+  const Tensor<double> q = random_tensor<double>({2, 4, 1}, 1), k({2, 0, 1}), v({2, 0, 3});
+  for (const Kernel kernel : kWindowed) {
+    Tensor<double> out = random_tensor<double>({2, 4, 3}, 2);
+    const ScopedBackend cpu(Backend::cpu);
+    nadaraya_watson_forward<double>(out.view(), {}, q.cview(), k.cview(), v.cview(), kernel, 0.3);
+    EXPECT_EQ(max_abs(out), 0.0) << kernel_name(kernel);
+  }
+}
+
 // Fixed chunks of queries (pass 1) and of sorted keys (pass 2): bit-identical at 1 and 2 threads,
 // on problems large enough for a team of threads and several chunks.
 TEST(NadarayaWatsonWindowed, SameAtOneAndTwoThreads) {
