@@ -8,12 +8,17 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
+#include <tuple>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "attn/config.hpp"
+#include "core/view4.hpp"
+#include "cpu/nw_windowed.hpp"
+#include "cpu/unfused.hpp"
 #include "support/testing.hpp"
 
 namespace attn {
@@ -61,14 +66,18 @@ struct Result {
   Tensor<T> out, weights, dq, dk, dv, dsigma;
 };
 
+// Forward and backward of `pr`. Without `with_weights` the forward is not asked for the weights
+// (r.weights stays 0): for 1-D keys the cpu backend then takes its windowed path, which a call that
+// asks for the (n, m) weights leaves for the dense one.
 template <class T>
-Result<T> run(const Problem& pr, Kernel kernel, double sigma, Backend backend) {
+Result<T> run(const Problem& pr, Kernel kernel, double sigma, Backend backend, bool with_weights = true) {
   const ScopedBackend scoped(backend);
   const Shape& s = pr.s;
   const Tensor<T> q = convert<T>(pr.q), k = convert<T>(pr.k), v = convert<T>(pr.v), d = convert<T>(pr.dout);
   Result<T> r{zeros<T>(s.dims(s.n, s.v)), zeros<T>(s.dims(s.n, s.m)), zeros<T>(s.dims(s.n, s.p)),
               zeros<T>(s.dims(s.m, s.p)), zeros<T>(s.dims(s.m, s.v)), zeros<T>({1})};
-  nadaraya_watson_forward<T>(r.out.view(), r.weights.view(), q.cview(), k.cview(), v.cview(), kernel, T(sigma));
+  nadaraya_watson_forward<T>(r.out.view(), with_weights ? r.weights.view() : TensorView<T>(), q.cview(), k.cview(),
+                             v.cview(), kernel, T(sigma));
   nadaraya_watson_backward<T>(r.dq.view(), r.dk.view(), r.dv.view(), r.dsigma.data(), d.cview(), q.cview(),
                               k.cview(), v.cview(), kernel, T(sigma));
   return r;
@@ -353,10 +362,12 @@ void expect_gradient(const Tensor<double>& analytic, const std::vector<double>& 
 }
 
 // Gaussian and Epanechnikov: every gradient against finite differences. Boxcar and constant:
-// dvalues against finite differences, the rest exactly 0.
+// dvalues against finite differences, the rest exactly 0. The 1-D shapes (p = 1) take the cpu
+// backend's windowed backward, and its windowed forward in the finite differences.
 TEST(NadarayaWatson, BackwardMatchesFiniteDifferences) {
   const double sigma = 0.9;
-  for (const Shape& s : {Shape{3, 2, 1, 3, 5, 2, 2}, Shape{4, 1, 2, 4, 6, 2, 3}})
+  for (const Shape& s : {Shape{3, 2, 1, 3, 5, 2, 2}, Shape{4, 1, 2, 4, 6, 2, 3}, Shape{3, 2, 1, 7, 9, 1, 2},
+                         Shape{4, 2, 2, 5, 8, 1, 3}})
     for (const Kernel kernel : kKernels)
       for (const Backend backend : kBackends) {
         SCOPED_TRACE(::testing::Message() << kernel_name(kernel) << " " << backend_name(backend) << " rank "
@@ -417,6 +428,250 @@ TEST(NadarayaWatson, GradientsMayBeLeftOut) {
       EXPECT_TRUE(bit_identical(one.dk, all.dk));
       EXPECT_TRUE(bit_identical(one.dv, all.dv));
       EXPECT_TRUE(bit_identical(one.dsigma, all.dsigma));
+    }
+}
+
+// ---- the windowed path: 1-D keys with the boxcar, Epanechnikov and truncated Gaussian kernels ------
+// (src/cpu/nadaraya_watson_windowed.cpp; the cpu backend takes it for p = 1 when no weights are asked for)
+
+constexpr Kernel kWindowed[] = {Kernel::gaussian, Kernel::boxcar, Kernel::epanechnikov};
+
+// How the keys of a 1-D problem are laid out: ascending per group, in random order, rounded to
+// multiples of 1/4 (runs of equal keys), or keys and queries both on multiples of 1/8 (so that for
+// sigma = 1/4 or 1/2 many pairs lie at distance sigma exactly, in float and double alike).
+enum class KeyOrder { sorted, unsorted, duplicated, grid };
+
+// A 1-D problem (s.p must be 1): keys uniform in [klo, khi), queries in [qlo, qhi), laid out by `order`.
+Problem make_1d(const Shape& s, std::uint64_t seed, KeyOrder order, double klo, double khi, double qlo, double qhi) {
+  Problem pr = make_problem(s, seed);
+  pr.q = random_tensor<double>(s.dims(s.n, 1), seed + 4, qlo, qhi);
+  pr.k = random_tensor<double>(s.dims(s.m, 1), seed + 5, klo, khi);
+  const auto round_to = [](Tensor<double>& t, double step) {
+    for (index_t i = 0; i < t.numel(); ++i) t[i] = std::round(t[i] / step) * step;
+  };
+  if (order == KeyOrder::duplicated) round_to(pr.k, 0.25);
+  if (order == KeyOrder::grid) round_to(pr.k, 0.125), round_to(pr.q, 0.125);
+  if (order == KeyOrder::sorted)
+    for (index_t g = 0; g < s.B * s.H; ++g) std::sort(pr.k.data() + g * s.m, pr.k.data() + (g + 1) * s.m);
+  return pr;
+}
+
+// The cpu backend's windowed path against the float64 reference: float32 within 2x the float32
+// reference's error, float64 within 1e-12 (relative to the largest element), for every output and
+// gradient, over key layouts, boundary distances, empty windows, extreme widths, n != m, odd sizes,
+// batches and heads. dsigma in float32: the worst over 8 problems of the case, as above.
+TEST(NadarayaWatsonWindowed, MatchesFloat64ReferenceWithinErrorBudget) {
+  struct Case {
+    const char* what;
+    Shape s;
+    KeyOrder order;
+    double klo, khi, qlo, qhi;
+    std::vector<double> sigmas;
+  };
+  const Case cases[] = {
+      {"sorted keys", {3, 2, 1, 113, 203, 1, 1}, KeyOrder::sorted, 0, 5, 0, 5, {0.1, 0.5}},
+      {"unsorted keys, n != m, v = 3", {3, 3, 1, 97, 61, 1, 3}, KeyOrder::unsorted, -1, 1, -1, 1, {0.05, 0.3}},
+      {"duplicated keys", {3, 2, 1, 50, 80, 1, 2}, KeyOrder::duplicated, 0, 2, 0, 2, {0.25, 0.3}},
+      {"keys at distance sigma", {3, 1, 1, 64, 40, 1, 1}, KeyOrder::grid, 0, 4, 0, 4, {0.25, 0.5}},
+      {"queries outside the keys", {3, 2, 1, 60, 50, 1, 1}, KeyOrder::unsorted, 0, 1, -3, 4, {0.2}},
+      {"tiny and huge sigma", {3, 2, 1, 31, 47, 1, 2}, KeyOrder::unsorted, 0, 5, 0, 5, {1e-4, 1e3}},
+      {"heads (rank 4)", {4, 2, 3, 17, 31, 1, 4}, KeyOrder::unsorted, -1, 1, -1, 1, {0.1, 0.5}},
+  };
+  std::uint64_t seed = 3000;
+  for (const Case& c : cases)
+    for (const Kernel kernel : kWindowed)
+      for (const double sigma : c.sigmas) {
+        SCOPED_TRACE(::testing::Message() << c.what << ": " << kernel_name(kernel) << " sigma " << sigma);
+        const Problem pr = make_1d(c.s, seed += 10, c.order, c.klo, c.khi, c.qlo, c.qhi);
+        const auto oracle = run<double>(pr, kernel, sigma, Backend::reference);
+        const auto base = run<float>(pr, kernel, sigma, Backend::reference);
+        const auto f32 = run<float>(pr, kernel, sigma, Backend::cpu, false);
+        const auto f64 = run<double>(pr, kernel, sigma, Backend::cpu, false);
+        const std::pair<const char*, Tensor<double> Result<double>::*> names[] = {
+            {"out", &Result<double>::out}, {"dqueries", &Result<double>::dq}, {"dkeys", &Result<double>::dk},
+            {"dvalues", &Result<double>::dv}, {"dsigma", &Result<double>::dsigma}};
+        const Tensor<float>* got32[] = {&f32.out, &f32.dq, &f32.dk, &f32.dv};
+        const Tensor<float>* ref32[] = {&base.out, &base.dq, &base.dk, &base.dv};
+        for (std::size_t i = 0; i < 5; ++i) {
+          SCOPED_TRACE(names[i].first);
+          const Tensor<double>& want = oracle.*names[i].second;
+          if (i < 4) {
+            EXPECT_TRUE(testing::within_error_budget(*got32[i], *ref32[i], want));
+          }
+          EXPECT_LE(max_abs_diff(f64.*names[i].second, want), 1e-12 * (1 + max_abs(want)));
+        }
+        const auto ds = [&]<class T>(T, Backend backend) {
+          const ScopedBackend scoped(backend);
+          Tensor<T> out({8});
+          for (int r = 0; r < 8; ++r) {
+            const Problem p8 = make_1d(c.s, seed * 100 + 10 * r, c.order, c.klo, c.khi, c.qlo, c.qhi);
+            const Tensor<T> q = convert<T>(p8.q), k = convert<T>(p8.k), v = convert<T>(p8.v), d = convert<T>(p8.dout);
+            nadaraya_watson_backward<T>({}, {}, {}, &out[r], d.cview(), q.cview(), k.cview(), v.cview(), kernel,
+                                        T(sigma));
+          }
+          return out;
+        };
+        EXPECT_TRUE(testing::within_error_budget(ds(0.0f, Backend::cpu), ds(0.0f, Backend::reference),
+                                                 ds(0.0, Backend::reference)))
+            << "dsigma over 8 problems";
+      }
+}
+
+// The windowed path against the dense cpu path (attn::cpu::dense) on the same float64 inputs: the
+// same support (the same test in the same precision), so the two differ only by rounding and by the
+// Gaussian's truncation.
+TEST(NadarayaWatsonWindowed, MatchesDensePath) {
+  using attn::detail::to_view4;
+  const Shape s{4, 2, 2, 300, 500, 1, 2};
+  for (const Kernel kernel : kWindowed)
+    for (const double sigma : {0.02, 0.3}) {
+      SCOPED_TRACE(::testing::Message() << kernel_name(kernel) << " sigma " << sigma);
+      const Problem pr = make_1d(s, 77, KeyOrder::unsorted, 0, 5, -0.5, 5.5);
+      const auto got = run<double>(pr, kernel, sigma, Backend::cpu, false);
+      Result<double> want{zeros<double>(pr.s.dims(s.n, s.v)), {}, zeros<double>(pr.q.shape()),
+                          zeros<double>(pr.k.shape()), zeros<double>(pr.v.shape()), zeros<double>({1})};
+      const auto in = [](const Tensor<double>& t) { return to_view4(t.cview(), "test", "in"); };
+      const auto out = [](Tensor<double>& t) { return to_view4(t.view(), "test", "out"); };
+      cpu::dense::nw_forward<double>(out(want.out), {}, in(pr.q), in(pr.k), in(pr.v), kernel, sigma);
+      cpu::dense::nw_backward<double>(out(want.dq), out(want.dk), out(want.dv), want.dsigma.data(), in(pr.dout),
+                                      in(pr.q), in(pr.k), in(pr.v), kernel, sigma);
+      for (const auto& [name, a, b] : {std::tuple{"out", &got.out, &want.out}, std::tuple{"dq", &got.dq, &want.dq},
+                                       std::tuple{"dk", &got.dk, &want.dk}, std::tuple{"dv", &got.dv, &want.dv},
+                                       std::tuple{"dsigma", &got.dsigma, &want.dsigma}})
+        EXPECT_LE(max_abs_diff(*a, *b), 1e-12 * (1 + max_abs(*b))) << name;
+      EXPECT_GT(max_abs(want.dq), kernel == Kernel::boxcar ? -1.0 : 1e-3);  // the gradients are exercised
+    }
+}
+
+// A query farther than sigma from every key has an empty window: out 0 and no gradient, while the
+// gradients of the keys equal those of the other query alone (windowed forward and backward).
+TEST(NadarayaWatsonWindowed, EmptyWindowsOutputZero) {
+  const Tensor<double> keys({1, 4, 1}, {3, 0, 2, 1}), values({1, 4, 2}, {30, 31, 0, 1, 20, 21, 10, 11});
+  const Problem both{{3, 1, 1, 3, 4, 1, 2}, Tensor<double>({1, 3, 1}, {-7, 1.2, 100}), keys, values,
+                     Tensor<double>({1, 3, 2}, {4, 4, 0.5, -1, 2, 3})};
+  const Problem middle{{3, 1, 1, 1, 4, 1, 2}, Tensor<double>({1, 1, 1}, {1.2}), keys, values,
+                       Tensor<double>({1, 1, 2}, {0.5, -1})};
+  for (const Kernel kernel : {Kernel::boxcar, Kernel::epanechnikov}) {
+    SCOPED_TRACE(kernel_name(kernel));
+    const auto r = run<double>(both, kernel, 1.0, Backend::cpu, false);
+    const auto r1 = run<double>(middle, kernel, 1.0, Backend::cpu, false);
+    for (const index_t i : {0, 2}) {
+      EXPECT_EQ(r.out(0, i, 0), 0.0);
+      EXPECT_EQ(r.out(0, i, 1), 0.0);
+      EXPECT_EQ(r.dq(0, i, 0), 0.0);
+    }
+    EXPECT_EQ(r.out(0, 1, 0), r1.out(0, 0, 0));
+    EXPECT_NE(r.out(0, 1, 0), 0.0);
+    EXPECT_EQ(max_abs_diff(r.dk, r1.dk), 0.0);
+    EXPECT_EQ(max_abs_diff(r.dv, r1.dv), 0.0);
+    EXPECT_EQ(r.dsigma[0], r1.dsigma[0]);
+  }
+}
+
+// The truncation stated in nadaraya_watson_windowed.cpp: keys whose exponent a exceeds
+// A = ln(4 m / eps) are dropped, and the output moves by less than eps / 2 of the largest |value|.
+// One key at the query (value 0, weight 1) and m - 1 keys of value 1 at a = A (1 + delta): just
+// beyond the cutoff they are dropped (out exactly 0) while the float64 reference gives
+// (m - 1) e^-a / (1 + (m - 1) e^-a), about eps / 4; just inside it they are kept.
+template <class T>
+void expect_truncation_as_stated() {
+  const index_t m = 1000;
+  const double eps = std::numeric_limits<T>::epsilon();
+  const double A = cpu::windowed::gaussian_cutoff<T>(m);
+  EXPECT_DOUBLE_EQ(A, std::log(4.0 * m / eps));
+  for (const double delta : {1e-3, -1e-3}) {
+    SCOPED_TRACE(::testing::Message() << "a = A (1 + " << delta << ")");
+    const double r = std::sqrt(2 * A * (1 + delta));  // distance at sigma = 1
+    Problem pr{{3, 1, 1, 1, m, 1, 1}, Tensor<double>({1, 1, 1}, {0}), Tensor<double>({1, m, 1}),
+               Tensor<double>({1, m, 1}), Tensor<double>({1, 1, 1}, {1})};
+    for (index_t j = 1; j < m; ++j) pr.k[j] = static_cast<double>(static_cast<T>(j % 2 ? r : -r)), pr.v[j] = 1;
+    const auto got = run<T>(pr, Kernel::gaussian, 1.0, Backend::cpu, false);
+    const auto want = run<double>(pr, Kernel::gaussian, 1.0, Backend::reference);
+    const double error = std::abs(static_cast<double>(got.out[0]) - want.out[0]);
+    EXPECT_LT(error, eps / 2);  // the stated bound, max |v| = 1
+    if (delta > 0) {
+      EXPECT_EQ(got.out[0], T(0));  // every far key was dropped
+      EXPECT_GT(want.out[0], eps / 8);  // and what they carried was not negligible at this bound
+    } else {
+      EXPECT_LT(error, 0.01 * want.out[0]);  // kept: what remains is rounding
+    }
+  }
+}
+
+TEST(NadarayaWatsonWindowed, GaussianTruncationIsAsStated) {
+  expect_truncation_as_stated<float>();
+  expect_truncation_as_stated<double>();
+}
+
+// The windowed path visits the pairs of its windows only: for the boxcar exactly the pairs inside
+// the support (counted here by brute force in float), and for compact and truncated kernels alike
+// far fewer than n m when sigma is small against the keys' range.
+TEST(NadarayaWatsonWindowed, VisitsFarFewerPairsThanDense) {
+  const Shape s{3, 2, 1, 2000, 2000, 1, 1};
+  const Problem pr = make_1d(s, 5, KeyOrder::unsorted, 0, 5, 0, 5);
+  const Tensor<float> q = convert<float>(pr.q), k = convert<float>(pr.k);
+  const auto q4 = detail::to_view4(q.cview(), "test", "q"), k4 = detail::to_view4(k.cview(), "test", "k");
+  const float sigma = 0.05f;
+  double inside = 0;
+  for (index_t i = 0; i < s.B * s.n; ++i) {
+    const index_t g = i / s.n;
+    for (index_t j = 0; j < s.m; ++j) {
+      const float d = q[i] - k[g * s.m + j];
+      inside += std::sqrt(d * d) / sigma <= 1;
+    }
+  }
+  const double dense = static_cast<double>(s.B * s.n * s.m);
+  EXPECT_EQ(cpu::windowed::visited_pairs<float>(q4, k4, Kernel::boxcar, sigma), inside);
+  EXPECT_LE(cpu::windowed::visited_pairs<float>(q4, k4, Kernel::epanechnikov, sigma), inside);
+  const double gaussian = cpu::windowed::visited_pairs<float>(q4, k4, Kernel::gaussian, sigma);
+  EXPECT_LT(gaussian, dense / 5) << "visited " << gaussian << " of " << dense;
+  EXPECT_LT(inside, dense / 20);
+  EXPECT_EQ(cpu::windowed::visited_pairs<float>(q4, k4, Kernel::constant, sigma), -1);  // dense
+}
+
+// Queries or keys that are not finite cannot be ordered: such calls take the dense path and give
+// what it gives (bit for bit, NaN included). No key at all (m = 0): every row is empty, out 0.
+TEST(NadarayaWatsonWindowed, NonFiniteInputsAndNoKeysAreHandledLikeTheDensePath) {
+  using attn::detail::to_view4;
+  const Problem finite = make_1d({3, 1, 1, 5, 6, 1, 1}, 8, KeyOrder::unsorted, 0, 1, 0, 1);
+  Problem nan_query = finite, inf_key = finite;
+  nan_query.q[2] = std::numeric_limits<double>::quiet_NaN();
+  inf_key.k[3] = std::numeric_limits<double>::infinity();
+  const auto same_bits = [](const Tensor<double>& a, const Tensor<double>& b) {
+    return std::memcmp(a.data(), b.data(), sizeof(double) * a.numel()) == 0;
+  };
+  for (const Problem* pr : {&nan_query, &inf_key})
+    for (const Kernel kernel : kWindowed) {
+      SCOPED_TRACE(::testing::Message() << kernel_name(kernel) << (pr == &nan_query ? " NaN query" : " inf key"));
+      const auto got = run<double>(*pr, kernel, 0.3, Backend::cpu, false);
+      Tensor<double> out = zeros<double>(pr->s.dims(pr->s.n, pr->s.v));
+      cpu::dense::nw_forward<double>(to_view4(out.view(), "t", "o"), {}, to_view4(pr->q.cview(), "t", "q"),
+                                     to_view4(pr->k.cview(), "t", "k"), to_view4(pr->v.cview(), "t", "v"), kernel,
+                                     0.3);
+      EXPECT_TRUE(same_bits(got.out, out));
+    }
+  // The forward only: src/api refuses empty (B, 0, C) gradients as outputs that broadcast or share
+  // memory with the (empty) keys.
+  const Tensor<double> q = random_tensor<double>({2, 4, 1}, 1), k({2, 0, 1}), v({2, 0, 3});
+  for (const Kernel kernel : kWindowed) {
+    Tensor<double> out = random_tensor<double>({2, 4, 3}, 2);
+    const ScopedBackend cpu(Backend::cpu);
+    nadaraya_watson_forward<double>(out.view(), {}, q.cview(), k.cview(), v.cview(), kernel, 0.3);
+    EXPECT_EQ(max_abs(out), 0.0) << kernel_name(kernel);
+  }
+}
+
+// Fixed chunks of queries (pass 1) and of sorted keys (pass 2): bit-identical at 1 and 2 threads,
+// on problems large enough for a team of threads and several chunks.
+TEST(NadarayaWatsonWindowed, SameAtOneAndTwoThreads) {
+  const Problem pr = make_1d({3, 2, 1, 3001, 2500, 1, 2}, 21, KeyOrder::unsorted, 0, 5, -0.2, 5.2);
+  for (const Kernel kernel : kWindowed)
+    for (const double sigma : {0.05, 0.5}) {
+      SCOPED_TRACE(::testing::Message() << kernel_name(kernel) << " sigma " << sigma);
+      testing::expect_same_at_1_and_2_threads<float>([&] {
+        const auto r = run<float>(pr, kernel, sigma, Backend::cpu, false);
+        return std::vector<Tensor<float>>{r.out, r.dq, r.dk, r.dv, r.dsigma};
+      });
     }
 }
 

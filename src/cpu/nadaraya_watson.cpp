@@ -1,7 +1,10 @@
-// Nadaraya-Watson pooling of the cpu backend: threaded with OpenMP over query rows, with contiguous
-// inner loops left to the compiler's vectoriser (a later SIMD / windowed path for sorted 1-D keys
-// builds on these row functions). Results do not depend on the thread count: every output element
-// is summed by one thread in a fixed order, and dsigma is reduced from per-row partials in row order.
+// Dense Nadaraya-Watson pooling of the cpu backend (attn::cpu::dense, cpu/unfused.hpp): every
+// (query, key) pair, threaded with OpenMP over query rows, with contiguous inner loops left to the
+// compiler's vectoriser. cpu::nw_forward / nw_backward (nadaraya_watson_windowed.cpp) use it for
+// p > 1, the constant kernel, calls that ask for the weights and non-finite inputs; `attn bench`
+// times the windowed path against it. Results do not depend on the thread count: every output
+// element is summed by one thread in a fixed order, and dsigma is reduced from per-row partials in
+// row order.
 //
 // The backward writes every gradient through one coefficient a_ij per (query, key):
 //   dL/dq_i = sum_j a_ij (q_i - k_j),  dL/dk_j = -sum_i a_ij (q_i - k_j),
@@ -17,9 +20,9 @@
 #include <limits>
 #include <vector>
 
-#include "cpu/cpu.hpp"
+#include "cpu/unfused.hpp"
 
-namespace attn::cpu {
+namespace attn::cpu::dense {
 namespace {
 
 constexpr index_t kKeyBlock = 64;                     // keys per task of the backward's key pass
@@ -266,4 +269,4 @@ ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 #undef ATTN_INSTANTIATE
 
-}  // namespace attn::cpu
+}  // namespace attn::cpu::dense

@@ -17,3 +17,18 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
                    View4<const T> lse, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout);
 
 }  // namespace attn::cpu::unfused
+
+// ---- dense Nadaraya-Watson pooling (nadaraya_watson.cpp) ----------------------------------------
+// Every (query, key) pair, through (n, m) buffers in the backward. Same contract as cpu::nw_forward
+// and cpu::nw_backward (core/kernels.inc), which use it wherever the windowed path
+// (cpu/nw_windowed.hpp) does not apply; `attn bench` times the windowed path against it.
+namespace attn::cpu::dense {
+
+template <class T>
+void nw_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys, View4<const T> values,
+                Kernel kernel, T sigma);
+template <class T>
+void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma, View4<const T> dout,
+                 View4<const T> queries, View4<const T> keys, View4<const T> values, Kernel kernel, T sigma);
+
+}  // namespace attn::cpu::dense

@@ -53,7 +53,7 @@ std::string fixed(double x, int digits) {
 struct Result {
   std::string name, formula;
   double seconds = 0, rate = 0, fraction = 0, extra_mib = 0, unfused_seconds = 0, baseline_mib = 0, error = 0;
-  bool memory_bound = false;
+  bool memory_bound = false, in_pairs = false, scaled_baseline = false;
 };
 
 void print_json(const std::vector<Result>& results, double peak, double bandwidth, int threads) {
@@ -63,7 +63,7 @@ void print_json(const std::vector<Result>& results, double peak, double bandwidt
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     std::cout << "  {\"name\": \"" << r.name << "\", \"median_s\": " << r.seconds << ", \""
-              << (r.memory_bound ? "gbs" : "gflops") << "\": " << r.rate / 1e9 << ", \"fraction_of_limit\": "
+              << (r.in_pairs ? "gpairs" : r.memory_bound ? "gbs" : "gflops") << "\": " << r.rate / 1e9 << ", \"fraction_of_limit\": "
               << r.fraction << ", \"extra_mib\": " << r.extra_mib << ", \"unfused_median_s\": " << r.unfused_seconds
               << ", \"unfused_extra_mib\": " << r.baseline_mib << ", \"speedup\": "
               << (r.unfused_seconds > 0 ? r.unfused_seconds / r.seconds : 0) << ", \"max_rel_diff\": " << r.error
@@ -92,17 +92,18 @@ void run_bench(const Options& o) {
 #pragma omp parallel
     attn::cpu::Scratch::release();
     Result r;
-    r.name = c.name, r.formula = c.formula, r.memory_bound = c.bytes > 0;
+    r.name = c.name, r.formula = c.formula, r.memory_bound = c.bytes > 0, r.in_pairs = static_cast<bool>(c.pairs);
     r.seconds = median_seconds(c.run_fused, o.seconds);
     r.extra_mib = static_cast<double>(attn::cpu::Scratch::held()) / (1 << 20);
     if (c.run_unfused) {
-      r.unfused_seconds = median_seconds(c.run_unfused, o.seconds);
+      r.unfused_seconds = median_seconds(c.run_unfused, o.seconds) * c.baseline_scale;
+      r.scaled_baseline = c.baseline_scale != 1;
       r.baseline_mib = c.baseline_bytes / (1 << 20);
       r.error = c.check();
       if (!(r.error < 1e-4)) mismatch = true;
     }
-    r.rate = (r.memory_bound ? c.bytes : c.flops) / r.seconds;
-    r.fraction = r.rate / (r.memory_bound ? bandwidth : peak);
+    r.rate = (r.in_pairs ? c.pairs() : r.memory_bound ? c.bytes : c.flops) / r.seconds;
+    r.fraction = r.in_pairs ? 0 : r.rate / (r.memory_bound ? bandwidth : peak);  // pairs have no machine limit
     c.release();
     std::cerr << " " << fixed(r.seconds * 1e3, 2) << " ms\n";
     results.push_back(r);
@@ -115,13 +116,20 @@ void run_bench(const Options& o) {
     std::printf("%-44s %10s %12s %8s %9s %11s %8s %9s\n", "case", "median ms", "GFLOP/s|GB/s", "% limit",
                 "extra MiB", "unfused ms", "speedup", "rel diff");
     for (const Result& r : results)
-      std::printf("%-44s %10.2f %9.1f %-2s %7.1f%% %9.2f %11s %8s %9.1e\n", r.name.c_str(), r.seconds * 1e3,
-                  r.rate / 1e9, r.memory_bound ? "GB" : "GF", 100 * r.fraction, r.extra_mib,
+      std::printf("%-44s %10.2f %9.1f %-2s %8s %9.2f %11s %8s %9.1e\n", r.name.c_str(), r.seconds * 1e3,
+                  r.rate / 1e9, r.in_pairs ? "GP" : r.memory_bound ? "GB" : "GF",
+                  r.in_pairs ? "-" : (fixed(100 * r.fraction, 1) + "%").c_str(), r.extra_mib,
                   r.unfused_seconds > 0 ? fixed(r.unfused_seconds * 1e3, 2).c_str() : "-",
                   r.unfused_seconds > 0 ? (fixed(r.unfused_seconds / r.seconds, 2) + "x").c_str() : "-", r.error);
     std::printf("GFLOP/s count 4 d per computed (query, key) pair forward, 12 B n m d forward+backward; decode\n"
                 "counts bytes of keys, values, queries and out. extra MiB: per-thread scratch of the fused kernels\n"
                 "(all threads); the unfused path holds n x m buffers.\n");
+    if (std::any_of(results.begin(), results.end(), [](const Result& r) { return r.in_pairs; }))
+      std::printf("nw: GP = 1e9 (query, key) pairs visited per second (no FLOP count: an exp per pair); its\n"
+                  "baseline is the dense path%s.\n",
+                  std::any_of(results.begin(), results.end(), [](const Result& r) { return r.scaled_baseline; })
+                      ? ", timed on a subset of the queries spread over their range and scaled to all of them"
+                      : "");
   }
   if (mismatch) attn::detail::fail("bench: the fused and unfused results differ by more than 1e-4 (relative)");
 }

@@ -25,7 +25,11 @@ struct BenchCase {
   double bytes = 0;          // bytes one run must read (memory-bound cases), else 0
   std::string formula;       // how flops or bytes are counted
   double baseline_bytes = 0; // extra memory of the unfused path, from its buffers' sizes
+  double baseline_scale = 1; // the unfused run does 1 / baseline_scale of the work; its time is scaled up
   std::function<void()> prepare, run_fused, run_unfused, release;
+  // When set: the (query, key) pairs one fused run visits (called after prepare()); the case then
+  // reports pairs per second instead of FLOP/s.
+  std::function<double()> pairs;
   std::function<double()> check;
 };
 

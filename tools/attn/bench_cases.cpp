@@ -11,6 +11,7 @@
 #include "attn/attn.hpp"
 #include "bench.hpp"
 #include "core/mask_plan.hpp"
+#include "cpu/nw_windowed.hpp"
 #include "cpu/unfused.hpp"
 
 namespace attn_cli {
@@ -166,6 +167,70 @@ BenchCase sdpa_backward_case(index_t B, index_t n, index_t m, index_t d) {
   return c;
 }
 
+
+// ---- Nadaraya-Watson, Gaussian, 1-D keys (the seeds' regression at scale) ------------------------
+// Training data as the seeds make it: x sorted uniform in [0, 5), y = 2 sin x + x^0.8 + N(0, 0.5);
+// queries on the grid 0, 5 / n, ..., like the seeds' arange(0, 5, 0.1); sigma 0.1, the smallest of
+// the seeds' widths. The fused run is the public API (the windowed path, the Gaussian truncated at
+// the stated error); the baseline is the dense path, timed on every `stride`-th query (n / stride
+// queries over all m keys: the whole dense run would take minutes) and scaled by stride.
+struct NwData {
+  index_t n, m, stride;
+  float sigma;
+  Tensor<float> x{}, y{}, q{}, out{}, q_sub{}, out_sub{};
+
+  void prepare() {
+    std::mt19937_64 gen(7);
+    std::uniform_real_distribution<float> u(0.0f, 5.0f);
+    std::normal_distribution<float> noise(0.0f, 0.5f);
+    x = Tensor<float>({1, m, 1}), y = Tensor<float>({1, m, 1}), q = Tensor<float>({1, n, 1});
+    for (index_t j = 0; j < m; ++j) x[j] = u(gen);
+    std::sort(x.data(), x.data() + m);
+    for (index_t j = 0; j < m; ++j) y[j] = 2 * std::sin(x[j]) + std::pow(x[j], 0.8f) + noise(gen);
+    for (index_t i = 0; i < n; ++i) q[i] = 5.0f * static_cast<float>(i) / static_cast<float>(n);
+    out = Tensor<float>({1, n, 1});
+    q_sub = Tensor<float>({1, n / stride, 1}), out_sub = Tensor<float>({1, n / stride, 1});
+    for (index_t i = 0; i < n / stride; ++i) q_sub[i] = q[i * stride];
+  }
+  void release() {
+    for (Tensor<float>* t : {&x, &y, &q, &out, &q_sub, &out_sub}) *t = Tensor<float>();
+  }
+  // The windowed outputs of the subset's queries against the dense ones.
+  double check() const {
+    Tensor<float> got({1, n / stride, 1});
+    for (index_t i = 0; i < n / stride; ++i) got[i] = out[i * stride];
+    return max_rel_diff(got, out_sub);
+  }
+};
+
+BenchCase nw_gaussian_1d_case(index_t n, index_t m, float sigma, index_t stride) {
+  auto s = std::make_shared<NwData>(NwData{n, m, stride, sigma});
+  BenchCase c;
+  c.name = "nw gaussian 1-D (" + std::to_string(n) + "," + std::to_string(m) + ") sigma 0.1";
+  c.formula = "(query, key) pairs visited by the windowed path";
+  c.baseline_scale = static_cast<double>(n) / static_cast<double>(n / stride);
+  c.baseline_bytes = 4.0 * attn::num_threads() * static_cast<double>(m);  // a row of weights per thread
+  c.prepare = [s] { s->prepare(); };
+  c.pairs = [s] {
+    using attn::detail::to_view4;
+    return attn::cpu::windowed::visited_pairs<float>(to_view4(s->q.view(), "bench", "q"),
+                                                     to_view4(s->x.view(), "bench", "x"), attn::Kernel::gaussian,
+                                                     s->sigma);
+  };
+  c.run_fused = [s] {
+    attn::nadaraya_watson_forward<float>(s->out.view(), {}, s->q.view(), s->x.view(), s->y.view(),
+                                         attn::Kernel::gaussian, s->sigma);
+  };
+  c.run_unfused = [s] {
+    using attn::detail::to_view4;
+    attn::cpu::dense::nw_forward<float>(to_view4(s->out_sub.view(), "bench", "out"), {},
+                                        to_view4(s->q_sub.view(), "bench", "q"), to_view4(s->x.view(), "bench", "x"),
+                                        to_view4(s->y.view(), "bench", "y"), attn::Kernel::gaussian, s->sigma);
+  };
+  c.check = [s] { return s->check(); };
+  c.release = [s] { s->release(); };
+  return c;
+}
 }  // namespace
 
 std::vector<BenchCase> bench_cases(bool large) {
@@ -177,6 +242,7 @@ std::vector<BenchCase> bench_cases(bool large) {
   cases.push_back(sdpa_backward_case(4, 1024, 1024, 64));
   cases.push_back(sdpa_forward_case(32, 1, 8192, 128, MaskKind::none, true));
   if (large) cases.push_back(sdpa_forward_case(1, 16384, 16384, 64, MaskKind::none, false));
+  cases.push_back(nw_gaussian_1d_case(100000, 100000, 0.1f, 100));
   return cases;
 }
 
