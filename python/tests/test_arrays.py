@@ -100,7 +100,14 @@ def test_the_gil_is_released_while_attn_computes(rng):
     # While a thread runs an attn call of a few tenths of a second, the main thread keeps running
     # Python code: its longest pause is far shorter than the call. Were the GIL held, the main thread
     # would stop for the whole call, every time. On a loaded machine the OS may deschedule the main
-    # thread once in a while, so one attempt in three is enough.
+    # thread once in a while (and the call alone may run faster than with the main thread beside
+    # it), so one attempt in ten is enough.
     q, k = random(rng, 4, 256, 64), random(rng, 4, 2048, 64)
-    attempts = [longest_pause_during_a_call(q, k) for _ in range(3)]
-    assert any(pause < duration / 2 for pause, duration in attempts), attempts
+    attempts = []
+    for _ in range(10):
+        attempts.append(longest_pause_during_a_call(q, k))
+        pause, duration = attempts[-1]
+        if pause < duration / 2:
+            break
+    else:
+        raise AssertionError(f"the main thread stopped for most of every call: {attempts}")
