@@ -50,11 +50,18 @@ std::string fixed(double x, int digits) {
   return buf;
 }
 
+// What a case's rate counts: FLOPs (against the FMA peak), bytes read (against the read bandwidth)
+// or tanh evaluations (no measured limit to compare with).
+enum class Unit { flops, bytes, tanhs };
+
 struct Result {
   std::string name, formula;
   double seconds = 0, rate = 0, fraction = 0, extra_mib = 0, unfused_seconds = 0, baseline_mib = 0, error = 0;
-  bool memory_bound = false;
+  Unit unit = Unit::flops;
 };
+
+const char* json_key(Unit u) { return u == Unit::bytes ? "gbs" : u == Unit::tanhs ? "gtanhs" : "gflops"; }
+const char* short_unit(Unit u) { return u == Unit::bytes ? "GB" : u == Unit::tanhs ? "GT" : "GF"; }
 
 void print_json(const std::vector<Result>& results, double peak, double bandwidth, int threads) {
   std::cout << "{\"threads\": " << threads << ", \"simd_target\": \"" << attn::simd_target()
@@ -63,7 +70,7 @@ void print_json(const std::vector<Result>& results, double peak, double bandwidt
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     std::cout << "  {\"name\": \"" << r.name << "\", \"median_s\": " << r.seconds << ", \""
-              << (r.memory_bound ? "gbs" : "gflops") << "\": " << r.rate / 1e9 << ", \"fraction_of_limit\": "
+              << json_key(r.unit) << "\": " << r.rate / 1e9 << ", \"fraction_of_limit\": "
               << r.fraction << ", \"extra_mib\": " << r.extra_mib << ", \"unfused_median_s\": " << r.unfused_seconds
               << ", \"unfused_extra_mib\": " << r.baseline_mib << ", \"speedup\": "
               << (r.unfused_seconds > 0 ? r.unfused_seconds / r.seconds : 0) << ", \"max_rel_diff\": " << r.error
@@ -88,7 +95,8 @@ void run_bench(const Options& o) {
     std::cerr << "  " << c.name << "..." << std::flush;
     c.prepare();
     Result r;
-    r.name = c.name, r.formula = c.formula, r.memory_bound = c.bytes > 0;
+    r.name = c.name, r.formula = c.formula;
+    r.unit = c.tanhs > 0 ? Unit::tanhs : c.bytes > 0 ? Unit::bytes : Unit::flops;
     r.seconds = median_seconds(c.run_fused, o.seconds);
     r.extra_mib = static_cast<double>(attn::cpu::Scratch::held()) / (1 << 20);
     if (c.run_unfused) {
@@ -97,8 +105,8 @@ void run_bench(const Options& o) {
       r.error = c.check();
       if (!(r.error < 1e-4)) mismatch = true;
     }
-    r.rate = (r.memory_bound ? c.bytes : c.flops) / r.seconds;
-    r.fraction = r.rate / (r.memory_bound ? bandwidth : peak);
+    r.rate = (r.unit == Unit::tanhs ? c.tanhs : r.unit == Unit::bytes ? c.bytes : c.flops) / r.seconds;
+    r.fraction = r.unit == Unit::tanhs ? 0 : r.rate / (r.unit == Unit::bytes ? bandwidth : peak);
     c.release();
     std::cerr << " " << fixed(r.seconds * 1e3, 2) << " ms\n";
     results.push_back(r);
@@ -108,16 +116,18 @@ void run_bench(const Options& o) {
   } else {
     std::printf("threads %d, simd %s, FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n", threads,
                 attn::simd_target().c_str(), peak / 1e9, bandwidth / 1e9);
-    std::printf("%-44s %10s %12s %8s %9s %11s %8s %9s\n", "case", "median ms", "GFLOP/s|GB/s", "% limit",
+    std::printf("%-44s %10s %12s %8s %9s %11s %8s %9s\n", "case", "median ms", "G(FLOP|B|tanh)/s", "% limit",
                 "extra MiB", "unfused ms", "speedup", "rel diff");
     for (const Result& r : results)
-      std::printf("%-44s %10.2f %9.1f %-2s %7.1f%% %9.2f %11s %8s %9.1e\n", r.name.c_str(), r.seconds * 1e3,
-                  r.rate / 1e9, r.memory_bound ? "GB" : "GF", 100 * r.fraction, r.extra_mib,
+      std::printf("%-44s %10.2f %9.1f %-2s %8s %9.2f %11s %8s %9.1e\n", r.name.c_str(), r.seconds * 1e3,
+                  r.rate / 1e9, short_unit(r.unit),
+                  r.unit == Unit::tanhs ? "-" : (fixed(100 * r.fraction, 1) + "%").c_str(), r.extra_mib,
                   r.unfused_seconds > 0 ? fixed(r.unfused_seconds * 1e3, 2).c_str() : "-",
                   r.unfused_seconds > 0 ? (fixed(r.unfused_seconds / r.seconds, 2) + "x").c_str() : "-", r.error);
     std::printf("GFLOP/s count 4 d per computed (query, key) pair forward, 12 B n m d forward+backward; decode\n"
-                "counts bytes of keys, values, queries and out. extra MiB: per-thread scratch of the fused kernels\n"
-                "(all threads); the unfused path holds n x m buffers.\n");
+                "counts bytes of keys, values, queries and out; additive counts tanh evaluations (GT), B n m h per\n"
+                "forward, 2 B n m h more per backward. extra MiB: per-thread and per-call scratch of the fused\n"
+                "kernels (all threads); the unfused path holds n x m buffers.\n");
   }
   if (mismatch) attn::detail::fail("bench: the fused and unfused results differ by more than 1e-4 (relative)");
 }
