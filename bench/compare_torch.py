@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""Times the seeds' PyTorch DotProductAttention (Debian's python3-torch, 2 threads) on the cases of
-`attn bench` and prints the ratio against attn's fused kernels from `attn bench --json`.
+"""Times the seeds' PyTorch DotProductAttention and AdditiveAttention (Debian's python3-torch, 2
+threads) on the cases of `attn bench` and prints the ratio against attn's fused kernels from
+`attn bench --json`.
 
-    /usr/bin/python3 bench/compare_torch.py build/attn [--seconds 1]
+    /usr/bin/python3 bench/compare_torch.py build/attn [--seconds 1] [--filter additive]
 
 The seeds' code is copied below as written in the chapter (masked_softmax with d2l.sequence_mask's
 -1e6 fill, then two bmm). Causal cases are skipped: the seeds have no causal mask; so is the Nadaraya-Watson case, whose
@@ -50,6 +51,23 @@ class DotProductAttention(nn.Module):  # the seeds' DotProductAttention
         return torch.bmm(self.dropout(self.attention_weights), values)
 
 
+class AdditiveAttention(nn.Module):  # the seeds' AdditiveAttention
+    def __init__(self, key_size, query_size, num_hiddens, dropout):
+        super(AdditiveAttention, self).__init__()
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens):
+        queries, keys = self.W_q(queries), self.W_k(keys)
+        features = queries.unsqueeze(2) + keys.unsqueeze(1)
+        features = torch.tanh(features)
+        scores = self.w_v(features).squeeze(-1)
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        return torch.bmm(self.dropout(self.attention_weights), values)
+
+
 def median_seconds(f, budget):
     f()
     times, start = [], time.perf_counter()
@@ -69,6 +87,8 @@ def torch_case(name, budget):
               "1e5 x 1e5 float32 = 40 GB", flush=True)
         return None
     B, n, m, d = (int(x) for x in name[name.index("(") + 1:name.index(")")].split(","))
+    if name.startswith("additive"):
+        return additive_case(B, n, m, d, "backward" in name, budget)
     q, k, v = (torch.rand(B, r, d) * 2 - 1 for r in (n, m, m))
     lens = torch.tensor([m // 2 + (b * m) // (2 * B) + 1 for b in range(B)]) if "valid_lens" in name else None
     attention = DotProductAttention(0.0).eval()
@@ -84,14 +104,35 @@ def torch_case(name, budget):
         return median_seconds(lambda: attention(q, k, v, lens), budget)
 
 
+def additive_case(B, n, m, h, backward, budget):
+    """The seeds' AdditiveAttention with hidden size h, queries, keys and values of size 64, no mask;
+    it materialises the (B, n, m, h) features (512 MiB for the bench case's forward alone)."""
+    q, k, v = (torch.rand(B, r, 64) * 2 - 1 for r in (n, m, m))
+    attention = AdditiveAttention(64, 64, h, 0.0)
+    if backward:
+        q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+        g = torch.rand(B, n, 64)
+
+        def step():
+            attention.zero_grad(set_to_none=True)
+            q.grad = k.grad = v.grad = None
+            attention.train()(q, k, v, None).backward(g)
+        return median_seconds(step, budget)
+    with torch.no_grad():
+        return median_seconds(lambda: attention.eval()(q, k, v, None), budget)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("attn", help="path of the attn executable")
     parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--filter", default="", help="only the cases whose name contains this (as attn bench)")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    ours = json.loads(subprocess.run([args.attn, "bench", "--json", "--threads", "2", "--seconds", str(args.seconds)],
-                                     check=True, capture_output=True, text=True).stdout)
+    command = [args.attn, "bench", "--json", "--threads", "2", "--seconds", str(args.seconds)]
+    if args.filter:
+        command += ["--filter", args.filter]
+    ours = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
     print(f"{'case':44s} {'attn ms':>9s} {'torch ms':>9s} {'torch/attn':>10s}")
     for c in ours["cases"]:
         t = torch_case(c["name"], args.seconds)

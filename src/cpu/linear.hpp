@@ -21,14 +21,17 @@ std::vector<T> dense_matrix(View4<const T> w, bool transpose) {
 
 // x (B, H, R, K), w (1, 1, P, K) or, with transpose_w = false, (1, 1, K, P); out (B, H, R, P):
 //   out[b,h,r,:] = x[b,h,r,:] w^T     (or x[b,h,r,:] w)
-// Rows in parallel. The matrix is first laid out (K, P) so that each row is a sum of K contiguous
-// axpys over P, which the compiler vectorises without reordering any sum.
+// Rows in parallel (when there is enough work to pay for threads). The matrix is first laid out
+// (K, P) so that each row is a sum of K contiguous axpys over P, which the compiler vectorises
+// without reordering any sum.
 template <class T>
 void rows_times(View4<T> out, View4<const T> x, View4<const T> w, bool transpose_w) {
   const std::vector<T> mat = dense_matrix(w, transpose_w);
   const T* M = mat.data();
   const index_t K = x.C, P = out.C;
-#pragma omp parallel for collapse(3) schedule(static)
+  const double work = static_cast<double>(x.B) * static_cast<double>(x.H) * static_cast<double>(x.R) *
+                      static_cast<double>(K) * static_cast<double>(P);
+#pragma omp parallel for collapse(3) schedule(static) if (work >= 65536)
   for (index_t b = 0; b < x.B; ++b)
     for (index_t h = 0; h < x.H; ++h)
       for (index_t r = 0; r < x.R; ++r) {
@@ -45,11 +48,15 @@ void rows_times(View4<T> out, View4<const T> x, View4<const T> w, bool transpose
 
 // The gradient of a matrix applied to every row: a (B, H, R, P), x (B, H, R, C), dw (1, 1, P, C),
 //   dw[p, :] = sum over b, h, r of a[b,h,r,p] * x[b,h,r,:]     (written, not accumulated)
-// Parallel over p: each row of dw sums the rows (b, h, r) in order, an axpy over C each.
+// Parallel over p: each row of dw sums the rows (b, h, r) in order, an axpy over C each. Rows with
+// a = 0 are skipped: a masked key has gradient 0, and whatever its row of x holds (NaN) stays out.
+// Threads only when there is enough work to pay for them.
 template <class T>
 void sum_outer(View4<T> dw, View4<const T> a, View4<const T> x) {
   const index_t C = dw.C;
-#pragma omp parallel for schedule(static)
+  const double work = static_cast<double>(a.B) * static_cast<double>(a.H) * static_cast<double>(a.R) *
+                      static_cast<double>(dw.R) * static_cast<double>(C);
+#pragma omp parallel for schedule(static) if (work >= 65536)
   for (index_t p = 0; p < dw.R; ++p) {
     T* d = dw.row(0, 0, p);
     for (index_t c = 0; c < C; ++c) d[c] = 0;
@@ -57,6 +64,7 @@ void sum_outer(View4<T> dw, View4<const T> a, View4<const T> x) {
       for (index_t h = 0; h < a.H; ++h)
         for (index_t r = 0; r < a.R; ++r) {
           const T s = a.at(b, h, r, p);
+          if (s == T(0)) continue;
           const T* xr = x.row(b, h, r);
           for (index_t c = 0; c < C; ++c) d[c] += s * xr[c];
         }

@@ -1,7 +1,8 @@
-// The cpu backend's unfused scaled dot-product attention (sdpa_unfused.cpp): scores, softmax and
-// pooling as separate threaded passes over an (n, m) buffer. Same contract as cpu::sdpa_forward and
-// cpu::sdpa_backward (core/kernels.inc). It serves the calls that ask for the weights, and is the
-// baseline `attn bench` reports the fused kernels against.
+// The cpu backend's unfused scaled dot-product attention (sdpa_unfused.cpp) and additive attention
+// (additive_unfused.cpp): scores, softmax and pooling as separate threaded passes over an (n, m)
+// buffer. Same contracts as cpu::sdpa_forward, cpu::sdpa_backward, cpu::additive_forward and
+// cpu::additive_backward (core/kernels.inc). They serve the calls that ask for the weights, and are
+// the baseline `attn bench` reports the fused kernels against.
 #pragma once
 
 #include "cpu/cpu.hpp"
@@ -15,6 +16,17 @@ template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout,
                    View4<const T> queries, View4<const T> keys, View4<const T> values, View4<const T> out,
                    View4<const T> lse, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout);
+
+
+template <class T>
+void additive_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys,
+                      View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
+                      const MaskPlan<T>& mask, const DropoutPlan& dropout);
+template <class T>
+void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<T> dw_q, View4<T> dw_k,
+                       View4<T> dw_v, View4<const T> dout, View4<const T> queries, View4<const T> keys,
+                       View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
+                       const MaskPlan<T>& mask, const DropoutPlan& dropout);
 
 }  // namespace attn::cpu::unfused
 

@@ -3,9 +3,11 @@
 // with the float64 reference and the finite-difference check of every input and parameter.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attn/dropout.hpp"
@@ -38,6 +40,7 @@ struct MaskCase {
   Causal causal = Causal::none;
   MaskedFill fill = MaskedFill::exclude;
   double dropout = 0;
+  bool additive = false;  // an additive (n, m) float mask, some entries -inf
 };
 
 // gtest prints a case by its name (in test listings and CTest names).
@@ -52,23 +55,32 @@ inline std::vector<MaskCase> all_mask_cases() {
           MaskCase{"causal_bottom_right", false, false, false, Causal::bottom_right},
           MaskCase{"seeds_fill", false, true, false, Causal::none, MaskedFill::seeds_minus_1e6},
           MaskCase{"dropout", false, false, false, Causal::none, MaskedFill::exclude, 0.3},
-          MaskCase{"lens_and_dropout", false, true, false, Causal::none, MaskedFill::exclude, 0.3}};
+          MaskCase{"lens_and_dropout", false, true, false, Causal::none, MaskedFill::exclude, 0.3},
+          MaskCase{"additive_mask", false, false, false, Causal::none, MaskedFill::exclude, 0, true},
+          MaskCase{"everything", false, true, true, Causal::bottom_right, MaskedFill::exclude, 0.2, true}};
 }
 
 // The tensors of a MaskCase for sizes s, kept alive for the masks built from them:
 //   valid lengths (B,): m/3 + 1 for the first batch element, m for the others;
 //   valid lengths (B, n): (37 r) mod (m + 1) for row r = b n + i, which covers 0 and m;
-//   keep (B, 1, 1, m) (or (B, 1, m) for 3-D tensors): key j of batch element b unless (b m + j) mod 7 = 3.
+//   keep (B, 1, 1, m) (or (B, 1, m) for 3-D tensors): key j of batch element b unless (b m + j) mod 7 = 3;
+//   additive (n, m): uniform in [-2, 2), -inf where (i m + j) mod 11 = 5, and all of row 1.
 struct MaskTensors {
   MaskCase c;
   Tensor<std::int64_t> lens_b, lens_q;
   Tensor<bool> keep;
+  Tensor<double> bias64;
+  Tensor<float> bias32;
 
   MaskTensors(const MaskCase& mc, const QkvSizes& s)
-      : c(mc), lens_b({s.B}), lens_q({s.B, s.n}), keep(std::span<const index_t>(keep_shape(s))) {
+      : c(mc), lens_b({s.B}), lens_q({s.B, s.n}), keep(std::span<const index_t>(keep_shape(s))),
+        bias64(random_tensor<double>({s.n, s.m}, 900, -2, 2)) {
     for (index_t b = 0; b < s.B; ++b) lens_b[b] = b == 0 ? s.m / 3 + 1 : s.m;
     for (index_t r = 0; r < s.B * s.n; ++r) lens_q[r] = (37 * r) % (s.m + 1);
     for (index_t e = 0; e < keep.numel(); ++e) keep[e] = e % 7 != 3;
+    for (index_t e = 0; e < bias64.numel(); ++e)
+      if (e % 11 == 5 || (s.n > 1 && e / s.m == 1)) bias64[e] = -INFINITY;
+    bias32 = convert<float>(bias64);
   }
   static std::vector<index_t> keep_shape(const QkvSizes& s) {
     return s.H == 0 ? std::vector<index_t>{s.B, 1, s.m} : std::vector<index_t>{s.B, 1, 1, s.m};
@@ -79,6 +91,10 @@ struct MaskTensors {
     if (c.lens_per_batch) mask.valid_lens = lens_b.view();
     if (c.lens_per_query) mask.valid_lens = lens_q.view();
     if (c.keep) mask.keep = keep.view();
+    if (c.additive) {
+      if constexpr (std::is_same_v<T, float>) mask.additive = bias32.view();
+      else mask.additive = bias64.view();
+    }
     mask.causal = c.causal;
     mask.fill = c.fill;
     return mask;
@@ -92,7 +108,8 @@ struct MaskTensors {
 //   static Tensor<T> forward(in, sizes, mask, dropout, Tensor<T>* weights)   -> out
 //   static std::vector<Tensor<T>> backward(in, dout, mask, dropout)          -> one gradient per input
 
-// out, weights, then every gradient, in precision T with the current backend.
+// out without the weights (the cpu backend's fused path, where the op has one), out and the weights
+// asked for together (its unfused path), then every gradient, in precision T with the current backend.
 template <class Op, class T>
 std::vector<Tensor<T>> run_op(const std::vector<Tensor<double>>& in64, const Tensor<double>& dout64, const QkvSizes& s,
                               const MaskTensors& mt) {
@@ -100,20 +117,22 @@ std::vector<Tensor<T>> run_op(const std::vector<Tensor<double>>& in64, const Ten
   for (const auto& t : in64) in.push_back(convert<T>(t));
   const Mask<T> mask = mt.mask<T>();
   Tensor<T> weights(s.dims(s.n, s.m));
-  std::vector<Tensor<T>> r{Op::template forward<T>(in, s, mask, mt.dropout(), &weights), weights};
+  std::vector<Tensor<T>> r{Op::template forward<T>(in, s, mask, mt.dropout(), nullptr),
+                           Op::template forward<T>(in, s, mask, mt.dropout(), &weights), weights};
   for (Tensor<T>& g : Op::template backward<T>(in, convert<T>(dout64), mask, mt.dropout())) r.push_back(std::move(g));
   return r;
 }
 
 // The cpu backend against the float64 reference (in float32 within the error budget of the
 // float32 reference, in float64 to 1e-9), and at 1 against 2 threads (bit-identical), for out,
-// weights and every gradient.
+// weights and every gradient. `factor`: the error budget's multiple (expect_cpu_matches_reference).
 template <class Op>
-void expect_op_matches_reference(const QkvSizes& s, const MaskCase& mc, const std::vector<Tensor<double>>& in) {
+void expect_op_matches_reference(const QkvSizes& s, const MaskCase& mc, const std::vector<Tensor<double>>& in,
+                                 double factor = 2.0) {
   const Tensor<double> dout = random_tensor<double>(s.dims(s.n, s.v), 200);
   const MaskTensors mt(mc, s);
   auto run = [&]<class T>() { return run_op<Op, T>(in, dout, s, mt); };
-  expect_cpu_matches_reference(run);
+  expect_cpu_matches_reference(run, 1e-9, factor);
   expect_same_at_1_and_2_threads<float>([&] { return run.template operator()<float>(); });
 }
 

@@ -50,11 +50,23 @@ std::string fixed(double x, int digits) {
   return buf;
 }
 
+// What a case's rate counts: FLOPs (against the FMA peak), bytes read (against the read bandwidth),
+// tanh evaluations or (query, key) pairs visited (no measured limit to compare those with).
+enum class Unit { flops, bytes, tanhs, pairs };
+
 struct Result {
   std::string name, formula;
   double seconds = 0, rate = 0, fraction = 0, extra_mib = 0, unfused_seconds = 0, baseline_mib = 0, error = 0;
-  bool memory_bound = false, in_pairs = false, scaled_baseline = false;
+  Unit unit = Unit::flops;
+  bool scaled_baseline = false;  // the unfused time was measured on part of the work and scaled
 };
+
+const char* json_key(Unit u) {
+  return u == Unit::bytes ? "gbs" : u == Unit::tanhs ? "gtanhs" : u == Unit::pairs ? "gpairs" : "gflops";
+}
+const char* short_unit(Unit u) {
+  return u == Unit::bytes ? "GB" : u == Unit::tanhs ? "GT" : u == Unit::pairs ? "GP" : "GF";
+}
 
 void print_json(const std::vector<Result>& results, double peak, double bandwidth, int threads) {
   std::cout << "{\"threads\": " << threads << ", \"simd_target\": \"" << attn::simd_target()
@@ -63,7 +75,7 @@ void print_json(const std::vector<Result>& results, double peak, double bandwidt
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     std::cout << "  {\"name\": \"" << r.name << "\", \"median_s\": " << r.seconds << ", \""
-              << (r.in_pairs ? "gpairs" : r.memory_bound ? "gbs" : "gflops") << "\": " << r.rate / 1e9 << ", \"fraction_of_limit\": "
+              << json_key(r.unit) << "\": " << r.rate / 1e9 << ", \"fraction_of_limit\": "
               << r.fraction << ", \"extra_mib\": " << r.extra_mib << ", \"unfused_median_s\": " << r.unfused_seconds
               << ", \"unfused_extra_mib\": " << r.baseline_mib << ", \"speedup\": "
               << (r.unfused_seconds > 0 ? r.unfused_seconds / r.seconds : 0) << ", \"max_rel_diff\": " << r.error
@@ -92,7 +104,8 @@ void run_bench(const Options& o) {
 #pragma omp parallel
     attn::cpu::Scratch::release();
     Result r;
-    r.name = c.name, r.formula = c.formula, r.memory_bound = c.bytes > 0, r.in_pairs = static_cast<bool>(c.pairs);
+    r.name = c.name, r.formula = c.formula;
+    r.unit = c.pairs ? Unit::pairs : c.tanhs > 0 ? Unit::tanhs : c.bytes > 0 ? Unit::bytes : Unit::flops;
     r.seconds = median_seconds(c.run_fused, o.seconds);
     r.extra_mib = static_cast<double>(attn::cpu::Scratch::held()) / (1 << 20);
     if (c.run_unfused) {
@@ -102,8 +115,10 @@ void run_bench(const Options& o) {
       r.error = c.check();
       if (!(r.error < 1e-4)) mismatch = true;
     }
-    r.rate = (r.in_pairs ? c.pairs() : r.memory_bound ? c.bytes : c.flops) / r.seconds;
-    r.fraction = r.in_pairs ? 0 : r.rate / (r.memory_bound ? bandwidth : peak);  // pairs have no machine limit
+    r.rate = (r.unit == Unit::pairs ? c.pairs() : r.unit == Unit::tanhs ? c.tanhs : r.unit == Unit::bytes ? c.bytes : c.flops) /
+             r.seconds;
+    // Only FLOPs and bytes have a measured machine limit.
+    r.fraction = r.unit == Unit::flops ? r.rate / peak : r.unit == Unit::bytes ? r.rate / bandwidth : 0;
     c.release();
     std::cerr << " " << fixed(r.seconds * 1e3, 2) << " ms\n";
     results.push_back(r);
@@ -113,18 +128,19 @@ void run_bench(const Options& o) {
   } else {
     std::printf("threads %d, simd %s, FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n", threads,
                 attn::simd_target().c_str(), peak / 1e9, bandwidth / 1e9);
-    std::printf("%-44s %10s %12s %8s %9s %11s %8s %9s\n", "case", "median ms", "GFLOP/s|GB/s", "% limit",
+    std::printf("%-44s %10s %12s %8s %9s %11s %8s %9s\n", "case", "median ms", "G(FLOP|B|tanh)/s", "% limit",
                 "extra MiB", "unfused ms", "speedup", "rel diff");
     for (const Result& r : results)
       std::printf("%-44s %10.2f %9.1f %-2s %8s %9.2f %11s %8s %9.1e\n", r.name.c_str(), r.seconds * 1e3,
-                  r.rate / 1e9, r.in_pairs ? "GP" : r.memory_bound ? "GB" : "GF",
-                  r.in_pairs ? "-" : (fixed(100 * r.fraction, 1) + "%").c_str(), r.extra_mib,
-                  r.unfused_seconds > 0 ? fixed(r.unfused_seconds * 1e3, 2).c_str() : "-",
+                  r.rate / 1e9, short_unit(r.unit),
+                  r.unit == Unit::flops || r.unit == Unit::bytes ? (fixed(100 * r.fraction, 1) + "%").c_str() : "-",
+                  r.extra_mib, r.unfused_seconds > 0 ? fixed(r.unfused_seconds * 1e3, 2).c_str() : "-",
                   r.unfused_seconds > 0 ? (fixed(r.unfused_seconds / r.seconds, 2) + "x").c_str() : "-", r.error);
     std::printf("GFLOP/s count 4 d per computed (query, key) pair forward, 12 B n m d forward+backward; decode\n"
-                "counts bytes of keys, values, queries and out. extra MiB: per-thread scratch of the fused kernels\n"
-                "(all threads); the unfused path holds n x m buffers.\n");
-    if (std::any_of(results.begin(), results.end(), [](const Result& r) { return r.in_pairs; }))
+                "counts bytes of keys, values, queries and out; additive counts tanh evaluations (GT), B n m h per\n"
+                "forward, 2 B n m h more per backward. extra MiB: per-thread and per-call scratch of the fused\n"
+                "kernels (all threads); the unfused path holds n x m buffers.\n");
+    if (std::any_of(results.begin(), results.end(), [](const Result& r) { return r.unit == Unit::pairs; }))
       std::printf("nw: GP = 1e9 (query, key) pairs visited per second (no FLOP count: an exp per pair); its\n"
                   "baseline is the dense path%s.\n",
                   std::any_of(results.begin(), results.end(), [](const Result& r) { return r.scaled_baseline; })

@@ -18,12 +18,16 @@ void add_bench_command(CLI::App& app);
 
 // One benchmark case (bench_cases.cpp). run_fused and run_unfused each execute the operation once
 // on inputs made by prepare(); check() compares their last results and returns the largest
-// difference relative to the largest unfused output (after both ran).
+// difference relative to the largest unfused output (after both ran). A case reports one rate:
+// (query, key) pairs visited per second when `pairs` is set, tanh evaluations per second when
+// `tanhs` is set (bound by the tanh, not by FMAs or memory), else bytes per second when `bytes` is
+// set, else FLOP/s.
 struct BenchCase {
   std::string name;
   double flops = 0;          // FLOPs of one run, from the formula in `formula`
   double bytes = 0;          // bytes one run must read (memory-bound cases), else 0
-  std::string formula;       // how flops or bytes are counted
+  double tanhs = 0;          // tanh evaluations of one run (additive attention), else 0
+  std::string formula;       // how flops, bytes or tanhs are counted
   double baseline_bytes = 0; // extra memory of the unfused path, from its buffers' sizes
   double baseline_scale = 1; // the unfused run does 1 / baseline_scale of the work; its time is scaled up
   std::function<void()> prepare, run_fused, run_unfused, release;

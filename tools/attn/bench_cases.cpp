@@ -231,6 +231,84 @@ BenchCase nw_gaussian_1d_case(index_t n, index_t m, float sigma, index_t stride)
   c.release = [s] { s->release(); };
   return c;
 }
+
+// ---- additive attention ---------------------------------------------------------------------
+// Tensors of one additive case: queries (B, n, 64), keys (B, m, 64), values (B, m, 64), hidden size
+// h, parameters drawn like AdditiveWeights::init, no mask; prepare() allocates, release() frees.
+struct AdditiveData {
+  index_t B, n, m, h;
+  Tensor<float> q{}, k{}, v{}, g{}, out{}, out_ref{}, weights{}, dq{}, dk{}, dv{}, dq_ref{}, dk_ref{}, dv_ref{};
+  attn::AdditiveWeights<float> w{}, dw{}, dw_ref{};
+
+  void prepare(bool backward) {
+    const index_t d = 64;
+    q = uniform({B, n, d}, 11), k = uniform({B, m, d}, 12), v = uniform({B, m, d}, 13);
+    w = attn::AdditiveWeights<float>::init(d, d, h, 14);
+    out = Tensor<float>({B, n, d}), out_ref = out, weights = Tensor<float>({B, n, m});
+    if (backward) {
+      g = uniform({B, n, d}, 15);
+      dq = Tensor<float>({B, n, d}), dk = Tensor<float>({B, m, d}), dv = Tensor<float>({B, m, d});
+      dq_ref = dq, dk_ref = dk, dv_ref = dv;
+      dw = w, dw_ref = w;
+    }
+  }
+  void release() {
+    for (Tensor<float>* t : {&q, &k, &v, &g, &out, &out_ref, &weights, &dq, &dk, &dv, &dq_ref, &dk_ref, &dv_ref})
+      *t = Tensor<float>();
+    w = dw = dw_ref = attn::AdditiveWeights<float>();
+  }
+  attn::AdditiveGrads<float> grads(attn::AdditiveWeights<float>& t) { return {t.w_q.view(), t.w_k.view(), t.w_v.view()}; }
+
+  void fused(bool backward) {
+    attn::additive_attention_forward<float>(out.view(), {}, q.view(), k.view(), v.view(), w.params());
+    if (backward)
+      attn::additive_attention_backward<float>(dq.view(), dk.view(), dv.view(), grads(dw), g.view(), q.view(), k.view(),
+                                               v.view(), w.params());
+  }
+  // The unfused kernels (cpu/unfused.hpp) on the views the public API would build; the forward
+  // forms the (n, m) weights, as a caller asking for them gets.
+  void unfused(bool backward) {
+    using attn::detail::to_view4;
+    auto c4 = [](const auto& t, int rank) { return to_view4(t.view(), "bench", "t", rank, 4); };
+    auto m4 = [](auto& t, int rank) { return to_view4(t.view(), "bench", "t", rank, 4); };
+    const attn::MaskPlan<float> plan = attn::plan_mask(attn::Mask<float>{}, B, 1, n, m, 3, "bench");
+    attn::cpu::unfused::additive_forward<float>(m4(out_ref, 3), m4(weights, 3), c4(q, 3), c4(k, 3), c4(v, 3),
+                                                c4(w.w_q, 2), c4(w.w_k, 2), c4(w.w_v, 1), plan, {});
+    if (backward)
+      attn::cpu::unfused::additive_backward<float>(m4(dq_ref, 3), m4(dk_ref, 3), m4(dv_ref, 3), m4(dw_ref.w_q, 2),
+                                                   m4(dw_ref.w_k, 2), m4(dw_ref.w_v, 1), c4(g, 3), c4(q, 3), c4(k, 3),
+                                                   c4(v, 3), c4(w.w_q, 2), c4(w.w_k, 2), c4(w.w_v, 1), plan, {});
+  }
+};
+
+// "additive forward (B,n,m,h)" or "additive forward+backward (B,n,m,h)", q = k = v = 64. The rate
+// counts the tanh the fused kernels evaluate: B n m h forward, as much again in each of the
+// backward's two passes.
+BenchCase additive_case(index_t B, index_t n, index_t m, index_t h, bool backward) {
+  auto s = std::make_shared<AdditiveData>(AdditiveData{B, n, m, h});
+  BenchCase c;
+  c.name = std::string(backward ? "additive forward+backward " : "additive forward ") + shape(B, n, m, h);
+  const double bnmh = static_cast<double>(B) * n * m * h;
+  c.tanhs = (backward ? 3 : 1) * bnmh;
+  c.formula = backward ? "3 B n m h tanh (forward, backward passes 1 and 2)" : "B n m h tanh";
+  // qp, kp, scores and weights; the backward adds dscores' weights and dqp, dkp, their row shares of dw_v.
+  const double proj = 4.0 * B * static_cast<double>(n + m) * h, nm = 4.0 * B * static_cast<double>(n) * m;
+  c.baseline_bytes = backward ? 2 * (proj + 2 * nm) + proj + 4.0 * B * n * h : proj + 2 * nm;
+  c.prepare = [s, backward] { s->prepare(backward); };
+  c.run_fused = [s, backward] { s->fused(backward); };
+  c.run_unfused = [s, backward] { s->unfused(backward); };
+  c.check = [s, backward] {
+    double e = max_rel_diff(s->out, s->out_ref);
+    if (backward)
+      e = std::max({e, max_rel_diff(s->dq, s->dq_ref), max_rel_diff(s->dk, s->dk_ref), max_rel_diff(s->dv, s->dv_ref),
+                    max_rel_diff(s->dw.w_q, s->dw_ref.w_q), max_rel_diff(s->dw.w_k, s->dw_ref.w_k),
+                    max_rel_diff(s->dw.w_v, s->dw_ref.w_v)});
+    return e;
+  };
+  c.release = [s] { s->release(); };
+  return c;
+}
+
 }  // namespace
 
 std::vector<BenchCase> bench_cases(bool large) {
@@ -241,8 +319,10 @@ std::vector<BenchCase> bench_cases(bool large) {
       cases.push_back(sdpa_forward_case(s[0], s[1], s[2], s[3], kind, true));
   cases.push_back(sdpa_backward_case(4, 1024, 1024, 64));
   cases.push_back(sdpa_forward_case(32, 1, 8192, 128, MaskKind::none, true));
-  if (large) cases.push_back(sdpa_forward_case(1, 16384, 16384, 64, MaskKind::none, false));
+  cases.push_back(additive_case(2, 512, 512, 128, false));
+  cases.push_back(additive_case(2, 512, 512, 128, true));
   cases.push_back(nw_gaussian_1d_case(100000, 100000, 0.1f, 100));
+  if (large) cases.push_back(sdpa_forward_case(1, 16384, 16384, 64, MaskKind::none, false));
   return cases;
 }
 
