@@ -155,12 +155,8 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   std::fill(dwv, dwv + h, T(0));
   for (index_t c = 0; c < B * H * chunks; ++c)
     for (index_t q = 0; q < h; ++q) dwv[q] += dwv_partial[c * h + q];
-  // qp = queries W_q^T: dW_q = sum over rows of dqp^T queries, dqueries = dqp W_q; keys alike.
-  const View4<const T> dqp_v = dense_view4<T>(dqp, B, H, n, h), dkp_v = dense_view4<T>(dkp, B, H, m, h);
-  sum_outer<T>(dw_q, dqp_v, queries);
-  sum_outer<T>(dw_k, dkp_v, keys);
-  if (!dqueries.empty()) rows_times<T>(dqueries, dqp_v, w_q, false);
-  if (!dkeys.empty()) rows_times<T>(dkeys, dkp_v, w_k, false);
+  projections_backward<T>(dqueries, dkeys, dw_q, dw_k, dense_view4<T>(dqp, B, H, n, h), dense_view4<T>(dkp, B, H, m, h),
+                          queries, keys, w_q, w_k);
 }
 
 #define ATTN_INSTANTIATE(T)                                                                                     \

@@ -160,11 +160,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   for (index_t p = 0; p < h; ++p) dwv[p] = 0;
   for (index_t r = 0; r < B * H * n; ++r)
     for (index_t p = 0; p < h; ++p) dwv[p] += dwv_rows[static_cast<std::size_t>(r * h + p)];
-  // qp = queries W_q^T: dW_q = sum over rows of dqp^T queries, dqueries = dqp W_q; keys alike.
-  sum_outer<T>(dw_q, dqp, queries);
-  sum_outer<T>(dw_k, dkp, keys);
-  if (!dqueries.empty()) rows_times<T>(dqueries, dqp, w_q, false);
-  if (!dkeys.empty()) rows_times<T>(dkeys, dkp, w_k, false);
+  projections_backward<T>(dqueries, dkeys, dw_q, dw_k, dqp, dkp, queries, keys, w_q, w_k);
 }
 
 #define ATTN_INSTANTIATE(T)                                                                                     \

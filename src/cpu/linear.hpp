@@ -71,4 +71,17 @@ void sum_outer(View4<T> dw, View4<const T> a, View4<const T> x) {
   }
 }
 
+// The backward of the two projections of additive attention, qp = queries W_q^T and
+// kp = keys W_k^T, from dqp (B, H, n, h) and dkp (B, H, m, h): dW_q = sum over rows of dqp^T queries
+// and dqueries = dqp W_q (when dqueries is not empty); keys alike.
+template <class T>
+void projections_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dw_q, View4<T> dw_k, View4<const T> dqp,
+                          View4<const T> dkp, View4<const T> queries, View4<const T> keys, View4<const T> w_q,
+                          View4<const T> w_k) {
+  sum_outer<T>(dw_q, dqp, queries);
+  sum_outer<T>(dw_k, dkp, keys);
+  if (!dqueries.empty()) rows_times<T>(dqueries, dqp, w_q, false);
+  if (!dkeys.empty()) rows_times<T>(dkeys, dkp, w_k, false);
+}
+
 }  // namespace attn::cpu
