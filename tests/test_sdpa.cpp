@@ -5,6 +5,7 @@
 #include <random>
 
 #include "attn/sdpa.hpp"
+#include "cpu/simd/fused.hpp"
 #include "support/testing.hpp"
 
 namespace attn {
@@ -124,6 +125,13 @@ TEST_P(SdpaCases, MatchesFloat64ReferenceOnOddSizes) { expect_matches_reference(
 // A few queries over many keys: the cpu backend's decode path, keys split into chunks merged
 // through their maxima (m = 1500 gives 5 chunks per head).
 TEST_P(SdpaCases, DecodeMatchesFloat64Reference) { expect_matches_reference(GetParam(), 1, 2, 3, 1500, 59, 23, 31); }
+
+// Sixteen heads make one chunk per head: 1300 keys are three decode tiles (fused.hpp, kDecodeTile),
+// so the online softmax rescales the partial output between tiles.
+TEST_P(SdpaCases, DecodeOverSeveralTilesMatchesFloat64Reference) {
+  static_assert(1300 > 2 * attn::cpu::fused::kDecodeTile);
+  expect_matches_reference(GetParam(), 2, 8, 2, 1300, 17, 9, 41);
+}
 
 TEST_P(SdpaCases, BackwardMatchesFiniteDifferences) {
   const SdpaCase sc = GetParam();

@@ -1,6 +1,6 @@
 // Fused scaled dot-product attention for a few queries (simd/fused.hpp, decode), compiled once per
-// SIMD target: per query row and key tile, dot products along d (four keys at a time share the
-// query's loads), masks, an online softmax step, and the weighted sum of the value rows whose
+// SIMD target: per query row and tile of kDecodeTile keys, dot products along d (each key row read
+// front to back), masks, an online softmax step, and the weighted sum of the value rows whose
 // weight is not 0 (a masked or dropped key's value row is never read).
 #include <algorithm>
 #include <cmath>
@@ -71,7 +71,7 @@ void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chunk) {
   const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
   const T inf = std::numeric_limits<T>::infinity();
   const T fill = f.mask->seeds_fill ? T(-1e6) : -inf;
-  HWY_ALIGN T s[kBlockK];
+  HWY_ALIGN T s[kDecodeTile];  // the tile's scores, then weights
   for (index_t i = 0; i < n; ++i) {
     const RowMask<T> rm = f.mask->row(b, h, i);
     const index_t row = ((b * f.q.H + h) * n + i) * p.chunks + chunk;
@@ -80,8 +80,8 @@ void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chunk) {
     T mx = -inf;
     double sum = 0;
     const index_t end = f.mask->seeds_fill ? k1 : std::min(k1, rm.end);
-    for (index_t j0 = k0; j0 < end; j0 += kBlockK) {
-      const index_t cnt = std::min<index_t>(kBlockK, end - j0);
+    for (index_t j0 = k0; j0 < end; j0 += kDecodeTile) {
+      const index_t cnt = std::min<index_t>(kDecodeTile, end - j0);
       Dots(d, f.q.row(b, h, i), f.k.row(b, h, j0), f.k.sR, dq, cnt, s);
       T tile_max = -inf;
       for (index_t jj = 0; jj < cnt; ++jj) {
