@@ -125,14 +125,13 @@ std::vector<Tensor<T>> run_op(const std::vector<Tensor<double>>& in64, const Ten
 
 // The cpu backend against the float64 reference (in float32 within the error budget of the
 // float32 reference, in float64 to 1e-9), and at 1 against 2 threads (bit-identical), for out,
-// weights and every gradient. `factor`: the error budget's multiple (expect_cpu_matches_reference).
+// weights and every gradient.
 template <class Op>
-void expect_op_matches_reference(const QkvSizes& s, const MaskCase& mc, const std::vector<Tensor<double>>& in,
-                                 double factor = 2.0) {
+void expect_op_matches_reference(const QkvSizes& s, const MaskCase& mc, const std::vector<Tensor<double>>& in) {
   const Tensor<double> dout = random_tensor<double>(s.dims(s.n, s.v), 200);
   const MaskTensors mt(mc, s);
   auto run = [&]<class T>() { return run_op<Op, T>(in, dout, s, mt); };
-  expect_cpu_matches_reference(run, 1e-9, factor);
+  expect_cpu_matches_reference(run, 1e-9);
   expect_same_at_1_and_2_threads<float>([&] { return run.template operator()<float>(); });
 }
 

@@ -54,10 +54,9 @@ double dot(const Tensor<double>& out, const Tensor<double>& weight);
 // Runs `run` (a generic lambda `[&]<class T>() -> std::vector<Tensor<T>>`, computing the same
 // outputs and gradients in precision T with the current backend) four ways and checks the cpu
 // backend against the float64 reference: in float32 within the error budget of the float32
-// reference (`factor` times its error; STYLE.md's 2 unless a test says why not), and in float64
-// within `tol64` of it.
+// reference, and in float64 within `tol64` of it.
 template <class Run>
-void expect_cpu_matches_reference(const Run& run, double tol64 = 1e-9, double factor = 2.0) {
+void expect_cpu_matches_reference(const Run& run, double tol64 = 1e-9) {
   std::vector<Tensor<double>> oracle, cpu64;
   std::vector<Tensor<float>> ref32, cpu32;
   {
@@ -72,7 +71,7 @@ void expect_cpu_matches_reference(const Run& run, double tol64 = 1e-9, double fa
   }
   ASSERT_EQ(oracle.size(), cpu32.size());
   for (std::size_t i = 0; i < oracle.size(); ++i) {
-    EXPECT_TRUE(within_error_budget(cpu32[i], ref32[i], oracle[i], factor)) << "output " << i << " in float32";
+    EXPECT_TRUE(within_error_budget(cpu32[i], ref32[i], oracle[i])) << "output " << i << " in float32";
     EXPECT_LE(max_abs_diff(cpu64[i], oracle[i]), tol64) << "output " << i << " in float64";
   }
 }

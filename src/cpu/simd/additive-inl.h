@@ -34,8 +34,9 @@ constexpr index_t ScoreGroupWidth(D d) {
 //   s[lanes] = sum over p ascending of w_v[p] tanh(qpt[p * kBlockQ + lanes] + kp_j[p])
 // qpt: the block's projected queries transposed at the group's first lane, (h, kBlockQ); kp_j: the
 // key's projection (h,); s: kScoreVectors * Lanes outputs. With kKeep, each tanh is also stored in
-// tbuf (h, group width), for the backward's gradient loop.
-template <bool kKeep, class D, class T>
+// tbuf (h, group width), for the backward's gradient loop. kAccurate: TanhAccurate (the backward's
+// passes, which must agree bit for bit), else TanhFast (the forward).
+template <bool kKeep, bool kAccurate, class D, class T>
 HWY_INLINE void ScoreGroup(D d, const T* HWY_RESTRICT qpt, const T* HWY_RESTRICT kp_j, const T* HWY_RESTRICT wv,
                            index_t h, T* HWY_RESTRICT s, T* HWY_RESTRICT tbuf) {
   using V = hn::Vec<D>;
@@ -48,7 +49,8 @@ HWY_INLINE void ScoreGroup(D d, const T* HWY_RESTRICT qpt, const T* HWY_RESTRICT
     const V w = hn::Set(d, wv[p]);
     const T* q = qpt + p * kBlockQ;
     for (int v = 0; v < NV; ++v) {
-      const V t = TanhFast(d, hn::Add(hn::Load(d, q + v * L), k));
+      const V x = hn::Add(hn::Load(d, q + v * L), k);
+      const V t = kAccurate ? TanhAccurate(d, x) : TanhFast(d, x);
       if constexpr (kKeep) hn::Store(t, d, tbuf + (p * NV + v) * L);
       acc[v] = hn::MulAdd(w, t, acc[v]);
     }
@@ -59,12 +61,12 @@ HWY_INLINE void ScoreGroup(D d, const T* HWY_RESTRICT qpt, const T* HWY_RESTRICT
 // Scores of keys [j0, j0 + cnt) of the block, transposed: s (cnt, kBlockQ) from qpt (h, kBlockQ)
 // and the (b, h) slice of kp (m, h). Groups of lanes outer, so that a group's slice of qpt stays in
 // the L1 cache while the tile's keys stream past.
-template <class D, class T>
+template <bool kAccurate, class D, class T>
 HWY_INLINE void ScoreTile(D d, const T* qpt, const T* kp, const T* wv, index_t h, index_t j0, index_t cnt, T* s) {
   const index_t G = ScoreGroupWidth(d);
   for (index_t g = 0; g < kBlockQ; g += G)
     for (index_t jj = 0; jj < cnt; ++jj)
-      ScoreGroup<false>(d, qpt + g, kp + (j0 + jj) * h, wv, h, s + jj * kBlockQ + g, static_cast<T*>(nullptr));
+      ScoreGroup<false, kAccurate>(d, qpt + g, kp + (j0 + jj) * h, wv, h, s + jj * kBlockQ + g, static_cast<T*>(nullptr));
 }
 
 }  // namespace attn::cpu::fused::HWY_NAMESPACE

@@ -87,8 +87,9 @@ template <class T>
 void additive_backward_chunk(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chunk, void* work);
 
 // y[i] = tanh(x[i]) for i < count with the kernels' SIMD tanh (simd/tanh-inl.h) on the current
-// target: for measuring its accuracy and speed.
+// target, the forward's (TanhFast) or with `accurate` the backward's (TanhAccurate): for measuring
+// their accuracy and speed.
 template <class T>
-void simd_tanh(const T* x, T* y, std::size_t count);
+void simd_tanh(const T* x, T* y, std::size_t count, bool accurate = false);
 
 }  // namespace attn::cpu::fused

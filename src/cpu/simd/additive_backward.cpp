@@ -164,7 +164,7 @@ void ChunkBlock(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chun
         const V vj = hn::Set(d, static_cast<T>(j));
         for (index_t g = 0; g < kBlockQ; g += G) {
           // t and the scores, exactly as the forward; then masks and P = exp(s - max) / sum.
-          ScoreGroup<true>(d, qpt + g, kp + j * hd, wv, hd, pk + g, tbuf);
+          ScoreGroup<true, true>(d, qpt + g, kp + j * hd, wv, hd, pk + g, tbuf);
           if (st.general) {
             for (index_t i = g; i < g + G; ++i)
               pk[i] = i < rows && st.rm[i].allowed(j) ? pk[i] + st.rm[i].bias_at(j) : st.fill;

@@ -58,7 +58,11 @@ void ForwardBlock(const AdditiveForward<T>& p, index_t b, index_t h, index_t i0,
   const T* wv = p.w_v.row(0, 0, 0);
   for (index_t j0 = 0; j0 < keys; j0 += kBlockK) {
     const index_t cnt = std::min<index_t>(kBlockK, keys - j0);
-    ScoreTile(d, qpt, kp, wv, hd, j0, cnt, st.s);
+    if (p.out.empty()) {  // pass 1 of the backward: its scores with the backward's tanh
+      ScoreTile<true>(d, qpt, kp, wv, hd, j0, cnt, st.s);
+    } else {
+      ScoreTile<false>(d, qpt, kp, wv, hd, j0, cnt, st.s);
+    }
     const bool partial = st.mask_tile(d, T(1), j0, cnt);
     st.softmax_tile(d, cnt);
     if (p.dropout->active) st.drop_tile(*p.dropout, b * H + h, i0, rows, j0, cnt);
@@ -94,15 +98,16 @@ void ForwardBlock(const AdditiveForward<T>& p, index_t b, index_t h, index_t i0,
 
 // y = tanh(x) over whole vectors, then the tail through a zero-padded vector.
 template <class T>
-void TanhArray(const T* x, T* y, std::size_t count) {
+void TanhArray(const T* x, T* y, std::size_t count, bool accurate) {
   const hn::ScalableTag<T> d;
   const std::size_t L = hn::Lanes(d);
+  auto tanh = [&](hn::Vec<decltype(d)> v) { return accurate ? TanhAccurate(d, v) : TanhFast(d, v); };
   std::size_t i = 0;
-  for (; i + L <= count; i += L) hn::StoreU(TanhFast(d, hn::LoadU(d, x + i)), d, y + i);
+  for (; i + L <= count; i += L) hn::StoreU(tanh(hn::LoadU(d, x + i)), d, y + i);
   if (i < count) {
     HWY_ALIGN T buf[hn::MaxLanes(d)] = {};
     std::copy(x + i, x + count, buf);
-    hn::Store(TanhFast(d, hn::Load(d, buf)), d, buf);
+    hn::Store(tanh(hn::Load(d, buf)), d, buf);
     std::copy(buf, buf + (count - i), y + i);
   }
 }
@@ -116,8 +121,8 @@ void ProjectKeysF64(double* kp, View4<const double> k, View4<const double> w, in
 }
 void ForwardBlockF32(const AdditiveForward<float>& p, index_t b, index_t h, index_t i0, void* w) { ForwardBlock(p, b, h, i0, w); }
 void ForwardBlockF64(const AdditiveForward<double>& p, index_t b, index_t h, index_t i0, void* w) { ForwardBlock(p, b, h, i0, w); }
-void TanhF32(const float* x, float* y, std::size_t count) { TanhArray(x, y, count); }
-void TanhF64(const double* x, double* y, std::size_t count) { TanhArray(x, y, count); }
+void TanhF32(const float* x, float* y, std::size_t count, bool accurate) { TanhArray(x, y, count, accurate); }
+void TanhF64(const double* x, double* y, std::size_t count, bool accurate) { TanhArray(x, y, count, accurate); }
 
 }  // namespace attn::cpu::fused::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -151,14 +156,14 @@ void additive_forward_block(const AdditiveForward<double>& p, index_t b, index_t
   HWY_DYNAMIC_DISPATCH(ForwardBlockF64)(p, b, h, i0, work);
 }
 template <>
-void simd_tanh(const float* x, float* y, std::size_t count) {
+void simd_tanh(const float* x, float* y, std::size_t count, bool accurate) {
   init_simd_target();
-  HWY_DYNAMIC_DISPATCH(TanhF32)(x, y, count);
+  HWY_DYNAMIC_DISPATCH(TanhF32)(x, y, count, accurate);
 }
 template <>
-void simd_tanh(const double* x, double* y, std::size_t count) {
+void simd_tanh(const double* x, double* y, std::size_t count, bool accurate) {
   init_simd_target();
-  HWY_DYNAMIC_DISPATCH(TanhF64)(x, y, count);
+  HWY_DYNAMIC_DISPATCH(TanhF64)(x, y, count, accurate);
 }
 
 }  // namespace attn::cpu::fused
