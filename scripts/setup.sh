@@ -47,9 +47,10 @@ ctest --test-dir build/release --output-on-failure -j "$jobs"
 build build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/sanitize --output-on-failure -j "$jobs"
-# ThreadSanitizer needs clang++ and LLVM's libomp (CMakeLists.txt, ATTN_TSAN): only the suites of the
-# threaded SIMD kernels are built and run (`ctest -L simd`: every SIMD target, 1 and 2 threads).
+# ThreadSanitizer needs clang++ and LLVM's libomp (CMakeLists.txt, ATTN_TSAN): only the suites of
+# threaded code are built and run (tests/CMakeLists.txt, threaded_tests: the SIMD kernels' on every
+# SIMD target, all at 1 and 2 threads).
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DATTN_TSAN=ON \
   -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build build/tsan -j "$jobs" --target simd_tests
-ctest --test-dir build/tsan -L simd --output-on-failure -j "$jobs"
+cmake --build build/tsan -j "$jobs" --target threaded_tests
+ctest --test-dir build/tsan -L "unit|simd" --output-on-failure -j "$jobs"
