@@ -22,17 +22,11 @@ constexpr double kParallelTerms = 1 << 18;
 // kp (B, H, m, h) = keys W_k^T, in tasks of kBlockK keys of one (b, h).
 template <class T>
 void project_keys(T* kp, View4<const T> keys, View4<const T> w_k, std::size_t work, bool threads) {
-  const index_t H = keys.H, tiles = (keys.R + fused::kBlockK - 1) / fused::kBlockK, tasks = keys.B * H * tiles;
-#pragma omp parallel if (threads && tasks > 1)
-  {
-    Scratch scratch(work);
-    void* w = scratch.take<unsigned char>(work);
-#pragma omp for schedule(static)
-    for (index_t t = 0; t < tasks; ++t) {
-      const index_t bh = t / tiles;
-      fused::additive_project_keys<T>(kp, keys, w_k, bh / H, bh % H, (t % tiles) * fused::kBlockK, w);
-    }
-  }
+  const index_t H = keys.H, tiles = (keys.R + fused::kBlockK - 1) / fused::kBlockK;
+  run_tasks(keys.B * H * tiles, work, threads, [&](index_t t, void* w) {
+    const index_t bh = t / tiles;
+    fused::additive_project_keys<T>(kp, keys, w_k, bh / H, bh % H, (t % tiles) * fused::kBlockK, w);
+  });
 }
 
 // Every block of kBlockQ queries of every (b, h), dynamically scheduled (causal blocks differ in
@@ -40,17 +34,11 @@ void project_keys(T* kp, View4<const T> keys, View4<const T> w_k, std::size_t wo
 template <class T>
 void forward_blocks(const fused::AdditiveForward<T>& p, std::size_t work, bool threads) {
   const index_t B = p.q.B, H = p.q.H, n = p.q.R;
-  const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ, tasks = B * H * blocks;
-#pragma omp parallel if (threads && tasks > 1)
-  {
-    Scratch scratch(work);
-    void* w = scratch.take<unsigned char>(work);
-#pragma omp for schedule(dynamic, 1)
-    for (index_t t = 0; t < tasks; ++t) {
-      const index_t bh = t / blocks;
-      fused::additive_forward_block<T>(p, bh / H, bh % H, (t % blocks) * fused::kBlockQ, w);
-    }
-  }
+  const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
+  run_tasks(B * H * blocks, work, threads, [&](index_t t, void* w) {
+    const index_t bh = t / blocks;
+    fused::additive_forward_block<T>(p, bh / H, bh % H, (t % blocks) * fused::kBlockQ, w);
+  });
 }
 
 // The tanh evaluations of a forward, B H n m h: what decides whether a call is worth threads.

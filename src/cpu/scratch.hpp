@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -84,5 +85,19 @@ class Scratch {
   std::byte* end_ = nullptr;
   std::size_t used_ = 0;
 };
+
+// Runs task(t, work) for every t in [0, tasks) on OpenMP threads, dynamically scheduled (tasks may
+// differ in cost, as causal blocks do), each thread with `work_bytes` of its own scratch (`work`,
+// 64-byte aligned). On the calling thread alone unless `threads` and there is more than one task.
+template <class Task>
+void run_tasks(std::int64_t tasks, std::size_t work_bytes, bool threads, const Task& task) {
+#pragma omp parallel if (threads && tasks > 1)
+  {
+    Scratch scratch(work_bytes);
+    void* work = scratch.take<unsigned char>(work_bytes);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < tasks; ++t) task(t, work);
+  }
+}
 
 }  // namespace attn::cpu

@@ -68,16 +68,10 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> q
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tasks = B * H * blocks;
   const std::size_t work = fused::sdpa_forward_work_bytes<T>(queries.C, values.C);
-#pragma omp parallel if (tasks > 1)
-  {
-    Scratch scratch(work);
-    void* w = scratch.take<unsigned char>(work);
-#pragma omp for schedule(dynamic, 1)
-    for (index_t t = 0; t < tasks; ++t) {
-      const index_t bh = t / blocks;
-      fused::sdpa_forward_block<T>(p, bh / H, bh % H, (t % blocks) * fused::kBlockQ, w);
-    }
-  }
+  run_tasks(tasks, work, true, [&](index_t t, void* w) {
+    const index_t bh = t / blocks;
+    fused::sdpa_forward_block<T>(p, bh / H, bh % H, (t % blocks) * fused::kBlockQ, w);
+  });
 }
 
 // Backward: the three passes of simd/fused.hpp. Key chunks are sized from the shape alone (about 16
