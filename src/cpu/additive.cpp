@@ -127,16 +127,8 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
       fused::additive_backward_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks, w);
     // dqp (B, H, n, h) = the chunks' partials (transposed blocks) summed in chunk order.
 #pragma omp for schedule(static)
-    for (index_t r = 0; r < B * H * n; ++r) {
-      const index_t bh = r / n, i = r % n;
-      T* out = dqp + r * h;
-      const T* part = dqp_partial + (bh * chunks * blocks + i / fused::kBlockQ) * h * fused::kBlockQ + i % fused::kBlockQ;
-      for (index_t c = 0; c < h; ++c) {
-        T sum = 0;
-        for (index_t ch = 0; ch < chunks; ++ch) sum += part[ch * blocks * h * fused::kBlockQ + c * fused::kBlockQ];
-        out[c] = sum;
-      }
-    }
+    for (index_t r = 0; r < B * H * n; ++r)
+      fused::sum_chunk_partials<T>(dqp + r * h, dqp_partial, r / n, r % n, chunks, blocks, h, T(1));
   }
   // dw_v: every (b, h)'s chunks in order.
   T* dwv = dw_v.row(0, 0, 0);

@@ -121,13 +121,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
 #pragma omp for schedule(static)
       for (index_t r = 0; r < B * H * n; ++r) {
         const index_t bh = r / n, i = r % n;
-        T* dq = dqueries.row(bh / H, bh % H, i);
-        const T* part = p.dq_partial + (bh * chunks * blocks + i / fused::kBlockQ) * d * fused::kBlockQ + i % fused::kBlockQ;
-        for (index_t c = 0; c < d; ++c) {
-          T sum = 0;
-          for (index_t ch = 0; ch < chunks; ++ch) sum += part[ch * blocks * d * fused::kBlockQ + c * fused::kBlockQ];
-          dq[c] = scale * sum;
-        }
+        fused::sum_chunk_partials<T>(dqueries.row(bh / H, bh % H, i), p.dq_partial, bh, i, chunks, blocks, d, scale);
       }
     }
   }

@@ -112,6 +112,20 @@ struct SdpaBackward {
   index_t chunks;      // ceil(m / chunk_keys)
 };
 
+// Pass 3, for row i of (b, h), bh = b H + h: out (cols) = scale x the sum over chunks, in chunk
+// order, of the chunks' partials, kept as transposed query blocks (B, H, chunks, blocks, cols,
+// kBlockQ). Shared with the additive backward (its dqp, scale 1).
+template <class T>
+void sum_chunk_partials(T* out, const T* partials, index_t bh, index_t i, index_t chunks, index_t blocks, index_t cols,
+                        T scale) {
+  const T* part = partials + (bh * chunks * blocks + i / kBlockQ) * cols * kBlockQ + i % kBlockQ;
+  for (index_t c = 0; c < cols; ++c) {
+    T sum = 0;
+    for (index_t ch = 0; ch < chunks; ++ch) sum += part[ch * blocks * cols * kBlockQ + c * kBlockQ];
+    out[c] = scale * sum;
+  }
+}
+
 // Pass 2's arrays after its BlockState: D (float64), three (kBlockK, kBlockQ) tiles, and dK^T, dV^T
 // of every key tile of a chunk of chunk_keys keys.
 template <class T>
