@@ -3,6 +3,8 @@
 // Built once at the API boundary (src/api), after validation; kernels trust it.
 #pragma once
 
+#include <algorithm>
+
 #include "attn/tensor.hpp"
 
 namespace attn {
@@ -23,6 +25,15 @@ struct View4 {
 template <class T>
 View4<T> dense_view4(T* data, index_t B, index_t H, index_t R, index_t C) {
   return {data, B, H, R, C, H * R * C, R * C, C};
+}
+
+// Sets every element of x to 0; nothing for an empty view (a gradient not asked for).
+template <class T>
+void fill_zero(View4<T> x) {
+  if (x.empty()) return;
+  for (index_t b = 0; b < x.B; ++b)
+    for (index_t h = 0; h < x.H; ++h)
+      for (index_t r = 0; r < x.R; ++r) std::fill(x.row(b, h, r), x.row(b, h, r) + x.C, T(0));
 }
 
 namespace detail {

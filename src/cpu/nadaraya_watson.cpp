@@ -138,8 +138,9 @@ double row_coefficients(T* a, double* scratch, T Z, const T* qi, const T* di, co
   return sum_ad2;
 }
 
+// fill_zero (core/view4.hpp) with threads for large views.
 template <class T>
-void fill_zero(View4<T> x) {
+void fill_zero_threaded(View4<T> x) {
   if (x.empty()) return;
 #pragma omp parallel for collapse(3) schedule(static) if (worth_threads(x.B * x.H * x.R, x.C, 0, 0))
   for (index_t b = 0; b < x.B; ++b)
@@ -182,7 +183,7 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
   const bool smooth = kernel == Kernel::gaussian || kernel == Kernel::epanechnikov;
   const bool need_a = smooth && (!dqueries.empty() || !dkeys.empty() || dsigma != nullptr);
   if (!need_a) {  // only dvalues can be non-zero
-    fill_zero(dqueries), fill_zero(dkeys);
+    fill_zero_threaded(dqueries), fill_zero_threaded(dkeys);
     if (dsigma != nullptr) *dsigma = 0;
     if (dvalues.empty()) return;
   }

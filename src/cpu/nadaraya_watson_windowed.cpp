@@ -338,14 +338,6 @@ void backward_keys(const Backward<T>& p, index_t g, index_t j0, index_t j1, doub
   }
 }
 
-template <class T>
-void fill_zero(View4<T> x) {
-  if (x.empty()) return;
-  for (index_t b = 0; b < x.B; ++b)
-    for (index_t h = 0; h < x.H; ++h)
-      for (index_t r = 0; r < x.R; ++r) std::fill(x.row(b, h, r), x.row(b, h, r) + x.C, T(0));
-}
-
 }  // namespace
 
 bool applies(index_t p, Kernel kernel) {

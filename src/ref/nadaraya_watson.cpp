@@ -56,14 +56,6 @@ T kernel_dt(Kernel kernel, T K, T t) {
   return 0;
 }
 
-template <class T>
-void fill_zero(View4<T> x) {
-  if (x.empty()) return;
-  for (index_t b = 0; b < x.B; ++b)
-    for (index_t h = 0; h < x.H; ++h)
-      for (index_t r = 0; r < x.R; ++r) std::fill(x.row(b, h, r), x.row(b, h, r) + x.C, T(0));
-}
-
 }  // namespace
 
 // out (B,H,n,v) = weights @ values; weights (B,H,n,m) = K / Z per row, or 0 for an empty row.
