@@ -5,67 +5,26 @@ threads) on the cases of `attn bench` and prints the ratio against attn's fused 
 
     /usr/bin/python3 bench/compare_torch.py build/attn [--seconds 1] [--filter additive]
 
-The seeds' code is copied below as written in the chapter (masked_softmax with d2l.sequence_mask's
--1e6 fill, then two bmm). Causal cases are skipped: the seeds have no causal mask; so is the Nadaraya-Watson case, whose
-(n, m) weight matrix the seeds' code would form (40 GB at n = m = 1e5).
+The seeds' code, as written in the chapter (masked_softmax with d2l.sequence_mask's -1e6 fill, then
+two bmm), comes from tests/torch/make_cases.py. Causal cases are skipped: the seeds have no causal
+mask; so is the Nadaraya-Watson case, whose (n, m) weight matrix the seeds' code would form (40 GB at
+n = m = 1e5).
 """
 import argparse
 import json
-import math
+import pathlib
 import statistics
 import subprocess
+import sys
 import time
 
 import torch
-from torch import nn
 
 
-def sequence_mask(X, valid_len, value=0):  # d2l.sequence_mask
-    maxlen = X.size(1)
-    mask = torch.arange((maxlen), dtype=torch.float32, device=X.device)[None, :] < valid_len[:, None]
-    X[~mask] = value
-    return X
-
-
-def masked_softmax(X, valid_lens):  # the seeds' masked_softmax
-    if valid_lens is None:
-        return nn.functional.softmax(X, dim=-1)
-    shape = X.shape
-    if valid_lens.dim() == 1:
-        valid_lens = torch.repeat_interleave(valid_lens, shape[1])
-    else:
-        valid_lens = valid_lens.reshape(-1)
-    X = sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
-    return nn.functional.softmax(X.reshape(shape), dim=-1)
-
-
-class DotProductAttention(nn.Module):  # the seeds' DotProductAttention
-    def __init__(self, dropout):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, queries, keys, values, valid_lens=None):
-        d = queries.shape[-1]
-        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
-        self.attention_weights = masked_softmax(scores, valid_lens)
-        return torch.bmm(self.dropout(self.attention_weights), values)
-
-
-class AdditiveAttention(nn.Module):  # the seeds' AdditiveAttention
-    def __init__(self, key_size, query_size, num_hiddens, dropout):
-        super(AdditiveAttention, self).__init__()
-        self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
-        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
-        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, queries, keys, values, valid_lens):
-        queries, keys = self.W_q(queries), self.W_k(keys)
-        features = queries.unsqueeze(2) + keys.unsqueeze(1)
-        features = torch.tanh(features)
-        scores = self.w_v(features).squeeze(-1)
-        self.attention_weights = masked_softmax(scores, valid_lens)
-        return torch.bmm(self.dropout(self.attention_weights), values)
+# The seeds' code (d2l's masked_softmax with its -1e6 fill, DotProductAttention, AdditiveAttention)
+# has one home, tests/torch/make_cases.py, the parity tests' oracle, and is imported from there.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "torch"))
+from make_cases import AdditiveAttention, DotProductAttention  # noqa: E402
 
 
 def median_seconds(f, budget):
