@@ -345,7 +345,7 @@ TEST(Sdpa, BadInputNamesTheArgumentAndTheRule) {
   testing::expect_error([&] { sdpa_backward<float>(dq.view(), dk_bad.view(), {}, out.view(), q.view(), k.view(), v.view(), {}, {}); }, {"dkeys has shape (2,10,3) but must be (2,10,2)"});
   testing::expect_error([&] { sdpa_backward<float>(dq.view(), {}, {}, {}, q.view(), k.view(), v.view(), {}, {}); }, {"dout is required"});
   const TensorView<const float> aliased(out.data(), {2, 1, 4});
-  testing::expect_error([&] { sdpa_forward<float>(out.view(), {}, {}, q.view(), k.view(), TensorView<const float>(out.data(), {2, 10, 4})); }, {"out and an input share memory"});
+  testing::expect_error([&] { sdpa_forward<float>(out.view(), {}, {}, q.view(), k.view(), TensorView<const float>(out.data(), {2, 10, 4})); }, {"out and values share memory"});
   (void)aliased;
 }
 

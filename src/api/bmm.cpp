@@ -39,8 +39,7 @@ void bmm_forward(TensorView<T> out, TensorView<const T> a, TensorView<const T> b
   const View4<T> o = detail::require_tensor(out, op, "out", z.rank);
   detail::require_shape(out, detail::caller_dims(z.rank, z.B, z.H, z.rows, z.cols), op, "out",
                         "the batch of a and b, the rows of op(a) and the columns of op(b)");
-  detail::require_distinct(out, a, op, "out", "a");
-  detail::require_distinct(out, b, op, "out", "b");
+  detail::require_no_aliasing<T>(op, {{"out", out}}, {{"a", a}, {"b", b}});
   ATTN_DISPATCH(bmm_forward<T>, o, detail::to_view4(a, op, "a"), detail::to_view4(b, op, "b"), transpose_a,
                 transpose_b);
 }
@@ -57,10 +56,7 @@ void bmm_backward(TensorView<T> da, TensorView<T> db, TensorView<const T> dout, 
   const View4<T> dbv = detail::optional_tensor(db, op, "db", z.rank);
   if (!da.empty()) detail::require_shape(da, {a.shape().begin(), a.shape().end()}, op, "da", "the shape of a");
   if (!db.empty()) detail::require_shape(db, {b.shape().begin(), b.shape().end()}, op, "db", "the shape of b");
-  for (const auto* in : {&dout, &a, &b}) {
-    detail::require_distinct(da, *in, op, "da", "an input");
-    detail::require_distinct(db, *in, op, "db", "an input");
-  }
+  detail::require_no_aliasing<T>(op, {{"da", da}, {"db", db}}, {{"dout", dout}, {"a", a}, {"b", b}});
   ATTN_DISPATCH(bmm_backward<T>, dav, dbv, g, detail::to_view4(a, op, "a"), detail::to_view4(b, op, "b"),
                 transpose_a, transpose_b);
 }

@@ -2,6 +2,8 @@
 // with a message of the form "<op>: <argument> has shape (..) but must be (..): <why>".
 #pragma once
 
+#include <cstddef>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -41,12 +43,62 @@ View4<T> optional_tensor(const TensorView<T>& t, const char* op, const char* nam
   return t.empty() ? View4<T>{} : require_tensor(t, op, name, rank);
 }
 
-// Two tensors the kernels read and write must not share memory where the op does not allow it.
-template <class A, class B>
-void require_distinct(const TensorView<A>& out, const TensorView<B>& in, const char* op, const char* out_name,
-                      const char* in_name) {
-  if (!out.empty() && !in.empty() && static_cast<const void*>(out.data()) == static_cast<const void*>(in.data()))
-    fail(op, ": ", out_name, " and ", in_name, " share memory; the output must be a separate buffer");
+// ---- memory: outputs never overlap themselves, each other or an input ---------------------------
+// The memory of a tensor argument: its first element, element size, shape and strides (elements).
+struct Footprint {
+  const void* data = nullptr;
+  std::size_t item = 0;
+  int rank = 0;
+  index_t dims[kMaxRank] = {0, 0, 0, 0};
+  index_t strides[kMaxRank] = {0, 0, 0, 0};
+};
+
+template <class T>
+Footprint footprint(const TensorView<T>& t) {
+  Footprint f;
+  f.data = t.data(), f.item = sizeof(T), f.rank = t.rank();
+  for (int i = 0; i < t.rank(); ++i) f.dims[i] = t.dim(i), f.strides[i] = t.stride(i);
+  return f;
+}
+
+// Whether two elements of f are the same memory (a broadcast dimension, or strides that fold one
+// dimension onto another). Exact; api/overlap.cpp says how. `op` and `name` name f in the error
+// thrown for a layout too large to check.
+bool overlaps_itself(const Footprint& f, const char* op, const char* name);
+// Whether a and b have an element in common (exact; an empty tensor has none).
+bool overlap(const Footprint& a, const char* a_name, const Footprint& b, const char* b_name, const char* op);
+
+// A named tensor argument, for the memory checks.
+template <class T>
+struct Named {
+  const char* name;
+  TensorView<const T> view;
+};
+
+// The kernels write outputs (results and gradients) from several threads while they read the
+// inputs: every element of an output must have memory of its own (no broadcast), and no output may
+// share memory with an input or another output. Arguments that were not given (empty views) and
+// tensors without elements are never in conflict.
+template <class T>
+void require_no_aliasing(const char* op, std::initializer_list<Named<T>> outputs, std::initializer_list<Named<T>> inputs) {
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    if (o->view.empty() || o->view.numel() == 0) continue;
+    for (int i = 0; i < o->view.rank(); ++i)
+      if (o->view.dim(i) > 1 && o->view.stride(i) == 0)
+        fail(op, ": ", o->name, " has stride 0 in dimension ", i, "; an output must not broadcast (shape ",
+             o->view.shape_string(), ")");
+    if (overlaps_itself(footprint(o->view), op, o->name)) {
+      fail(op, ": ", o->name, " has shape ", o->view.shape_string(), " and strides ", dims_string(o->view.strides()),
+           " under which two of its elements share memory; an output needs memory of its own for every element");
+    }
+    auto check = [&](const Named<T>& other) {
+      if (other.view.empty() || !overlap(footprint(o->view), o->name, footprint(other.view), other.name, op)) return;
+      fail(op, ": ", o->name, " and ", other.name, " share memory (", o->name, " ", o->view.shape_string(), ", ",
+           other.name, " ", other.view.shape_string(), "); an output must be a buffer of its own");
+    };
+    for (const auto& in : inputs) check(in);
+    for (auto other = o + 1; other != outputs.end(); ++other) check(*other);
+  }
 }
 
 }  // namespace attn::detail

@@ -47,27 +47,12 @@ struct Inputs {
   Sizes s;
 };
 
-// An output must not broadcast (a stride of 0 over a dimension longer than 1): two rows would be
-// written to the same memory, by different threads.
-template <class T>
-void require_writable(const TensorView<T>& t, const char* op, const char* name) {
-  for (int i = 0; i < t.rank(); ++i)
-    if (t.dim(i) > 1 && t.stride(i) == 0)
-      detail::fail(op, ": ", name, " has stride 0 in dimension ", i, "; an output must not broadcast");
-}
-
-// An output that is given: its shape, no broadcast, and no memory shared with the inputs.
+// An output that is given: its shape (memory is checked by require_no_aliasing).
 template <class T>
 View4<T> check_output(const TensorView<T>& t, const std::vector<index_t>& dims, const char* why, const char* op,
-                      const char* name, const Sizes& s, const TensorView<const T>& queries,
-                      const TensorView<const T>& keys, const TensorView<const T>& values) {
+                      const char* name, const Sizes& s) {
   const View4<T> view = detail::optional_tensor(t, op, name, s.rank);
-  if (t.empty()) return view;
-  detail::require_shape(t, dims, op, name, why);
-  require_writable(t, op, name);
-  detail::require_distinct(t, queries, op, name, "queries");
-  detail::require_distinct(t, keys, op, name, "keys");
-  detail::require_distinct(t, values, op, name, "values");
+  if (!t.empty()) detail::require_shape(t, dims, op, name, why);
   return view;
 }
 
@@ -121,11 +106,11 @@ void nadaraya_watson_forward(TensorView<T> out, TensorView<T> weights, TensorVie
   const Inputs<T> in = check_inputs(op, queries, keys, values, kernel, sigma);
   const Sizes& s = in.s;
   if (out.empty()) detail::fail(op, ": out is required but was not given");
-  const View4<T> o = check_output(out, s.dims(s.n, s.v), "out holds one row of values' size v per query", op,
-                                  "out", s, queries, keys, values);
+  const View4<T> o = check_output(out, s.dims(s.n, s.v), "out holds one row of values' size v per query", op, "out", s);
   const View4<T> w = check_output(weights, s.dims(s.n, s.m), "weights holds one weight per query and key", op,
-                                  "weights", s, queries, keys, values);
-  detail::require_distinct(out, weights, op, "out", "weights");
+                                  "weights", s);
+  detail::require_no_aliasing<T>(op, {{"out", out}, {"weights", weights}},
+                                 {{"queries", queries}, {"keys", keys}, {"values", values}});
   ATTN_DISPATCH(nw_forward, o, w, in.q, in.k, in.v, kernel, sigma);
 }
 
@@ -141,17 +126,11 @@ void nadaraya_watson_backward(TensorView<T> dqueries, TensorView<T> dkeys, Tenso
   const View4<const T> d = detail::require_tensor(dout, op, "dout", s.rank);
   detail::require_shape(dout, s.dims(s.n, s.v), op, "dout", "dout has the shape of out");
   const char* why = "a gradient has the shape of what it differentiates";
-  const View4<T> dq = check_output(dqueries, s.dims(s.n, s.p), why, op, "dqueries", s, queries, keys, values);
-  const View4<T> dk = check_output(dkeys, s.dims(s.m, s.p), why, op, "dkeys", s, queries, keys, values);
-  const View4<T> dv = check_output(dvalues, s.dims(s.m, s.v), why, op, "dvalues", s, queries, keys, values);
-  // The kernels write a gradient while they still read dout and the other gradients.
-  const std::pair<const char*, TensorView<const T>> grads[] = {
-      {"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}};
-  for (std::size_t a = 0; a < 3; ++a) {
-    detail::require_distinct(grads[a].second, dout, op, grads[a].first, "dout");
-    for (std::size_t b = a + 1; b < 3; ++b)
-      detail::require_distinct(grads[a].second, grads[b].second, op, grads[a].first, grads[b].first);
-  }
+  const View4<T> dq = check_output(dqueries, s.dims(s.n, s.p), why, op, "dqueries", s);
+  const View4<T> dk = check_output(dkeys, s.dims(s.m, s.p), why, op, "dkeys", s);
+  const View4<T> dv = check_output(dvalues, s.dims(s.m, s.v), why, op, "dvalues", s);
+  detail::require_no_aliasing<T>(op, {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}},
+                                 {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}});
   ATTN_DISPATCH(nw_backward, dq, dk, dv, dsigma, d, in.q, in.k, in.v, kernel, sigma);
 }
 

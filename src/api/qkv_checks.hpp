@@ -85,24 +85,4 @@ View4<T> require_param(const TensorView<T>& t, const std::vector<index_t>& expec
   return v;
 }
 
-// A named tensor argument, for the aliasing check.
-template <class T>
-struct Named {
-  const char* name;
-  TensorView<const T> view;
-};
-
-// No output may share memory with an input or with another output (tensors without elements
-// never conflict: their data pointer may be null for all of them).
-template <class T>
-void require_no_aliasing(const char* op, std::initializer_list<Named<T>> outputs, std::initializer_list<Named<T>> inputs) {
-  auto check = [&](const Named<T>& a, const Named<T>& b) {
-    if (a.view.numel() > 0 && b.view.numel() > 0) require_distinct(a.view, b.view, op, a.name, b.name);
-  };
-  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
-    for (const auto& in : inputs) check(*o, in);
-    for (auto other = o + 1; other != outputs.end(); ++other) check(*o, *other);
-  }
-}
-
 }  // namespace attn::detail

@@ -76,11 +76,8 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
   if (!weights.empty())
     detail::require_shape(weights, detail::caller_dims(c.rank, c.B, c.H, c.n, c.m), op, "weights",
                           "(B, n, m) from queries and keys");
-  for (const TensorView<const T>* in : {&queries, &keys, &values}) {
-    detail::require_distinct(out, *in, op, "out", "an input");
-    detail::require_distinct(weights, *in, op, "weights", "an input");
-    detail::require_distinct(lse, *in, op, "lse", "an input");
-  }
+  detail::require_no_aliasing<T>(op, {{"out", out}, {"lse", lse}, {"weights", weights}},
+                                 {{"queries", queries}, {"keys", keys}, {"values", values}});
   ATTN_DISPATCH(sdpa_forward<T>, o, l, w, c.q, c.k, c.v, c.mask, c.scale, c.dropout);
 }
 
@@ -103,11 +100,9 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
   if (!dqueries.empty()) detail::require_shape(dqueries, {queries.shape().begin(), queries.shape().end()}, op, "dqueries", "the shape of queries");
   if (!dkeys.empty()) detail::require_shape(dkeys, {keys.shape().begin(), keys.shape().end()}, op, "dkeys", "the shape of keys");
   if (!dvalues.empty()) detail::require_shape(dvalues, {values.shape().begin(), values.shape().end()}, op, "dvalues", "the shape of values");
-  for (const TensorView<const T>* in : {&dout, &queries, &keys, &values, &out, &lse}) {
-    detail::require_distinct(dqueries, *in, op, "dqueries", "an input");
-    detail::require_distinct(dkeys, *in, op, "dkeys", "an input");
-    detail::require_distinct(dvalues, *in, op, "dvalues", "an input");
-  }
+  detail::require_no_aliasing<T>(op, {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}},
+                                 {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"out", out},
+                                  {"lse", lse}});
   ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, g, c.q, c.k, c.v, o, l, c.mask, c.scale, c.dropout);
 }
 

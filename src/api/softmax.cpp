@@ -8,15 +8,13 @@
 namespace attn {
 namespace {
 
-// An output may be the very same view as an input (in place), but must not overlap it otherwise.
+// The very same view as an input: the op then works in place, row by row.
 template <class T>
-void require_same_or_distinct(const TensorView<T>& out, const TensorView<const T>& in, const char* op,
-                              const char* out_name, const char* in_name) {
-  if (static_cast<const void*>(out.data()) != static_cast<const void*>(in.data())) return;
+bool same_view(const TensorView<T>& out, const TensorView<const T>& in) {
+  if (static_cast<const void*>(out.data()) != static_cast<const void*>(in.data()) || out.rank() != in.rank()) return false;
   for (int i = 0; i < out.rank(); ++i)
-    if (out.stride(i) != in.stride(i))
-      detail::fail(op, ": ", out_name, " and ", in_name,
-                   " share memory with different strides; pass the same view to work in place, or separate buffers");
+    if (out.dim(i) != in.dim(i) || out.stride(i) != in.stride(i)) return false;
+  return true;
 }
 
 }  // namespace
@@ -28,7 +26,9 @@ void masked_softmax_forward(TensorView<T> weights, TensorView<const T> scores, c
   const View4<T> w = detail::require_tensor(weights, op, "weights", scores.rank());
   detail::require_shape(weights, {scores.shape().begin(), scores.shape().end()}, op, "weights",
                         "the same shape as scores");
-  require_same_or_distinct(weights, scores, op, "weights", "scores");
+  // In place (weights the very view of scores), or memory of its own.
+  detail::require_no_aliasing<T>(op, {{"weights", weights}},
+                                 {{"scores", same_view(weights, scores) ? TensorView<const T>{} : scores}});
   const MaskPlan<T> plan = plan_mask(mask, s.B, s.H, s.R, s.C, scores.rank(), op);
   ATTN_DISPATCH(masked_softmax_forward<T>, w, s, plan);
 }
@@ -43,8 +43,10 @@ void masked_softmax_backward(TensorView<T> dscores, TensorView<const T> dweights
   detail::require_shape(dweights, shape, op, "dweights", "the same shape as weights");
   const View4<T> ds = detail::require_tensor(dscores, op, "dscores", weights.rank());
   detail::require_shape(dscores, shape, op, "dscores", "the same shape as weights");
-  require_same_or_distinct(dscores, dweights, op, "dscores", "dweights");
-  detail::require_distinct(dscores, weights, op, "dscores", "weights");
+  // In place over dweights (the very same view), or memory of its own.
+  detail::require_no_aliasing<T>(
+      op, {{"dscores", dscores}},
+      {{"dweights", same_view(dscores, dweights) ? TensorView<const T>{} : dweights}, {"weights", weights}});
   const MaskPlan<T> plan = plan_mask(mask, w.B, w.H, w.R, w.C, weights.rank(), op);
   ATTN_DISPATCH(masked_softmax_backward<T>, ds, dw, w, plan);
 }

@@ -48,6 +48,30 @@ double terms(View4<const T> q, index_t m, index_t h) {
          static_cast<double>(h);
 }
 
+// The backward's arrays shared by its threads, for G = B H heads of n queries, m keys, hidden size
+// h, `blocks` query blocks and `chunks` key chunks per head.
+template <class T>
+struct BackwardBuffers {
+  T* kp;              // (G, m, h)
+  T* dkp;             // (G, m, h)
+  T* qpt;             // (G, blocks, h, kBlockQ): pass 1's projected query blocks, transposed
+  T* row_max;         // (G, n)
+  T* row_inv;         // (G, n)
+  double* row_dot;    // (G, n)
+  T* dqp_partial;     // (G, chunks, blocks, h, kBlockQ)
+  T* dwv_partial;     // (G, chunks, h)
+  T* dqp;             // (G, n, h)
+  BackwardBuffers(Carve& c, index_t G, index_t n, index_t m, index_t h, index_t blocks, index_t chunks)
+      : kp(c.take<T>(size(G, m, h))), dkp(c.take<T>(size(G, m, h))), qpt(c.take<T>(size(G, blocks, h, fused::kBlockQ))),
+        row_max(c.take<T>(size(G, n))), row_inv(c.take<T>(size(G, n))), row_dot(c.take<double>(size(G, n))),
+        dqp_partial(c.take<T>(size(G, chunks, blocks, h, fused::kBlockQ))), dwv_partial(c.take<T>(size(G, chunks, h))),
+        dqp(c.take<T>(size(G, n, h))) {}
+  template <class... I>
+  static std::size_t size(I... dims) {
+    return (static_cast<std::size_t>(dims) * ...);
+  }
+};
+
 }  // namespace
 
 template <class T>
@@ -59,9 +83,8 @@ void additive_forward(View4<T> out, View4<T> weights, View4<const T> queries, Vi
   fused::init_simd_target();
   const index_t B = queries.B, H = queries.H, m = keys.R, h = w_q.R;
   const bool threads = terms<T>(queries, m, h) >= kParallelTerms;
-  const auto kp_size = static_cast<std::size_t>(B * H * m * h);
-  Scratch call(Scratch::bytes_for<T>(kp_size), Scratch::call);
-  T* kp = call.take<T>(kp_size);
+  const ScratchFrame frame(static_cast<std::size_t>(B * H * m * h) * sizeof(T));
+  T* kp = static_cast<T*>(frame.data());  // (B, H, m, h)
   const std::size_t work = fused::additive_work_bytes<T>(h, queries.C, keys.C, values.C);
   project_keys<T>(kp, keys, w_k, work, threads);
   const fused::AdditiveForward<T> p{out, queries, keys, values, w_q, w_v, kp, &mask, &dropout, {}};
@@ -89,24 +112,10 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   const index_t chunks = std::max<index_t>(1, (m + chunk_keys - 1) / chunk_keys);
   const bool threads = terms<T>(queries, m, h) >= kParallelTerms;
 
-  const auto rows = static_cast<std::size_t>(B * H * n);
-  const auto kp_size = static_cast<std::size_t>(B * H * m * h);
-  const auto qp_size = static_cast<std::size_t>(B * H * blocks * h * fused::kBlockQ);
-  const auto dqp_part = static_cast<std::size_t>(B * H * chunks * blocks * h * fused::kBlockQ);
-  const auto dwv_part = static_cast<std::size_t>(B * H * chunks * h);
-  Scratch call(2 * Scratch::bytes_for<T>(kp_size) + Scratch::bytes_for<T>(qp_size) + 2 * Scratch::bytes_for<T>(rows) +
-                   Scratch::bytes_for<double>(rows) + Scratch::bytes_for<T>(dqp_part) + Scratch::bytes_for<T>(dwv_part) +
-                   Scratch::bytes_for<T>(rows * static_cast<std::size_t>(h)),
-               Scratch::call);
-  T* kp = call.take<T>(kp_size);
-  T* dkp = call.take<T>(kp_size);
-  T* qpt = call.take<T>(qp_size);
-  T* row_max = call.take<T>(rows);
-  T* row_inv = call.take<T>(rows);
-  double* row_dot = call.take<double>(rows);
-  T* dqp_partial = call.take<T>(dqp_part);
-  T* dwv_partial = call.take<T>(dwv_part);
-  T* dqp = call.take<T>(rows * static_cast<std::size_t>(h));  // (B, H, n, h)
+  Scratch<BackwardBuffers<T>> buf(B * H, n, m, h, blocks, chunks);
+  T *kp = buf->kp, *dkp = buf->dkp, *qpt = buf->qpt, *row_max = buf->row_max, *row_inv = buf->row_inv;
+  T *dqp_partial = buf->dqp_partial, *dwv_partial = buf->dwv_partial, *dqp = buf->dqp;
+  double* row_dot = buf->row_dot;
 
   const std::size_t work = fused::additive_work_bytes<T>(h, queries.C, keys.C, values.C);
   project_keys<T>(kp, keys, w_k, work, threads);
@@ -120,8 +129,8 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   const index_t tasks = B * H * chunks;
 #pragma omp parallel if (threads && tasks > 1)
   {
-    Scratch scratch(work);
-    void* w = scratch.take<unsigned char>(work);
+    const ScratchFrame frame(work);
+    void* w = frame.data();
 #pragma omp for schedule(dynamic, 1)
     for (index_t t = 0; t < tasks; ++t)
       fused::additive_backward_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks, w);

@@ -94,18 +94,14 @@ struct SortedKeys {
   const T* k(index_t g) const { return keys + g * m; }
   const T* val(index_t g, index_t j) const { return values + (g * m + j) * v; }
 
-  static std::size_t bytes(index_t G, index_t m, index_t v) {
-    const auto gm = static_cast<std::size_t>(G * m);
-    return Scratch::bytes_for<T>(gm) + Scratch::bytes_for<T>(gm * static_cast<std::size_t>(v)) +
-           Scratch::bytes_for<index_t>(gm);
-  }
-  // Takes the arrays from `s` and fills them from keys (B, H, m, 1) and values (B, H, m, v).
-  void fill(Scratch& s, const View4<const T>& key_rows, const View4<const T>& value_rows) {
+  SortedKeys() = default;
+  SortedKeys(Carve& c, index_t G, index_t m_, index_t v_)
+      : m(m_), v(v_), keys(c.take<T>(static_cast<std::size_t>(G * m))),
+        values(c.take<T>(static_cast<std::size_t>(G * m * v))), perm(c.take<index_t>(static_cast<std::size_t>(G * m))) {}
+
+  // Fills the arrays from keys (B, H, m, 1) and values (B, H, m, v).
+  void fill(const View4<const T>& key_rows, const View4<const T>& value_rows) {
     const index_t B = key_rows.B, H = key_rows.H, G = B * H;
-    m = key_rows.R, v = value_rows.C;
-    keys = s.take<T>(static_cast<std::size_t>(G * m));
-    values = s.take<T>(static_cast<std::size_t>(G * m * v));
-    perm = s.take<index_t>(static_cast<std::size_t>(G * m));
 #pragma omp parallel for schedule(dynamic, 1) if (G > 1 && G * m >= kParallelSort)
     for (index_t g = 0; g < G; ++g) {
       const index_t b = g / H, h = g % H;
@@ -221,26 +217,41 @@ void forward_row(T* out, double* acc, T q, const Window<T>& w, const SortedKeys<
 
 // ---- backward ------------------------------------------------------------------------------------
 
-// One backward call: the arguments, the sorted keys, and what pass 1 leaves per query for pass 2.
-// Per-query arrays are (G, n) indexed by the caller's query row; the reach arrays by sorted position.
+// The backward's arrays for G groups of n queries and m keys with v values each: the sorted keys,
+// and what pass 1 leaves per query for pass 2. Per-query arrays are (G, n) indexed by the caller's
+// query row; the reach arrays by sorted position.
 template <class T>
-struct Backward {
+struct BackwardArrays {
+  SortedKeys<T> keys;
+  index_t* qperm;     // (G, n): query rows in ascending order of their query
+  double* Z;          // (G, n): sum of K over the window, 0 for an empty row
+  double* c;          // (G, n): dout_i . out_i
+  double* d2_min;     // (G, n)
+  double* row_ds;     // (G, n): sum_j a_ij d2_ij, the row's share of -sigma dL/dsigma
+  index_t* lo;        // (G, n): window [lo, hi) of sorted keys
+  index_t* hi;
+  index_t* reach_hi;  // (G, n): max of hi over the first s + 1 queries in sorted order
+  index_t* reach_lo;  // (G, n): min of lo over the queries from sorted position s on
+
+  BackwardArrays(Carve& carve, index_t G, index_t n, index_t m, index_t v)
+      : keys(carve, G, m, v), qperm(carve.take<index_t>(count(G, n))), Z(carve.take<double>(count(G, n))),
+        c(carve.take<double>(count(G, n))), d2_min(carve.take<double>(count(G, n))),
+        row_ds(carve.take<double>(count(G, n))), lo(carve.take<index_t>(count(G, n))),
+        hi(carve.take<index_t>(count(G, n))), reach_hi(carve.take<index_t>(count(G, n))),
+        reach_lo(carve.take<index_t>(count(G, n))) {}
+  static std::size_t count(index_t G, index_t n) { return static_cast<std::size_t>(G * n); }
+};
+
+// One backward call: the arguments and the arrays.
+template <class T>
+struct Backward : BackwardArrays<T> {
   View4<T> dq, dk, dv;
   View4<const T> dout, q;
   double sigma = 0, cutoff = 0;
   bool need_a = false;  // dq, dk or dsigma asked for, and a smooth kernel
   index_t G = 0, H = 0, n = 0;
-  SortedKeys<T> keys;
-  index_t* qperm = nullptr;   // (G, n): query rows in ascending order of their query
-  double* Z = nullptr;        // (G, n): sum of K over the window, 0 for an empty row
-  double* c = nullptr;        // (G, n): dout_i . out_i
-  double* d2_min = nullptr;   // (G, n)
-  double* row_ds = nullptr;   // (G, n): sum_j a_ij d2_ij, the row's share of -sigma dL/dsigma
-  index_t* lo = nullptr;      // (G, n): window [lo, hi) of sorted keys
-  index_t* hi = nullptr;
-  index_t* reach_hi = nullptr;  // (G, n): max of hi over the first s + 1 queries in sorted order
-  index_t* reach_lo = nullptr;  // (G, n): min of lo over the queries from sorted position s on
 
+  explicit Backward(const BackwardArrays<T>& arrays) : BackwardArrays<T>(arrays) {}
   T query(index_t g, index_t i) const { return q.at(g / H, g % H, i, 0); }
 };
 
@@ -356,16 +367,16 @@ bool nw_forward(View4<T> out, View4<const T> queries, View4<const T> keys, View4
   if (!applies(keys.C, kernel) || !all_finite(queries) || !all_finite(keys)) return false;
   fused::init_simd_target();
   const index_t H = queries.H, G = queries.B * H, n = queries.R, m = keys.R, v = values.C;
-  Scratch call(SortedKeys<T>::bytes(G, m, v), Scratch::call);
-  SortedKeys<T> s;
-  s.fill(call, keys, values);
+  Scratch<SortedKeys<T>> sorted(G, m, v);
+  const SortedKeys<T>& s = *sorted;
+  sorted->fill(keys, values);
   const T cutoff = static_cast<T>(gaussian_cutoff<T>(m));
   const index_t chunks = (n + kChunk - 1) / kChunk, tasks = G * chunks;
   with_kernel(kernel, [&]<Kernel K>() {
 #pragma omp parallel if (tasks > 1 && worth_threads(G * n, m, v))
     {
-      Scratch work(Scratch::bytes_for<double>(static_cast<std::size_t>(v)));
-      double* acc = work.take<double>(static_cast<std::size_t>(v));
+      const ScratchFrame work(static_cast<std::size_t>(v) * sizeof(double));
+      auto* acc = static_cast<double*>(work.data());
 #pragma omp for schedule(dynamic, 1)
       for (index_t t = 0; t < tasks; ++t) {
         const index_t g = t / chunks, b = g / H, h = g % H, i0 = t % chunks * kChunk;
@@ -394,24 +405,19 @@ bool nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
     if (dvalues.empty()) return true;
   }
   const auto gn = static_cast<std::size_t>(G * n);
-  Scratch call(SortedKeys<T>::bytes(G, m, v) + 5 * Scratch::bytes_for<index_t>(gn) + 4 * Scratch::bytes_for<double>(gn),
-               Scratch::call);
-  Backward<T> p;
+  Scratch<BackwardArrays<T>> arrays(G, n, m, v);
+  Backward<T> p(*arrays);
   p.dq = dqueries, p.dk = dkeys, p.dv = dvalues, p.dout = dout, p.q = queries;
   p.sigma = sigma, p.cutoff = gaussian_cutoff<T>(m), p.need_a = need_a, p.G = G, p.H = H, p.n = n;
-  p.keys.fill(call, keys, values);
-  p.qperm = call.take<index_t>(gn), p.lo = call.take<index_t>(gn), p.hi = call.take<index_t>(gn);
-  p.reach_hi = call.take<index_t>(gn), p.reach_lo = call.take<index_t>(gn);
-  p.Z = call.take<double>(gn), p.c = call.take<double>(gn), p.d2_min = call.take<double>(gn);
-  p.row_ds = call.take<double>(gn);
+  p.keys.fill(keys, values);
   const index_t q_chunks = (n + kChunk - 1) / kChunk, k_chunks = (m + kChunk - 1) / kChunk;
   const bool parallel = G * std::max(q_chunks, k_chunks) > 1 && worth_threads(G * n, m, v);
   with_kernel(kernel, [&]<Kernel K>() {
 #pragma omp parallel if (parallel)
     {
       const std::size_t work = static_cast<std::size_t>(std::max(3 * m, kChunk * (1 + v)));
-      Scratch scratch(Scratch::bytes_for<double>(work));
-      double* w = scratch.take<double>(work);
+      const ScratchFrame frame(work * sizeof(double));
+      auto* w = static_cast<double*>(frame.data());
       // Queries in ascending order per group, so that pass 2 finds a key chunk's queries together.
 #pragma omp for schedule(dynamic, 1)
       for (index_t g = 0; g < G; ++g)
@@ -460,9 +466,9 @@ template <class T>
 double visited_pairs(View4<const T> queries, View4<const T> keys, Kernel kernel, T sigma) {
   if (!applies(keys.C, kernel) || !all_finite(queries) || !all_finite(keys)) return -1;
   const index_t H = queries.H, G = queries.B * H, n = queries.R, m = keys.R;
-  Scratch call(SortedKeys<T>::bytes(G, m, 0), Scratch::call);
-  SortedKeys<T> s;
-  s.fill(call, keys, View4<const T>{keys.data, keys.B, keys.H, keys.R, 0, keys.sB, keys.sH, keys.sR});
+  Scratch<SortedKeys<T>> sorted(G, m, index_t(0));
+  const SortedKeys<T>& s = *sorted;
+  sorted->fill(keys, View4<const T>{keys.data, keys.B, keys.H, keys.R, 0, keys.sB, keys.sH, keys.sR});
   const T cutoff = static_cast<T>(gaussian_cutoff<T>(m));
   double pairs = 0;
   for (index_t g = 0; g < G; ++g)

@@ -1,102 +1,120 @@
-// Per-thread scratch memory for the fused kernels: one 64-byte aligned block per thread, grown on
-// demand and kept for the thread's lifetime, so that steady-state calls allocate nothing (the first
-// touch of fresh pages is slow in a virtual machine, and an allocation per call pays it every time).
-// OpenMP's worker threads persist between parallel regions, so each keeps its block.
+// Scratch memory of the cpu kernels: a stack of frames per thread.
+//
+// Every thread owns an arena. A ScratchFrame takes memory from the top of the calling thread's
+// arena and gives it back when it ends, so frames nest like the calls that open them: a callee's
+// frame always lies above its caller's, and no call can reuse memory a caller still holds (the
+// SDPA backward, for one, runs the forward inside its own frame). The arena is a list of chunks
+// that never move while frames use them; when the outermost frame of a thread ends after the arena
+// had to grow, its chunks are merged into one, so a steady state of repeated calls allocates nothing
+// (the first touch of fresh pages is slow in a virtual machine, and an allocation per call pays it
+// every time). OpenMP's worker threads persist between parallel regions, and so do their arenas.
+//
+// What a frame holds is described once, by a layout: a struct whose constructor takes its arrays,
+// in order, from a Carve. The same constructor measures the layout (layout_bytes) and lays it out
+// over a frame's memory (Scratch<Layout>), so the size reserved and the arrays taken cannot disagree.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <functional>
-#include <memory>
-#include <new>
+#include <utility>
+
+#include "attn/error.hpp"
 
 namespace attn::cpu {
 
-// Carves aligned arrays out of the calling thread's block. All arrays of one use must be taken from
-// one Scratch object after reserve(), which grows the block once to the total they need.
-class Scratch {
+// Lays out 64-byte aligned arrays one after another: over a block of memory, or (default
+// constructed) only counting the bytes they need, when every take() returns nullptr.
+class Carve {
  public:
-  // Which of the thread's two blocks: the kernels' work space, or the buffers a call shares between
-  // its threads (held by the calling thread, which also works as one of the OpenMP threads).
-  enum Slot { work = 0, call = 1 };
+  static constexpr std::size_t kAlign = 64;
 
-  // The calling thread's block `slot`, at least `bytes` long (the old contents are not kept).
-  explicit Scratch(std::size_t bytes, Slot slot = work) {
-    Block& b = block(slot);
-    if (b.size < bytes) {
-      b.data.reset(static_cast<std::byte*>(std::aligned_alloc(kAlign, round_up(bytes))));
-      if (!b.data) throw std::bad_alloc();
-      total().fetch_add(round_up(bytes) - b.size);
-      b.size = round_up(bytes);
-    }
-    base_ = b.data.get();
-    end_ = base_ + b.size;
-  }
+  Carve() = default;
+  explicit Carve(void* base) : base_(static_cast<std::byte*>(base)), measuring_(false) {}
 
-  // The next `count` elements of T, 64-byte aligned.
+  // The next `count` elements of T.
   template <class T>
   T* take(std::size_t count) {
-    T* p = reinterpret_cast<T*>(base_ + used_);
-    used_ += round_up(count * sizeof(T));
-    if (base_ + used_ > end_) throw std::bad_alloc();  // a caller under-reserved: a bug, not a state
-    return p;
+    std::size_t bytes = 0;
+    if (__builtin_mul_overflow(count, sizeof(T), &bytes) || bytes > SIZE_MAX / 2 - used_)
+      detail::fail("scratch memory: ", count, " elements of ", sizeof(T), " bytes overflow the address space");
+    const std::size_t at = used_;
+    used_ += round_up(bytes);
+    return measuring_ ? nullptr : reinterpret_cast<T*>(base_ + at);
   }
 
-  // The bytes `count` elements of T take in a block, for computing what to reserve.
-  template <class T>
-  static std::size_t bytes_for(std::size_t count) { return round_up(count * sizeof(T)); }
+  // The bytes taken so far.
+  std::size_t bytes() const { return used_; }
 
-  // The bytes all threads' blocks hold together (what `attn bench` reports as extra memory).
-  static std::size_t held() { return total().load(); }
-
-  // Frees the calling thread's blocks (the next use allocates again): `attn bench` starts each case
-  // from nothing, so that held() afterwards is what that case needed.
-  static void release() {
-    for (Block& b : {std::ref(block(work)), std::ref(block(call))}) {
-      total().fetch_sub(b.size);
-      b.data.reset();
-      b.size = 0;
-    }
-  }
+  static std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
  private:
-  static constexpr std::size_t kAlign = 64;
-  static std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-  struct Free {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  struct Block {
-    std::unique_ptr<std::byte, Free> data;
-    std::size_t size = 0;
-    ~Block() { total().fetch_sub(size); }
-  };
-  static std::atomic<std::size_t>& total() {
-    static std::atomic<std::size_t> t{0};
-    return t;
-  }
-  static Block& block(Slot slot) {
-    thread_local Block b[2];
-    return b[slot];
-  }
-
   std::byte* base_ = nullptr;
-  std::byte* end_ = nullptr;
+  bool measuring_ = true;
   std::size_t used_ = 0;
+};
+
+// The bytes a Layout (constructed as Layout(Carve&, args...)) takes.
+template <class Layout, class... Args>
+std::size_t layout_bytes(const Args&... args) {
+  Carve measure;
+  const Layout layout(measure, args...);
+  (void)layout;
+  return measure.bytes();
+}
+
+// `bytes` of 64-byte aligned memory on top of the calling thread's arena, for the frame's lifetime.
+// Frames of one thread must end in the reverse order of their start (they are scoped objects).
+class ScratchFrame {
+ public:
+  explicit ScratchFrame(std::size_t bytes);
+  ~ScratchFrame();
+  ScratchFrame(const ScratchFrame&) = delete;
+  ScratchFrame& operator=(const ScratchFrame&) = delete;
+
+  void* data() const { return data_; }
+
+  // The bytes every thread's arena holds together (what `attn bench` reports as extra memory).
+  static std::size_t held();
+  // Frees the calling thread's arena, which must have no frame open: `attn bench` starts each case
+  // from nothing, so that held() afterwards is what that case needed.
+  static void release();
+  // Testing: every frame's memory is filled with `byte` when the frame starts (-1: left as it is),
+  // so a test can show that no result depends on what scratch memory held before.
+  static void set_fill(int byte);
+
+ private:
+  void* data_ = nullptr;
+  std::size_t saved_chunk_ = 0, saved_top_ = 0;
+};
+
+// A Layout placed in a frame of its own: Scratch<Buffers<T>> buf(sizes...); buf->array[i].
+template <class Layout>
+class Scratch {
+ public:
+  template <class... Args>
+  explicit Scratch(const Args&... args)
+      : frame_(layout_bytes<Layout>(args...)), carve_(frame_.data()), layout_(carve_, args...) {}
+
+  Layout* operator->() { return &layout_; }
+  Layout& operator*() { return layout_; }
+
+ private:
+  ScratchFrame frame_;
+  Carve carve_;
+  Layout layout_;
 };
 
 // Runs task(t, work) for every t in [0, tasks) on OpenMP threads, dynamically scheduled (tasks may
 // differ in cost, as causal blocks do), each thread with `work_bytes` of its own scratch (`work`,
-// 64-byte aligned). On the calling thread alone unless `threads` and there is more than one task.
+// 64-byte aligned, in a frame of that thread). On the calling thread alone unless `threads` and
+// there is more than one task.
 template <class Task>
 void run_tasks(std::int64_t tasks, std::size_t work_bytes, bool threads, const Task& task) {
 #pragma omp parallel if (threads && tasks > 1)
   {
-    Scratch scratch(work_bytes);
-    void* work = scratch.take<unsigned char>(work_bytes);
+    const ScratchFrame frame(work_bytes);
 #pragma omp for schedule(dynamic, 1)
-    for (std::int64_t t = 0; t < tasks; ++t) task(t, work);
+    for (std::int64_t t = 0; t < tasks; ++t) task(t, frame.data());
   }
 }
 

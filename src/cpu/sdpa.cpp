@@ -14,6 +14,17 @@
 namespace attn::cpu {
 namespace {
 
+// The decode path's partial results of `parts` (row, chunk) pairs with value size v.
+template <class T>
+struct DecodeBuffers {
+  T* part_out;       // (parts, v)
+  T* part_max;       // (parts)
+  double* part_sum;  // (parts)
+  DecodeBuffers(Carve& c, std::size_t parts, index_t v)
+      : part_out(c.take<T>(parts * static_cast<std::size_t>(v))), part_max(c.take<T>(parts)),
+        part_sum(c.take<double>(parts)) {}
+};
+
 // The decode path (simd/fused.hpp): key chunks sized from the shape alone (about 16 tasks over all
 // heads, at least 256 keys each), partial results merged per row in chunk order.
 template <class T>
@@ -21,12 +32,8 @@ void decode(const fused::SdpaForward<T>& f) {
   const index_t B = f.q.B, H = f.q.H, n = f.q.R, m = f.k.R, dv = f.v.C;
   const index_t chunks = std::clamp<index_t>((16 + B * H - 1) / (B * H), 1, std::max<index_t>(1, m / 256));
   const index_t chunk_keys = std::max<index_t>(1, (m + chunks - 1) / chunks);
-  const auto parts = static_cast<std::size_t>(B * H * n * chunks);
-  Scratch call(Scratch::bytes_for<T>(parts * static_cast<std::size_t>(dv)) + Scratch::bytes_for<T>(parts) +
-                   Scratch::bytes_for<double>(parts),
-               Scratch::call);
-  const fused::SdpaDecode<T> p{f, chunk_keys, chunks, call.take<T>(parts * static_cast<std::size_t>(dv)),
-                               call.take<T>(parts), call.take<double>(parts)};
+  Scratch<DecodeBuffers<T>> buf(static_cast<std::size_t>(B * H * n * chunks), dv);
+  const fused::SdpaDecode<T> p{f, chunk_keys, chunks, buf->part_out, buf->part_max, buf->part_sum};
 #pragma omp parallel for schedule(dynamic, 1) if (B * H * chunks > 1)
   for (index_t t = 0; t < B * H * chunks; ++t) fused::sdpa_decode_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks);
   // out = sum_c e^(max_c - max) out_c / sum_c e^(max_c - max) sum_c; lse = max + log(sum).
@@ -50,6 +57,21 @@ void decode(const fused::SdpaForward<T>& f) {
       f.lse.at(bh / H, bh % H, i, 0) = sum > 0 ? top + static_cast<T>(std::log(sum)) : -std::numeric_limits<T>::infinity();
   }
 }
+
+// The backward's arrays shared by its threads: per row (B, H, n) the maximum, 1/sum and D, the
+// chunks' partial dQ, and (when the caller gave no out) the forward's out (B, H, n, v) and lse.
+template <class T>
+struct BackwardBuffers {
+  T* row_max;
+  T* row_inv;
+  double* row_dot;
+  T* dq_partial;
+  T* out;
+  T* lse;
+  BackwardBuffers(Carve& c, std::size_t rows, std::size_t partial, std::size_t out_size)
+      : row_max(c.take<T>(rows)), row_inv(c.take<T>(rows)), row_dot(c.take<double>(rows)),
+        dq_partial(c.take<T>(partial)), out(c.take<T>(out_size)), lse(c.take<T>(out_size > 0 ? rows : 0)) {}
+};
 
 }  // namespace
 
@@ -91,27 +113,22 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   const index_t want = std::clamp<index_t>((16 + B * H - 1) / (B * H), 1, tiles);
   const index_t chunk_keys = (tiles + want - 1) / want * fused::kBlockK;
   const index_t chunks = std::max<index_t>(1, (m + chunk_keys - 1) / chunk_keys);
-  const auto rows = static_cast<std::size_t>(B * H * n);
-  const auto partial = static_cast<std::size_t>(B * H * chunks * blocks * d * fused::kBlockQ);
-  const auto out_size = out.empty() ? static_cast<std::size_t>(B * H * n * dv) : 0;
-  const auto lse_size = out.empty() ? rows : 0;
-  Scratch call(2 * Scratch::bytes_for<T>(rows) + Scratch::bytes_for<double>(rows) + Scratch::bytes_for<T>(partial) +
-                   Scratch::bytes_for<T>(out_size) + Scratch::bytes_for<T>(lse_size),
-               Scratch::call);
+  Scratch<BackwardBuffers<T>> buf(static_cast<std::size_t>(B * H * n),
+                                  static_cast<std::size_t>(B * H * chunks * blocks * d * fused::kBlockQ),
+                                  out.empty() ? static_cast<std::size_t>(B * H * n * dv) : std::size_t(0));
   fused::SdpaBackward<T> p{dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse, &mask, scale, &dropout,
-                           call.take<T>(rows), call.take<T>(rows), call.take<double>(rows), call.take<T>(partial),
-                           chunk_keys, chunks};
+                           buf->row_max, buf->row_inv, buf->row_dot, buf->dq_partial, chunk_keys, chunks};
   if (out.empty()) {  // D_i = dout_i . out_i needs the forward's output: recompute it, and lse with it
-    const View4<T> o = dense_view4(call.take<T>(out_size), B, H, n, dv);
-    const View4<T> l = dense_view4(call.take<T>(lse_size), B, H, n, 1);
+    const View4<T> o = dense_view4(buf->out, B, H, n, dv);
+    const View4<T> l = dense_view4(buf->lse, B, H, n, 1);
     sdpa_forward<T>(o, l, {}, queries, keys, values, mask, scale, dropout);
     p.out = o, p.lse = l;
   }
   const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv, chunk_keys);
 #pragma omp parallel
   {
-    Scratch scratch(work);
-    void* w = scratch.take<unsigned char>(work);
+    const ScratchFrame frame(work);
+    void* w = frame.data();
 #pragma omp for schedule(dynamic, 1)
     for (index_t t = 0; t < B * H * blocks; ++t)
       fused::sdpa_backward_stats<T>(p, t / blocks / H, t / blocks % H, (t % blocks) * fused::kBlockQ, w);

@@ -104,12 +104,12 @@ void run_bench(const Options& o) {
     // Every thread's scratch (the calling thread's too: it is the team's first) freed, so that what
     // the threads hold after the run is this case's.
 #pragma omp parallel
-    attn::cpu::Scratch::release();
+    attn::cpu::ScratchFrame::release();
     Result r;
     r.name = c.name, r.formula = c.formula;
     r.unit = c.pairs ? Unit::pairs : c.tanhs > 0 ? Unit::tanhs : c.bytes > 0 ? Unit::bytes : Unit::flops;
     r.seconds = median_seconds(c.run_fused, o.seconds);
-    r.extra_mib = static_cast<double>(attn::cpu::Scratch::held()) / (1 << 20);
+    r.extra_mib = static_cast<double>(attn::cpu::ScratchFrame::held()) / (1 << 20);
     if (c.run_unfused) {
       r.unfused_seconds = median_seconds(c.run_unfused, o.seconds) * c.baseline_scale;
       r.scaled_baseline = c.baseline_scale != 1;

@@ -11,6 +11,7 @@
 // online softmax, dropout and the weighted sum of values follow as in sdpa_forward.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 #include "core/dropout_plan.hpp"
@@ -46,10 +47,51 @@ template <class T>
 void additive_project_keys(T* kp, View4<const T> keys, View4<const T> w_k, index_t b, index_t h, index_t j0,
                            void* work);
 
+// The work space of additive_project_keys for key size k and hidden size h: the keys of a tile
+// transposed (k, kBlockK) and their projections (h, kBlockK).
+template <class T>
+struct ProjectKeysArrays {
+  T* xt;
+  T* kpt;
+  ProjectKeysArrays(Carve& c, index_t k, index_t h)
+      : xt(c.take<T>(static_cast<std::size_t>(k * kBlockK))), kpt(c.take<T>(static_cast<std::size_t>(h * kBlockK))) {}
+};
+
+// The work space of additive_forward_block for hidden size h, query size q and value size v: a
+// block's arrays (its qt holds qpT (h, kBlockQ)), and the queries transposed (q, kBlockQ).
+template <class T>
+struct AdditiveBlockArrays {
+  BlockArrays<T> block;
+  T* qt;
+  AdditiveBlockArrays(Carve& c, index_t h, index_t q, index_t v)
+      : block(c, h, v), qt(c.take<T>(BlockArrays<T>::tile(q))) {}
+};
+
+// The work space of additive_backward_chunk for hidden size h and value size v: a block's arrays
+// (qt: the tanh of one key and group of lanes, s: dP^T, ot: dout^T, alpha: 1/sum), D (float64) of
+// the block's rows, W (kBlockQ, kBlockK) query-major, dV^T (v, kBlockK) of the tile, the dropout
+// factors (kBlockK, kBlockQ), P and dS of one key (kBlockQ each), the chunk's dw_v partial per lane
+// (h, kBlockQ at most), and per key of the tile whether its projection is finite.
+template <class T>
+struct AdditiveChunkArrays {
+  BlockArrays<T> block;
+  double* row_dot;
+  T *pm, *dvt, *factors, *pk, *dsk, *dwl;
+  bool* finite;
+  AdditiveChunkArrays(Carve& c, index_t h, index_t v)
+      : block(c, h, v), row_dot(c.take<double>(kBlockQ)), pm(c.take<T>(kBlockQ * kBlockK)),
+        dvt(c.take<T>(static_cast<std::size_t>(v * kBlockK))), factors(c.take<T>(kBlockK * kBlockQ)),
+        pk(c.take<T>(kBlockQ)), dsk(c.take<T>(kBlockQ)), dwl(c.take<T>(BlockArrays<T>::tile(h))),
+        finite(c.take<bool>(kBlockK)) {}
+};
+
 // Bytes of per-thread work space for hidden size h, query size q, key size k and value size v:
 // enough for the key projection, the forward block and both backward passes.
 template <class T>
-std::size_t additive_work_bytes(index_t h, index_t q, index_t k, index_t v);
+std::size_t additive_work_bytes(index_t h, index_t q, index_t k, index_t v) {
+  return std::max({layout_bytes<ProjectKeysArrays<T>>(k, h), layout_bytes<AdditiveBlockArrays<T>>(h, q, v),
+                   layout_bytes<AdditiveChunkArrays<T>>(h, v)});
+}
 
 // Rows [i0, i0 + kBlockQ) of (b, h): out, or (pass 1 of the backward) the row statistics.
 template <class T>

@@ -24,45 +24,6 @@
 #include "cpu/simd/gemm-inl.h"
 #include "cpu/simd/softmax-inl.h"
 
-// Target-independent, so defined once although foreach_target includes this file once per target.
-#ifndef ATTN_CPU_SIMD_ADDITIVE_BACKWARD_LAYOUT_
-#define ATTN_CPU_SIMD_ADDITIVE_BACKWARD_LAYOUT_
-namespace attn::cpu::fused {
-namespace {
-
-// Pass 2's arrays after its BlockState (h, v): D (float64) of the block's rows, W (kBlockQ, kBlockK)
-// query-major, dV^T (v, kBlockK) of the tile, the dropout factors (kBlockK, kBlockQ), P and dS of
-// one key (kBlockQ each), the chunk's dw_v partial per lane (h, kBlockQ at most), and per key of the
-// tile whether its projection is finite.
-struct ChunkLayout {
-  std::size_t row_dot, pm, dvt, factors, pk, dsk, dwl, finite, total;
-  template <class T>
-  static ChunkLayout of(index_t h, index_t v) {
-    ChunkLayout l{};
-    std::size_t at = block_state_bytes<T>(h, v);
-    auto put = [&at](std::size_t bytes) {
-      const std::size_t r = at;
-      at += block_bytes(bytes);
-      return r;
-    };
-    const std::size_t q = kBlockQ, k = kBlockK;
-    l.row_dot = put(sizeof(double) * q);
-    l.pm = put(sizeof(T) * q * k);
-    l.dvt = put(sizeof(T) * static_cast<std::size_t>(v) * k);
-    l.factors = put(sizeof(T) * k * q);
-    l.pk = put(sizeof(T) * q);
-    l.dsk = put(sizeof(T) * q);
-    l.dwl = put(sizeof(T) * static_cast<std::size_t>(h) * q);
-    l.finite = put(sizeof(bool) * k);
-    l.total = at;
-    return l;
-  }
-};
-
-}  // namespace
-}  // namespace attn::cpu::fused
-#endif  // ATTN_CPU_SIMD_ADDITIVE_BACKWARD_LAYOUT_
-
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::fused::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -106,18 +67,13 @@ void ChunkBlock(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chun
   const index_t L = static_cast<index_t>(hn::Lanes(d)), G = ScoreGroupWidth(d);
   const index_t n = p.q.R, m = p.k.R, H = p.q.H, hd = p.h, dv = p.v.C;
   const index_t blocks = (n + kBlockQ - 1) / kBlockQ, bh = b * H + h;
-  BlockState<T> st(work, hd, dv);  // qt: the tanh of one key and group, s: dP^T, ot: dout^T, alpha: 1/sum
+  Carve carve(work);
+  const AdditiveChunkArrays<T> a(carve, hd, dv);
+  BlockState<T> st(a.block);  // qt: the tanh of one key and group, s: dP^T, ot: dout^T, alpha: 1/sum
   T* tbuf = st.qt;
-  const ChunkLayout lay = ChunkLayout::of<T>(hd, dv);
-  auto* base = static_cast<unsigned char*>(work);
-  double* row_dot = reinterpret_cast<double*>(base + lay.row_dot);
-  T* pm = reinterpret_cast<T*>(base + lay.pm);
-  T* dvt = reinterpret_cast<T*>(base + lay.dvt);
-  T* factors = reinterpret_cast<T*>(base + lay.factors);
-  T* pk = reinterpret_cast<T*>(base + lay.pk);
-  T* dsk = reinterpret_cast<T*>(base + lay.dsk);
-  T* dwl = reinterpret_cast<T*>(base + lay.dwl);
-  bool* finite = reinterpret_cast<bool*>(base + lay.finite);
+  double* row_dot = a.row_dot;
+  T *pm = a.pm, *dvt = a.dvt, *factors = a.factors, *pk = a.pk, *dsk = a.dsk, *dwl = a.dwl;
+  bool* finite = a.finite;
 
   const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
   T* part = p.dqp_partial + (bh * p.chunks + chunk) * blocks * hd * kBlockQ;
@@ -229,16 +185,6 @@ namespace attn::cpu::fused {
 HWY_EXPORT(ChunkBlockF32);
 HWY_EXPORT(ChunkBlockF64);
 
-// The largest of: the key projection's two tiles, the forward block (BlockState and the queries
-// transposed), pass 2 (BlockState and ChunkLayout).
-template <class T>
-std::size_t additive_work_bytes(index_t h, index_t q, index_t k, index_t v) {
-  const std::size_t project = block_bytes(sizeof(T) * kBlockK * static_cast<std::size_t>(k)) +
-                              block_bytes(sizeof(T) * kBlockK * static_cast<std::size_t>(h));
-  const std::size_t forward = block_state_bytes<T>(h, v) + block_bytes(sizeof(T) * kBlockQ * static_cast<std::size_t>(q));
-  return std::max({project, forward, ChunkLayout::of<T>(h, v).total});
-}
-
 template <>
 void additive_backward_chunk(const AdditiveBackward<float>& p, index_t b, index_t h, index_t chunk, void* work) {
   HWY_DYNAMIC_DISPATCH(ChunkBlockF32)(p, b, h, chunk, work);
@@ -247,9 +193,6 @@ template <>
 void additive_backward_chunk(const AdditiveBackward<double>& p, index_t b, index_t h, index_t chunk, void* work) {
   HWY_DYNAMIC_DISPATCH(ChunkBlockF64)(p, b, h, chunk, work);
 }
-
-template std::size_t additive_work_bytes<float>(index_t, index_t, index_t, index_t);
-template std::size_t additive_work_bytes<double>(index_t, index_t, index_t, index_t);
 
 }  // namespace attn::cpu::fused
 #endif  // HWY_ONCE

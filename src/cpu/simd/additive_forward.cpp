@@ -29,8 +29,9 @@ template <class T>
 void ProjectKeys(T* kp, View4<const T> keys, View4<const T> w_k, index_t b, index_t h, index_t j0, void* work) {
   const hn::ScalableTag<T> d;
   const index_t m = keys.R, hd = w_k.R, cnt = std::min<index_t>(kBlockK, m - j0);
-  T* xt = static_cast<T*>(work);                                           // (k, kBlockK)
-  T* kpt = xt + block_bytes(sizeof(T) * kBlockK * keys.C) / sizeof(T);     // (h, kBlockK)
+  Carve carve(work);
+  const ProjectKeysArrays<T> a(carve, keys.C, hd);
+  T *xt = a.xt, *kpt = a.kpt;
   PackTransposed(xt, keys, b, h, j0, cnt);
   BlockGemm<false>(d, w_k.row(0, 0, 0), w_k.sR, 1, xt, kpt, hd, keys.C);
   T* out = kp + ((b * keys.H + h) * m + j0) * hd;
@@ -43,8 +44,10 @@ void ForwardBlock(const AdditiveForward<T>& p, index_t b, index_t h, index_t i0,
   const hn::ScalableTag<T> d;
   const index_t n = p.q.R, m = p.k.R, H = p.q.H, hd = p.w_q.R, dv = p.v.C;
   const index_t rows = std::min<index_t>(kBlockQ, n - i0);
-  BlockState<T> st(work, hd, dv);  // qt: qpT (h, kBlockQ)
-  T* qt = reinterpret_cast<T*>(static_cast<unsigned char*>(work) + block_state_bytes<T>(hd, dv));  // (q, kBlockQ)
+  Carve carve(work);
+  const AdditiveBlockArrays<T> a(carve, hd, p.q.C, dv);
+  BlockState<T> st(a.block);  // qt: qpT (h, kBlockQ)
+  T* qt = a.qt;               // (q, kBlockQ)
 
   // qpT (h, kBlockQ) = W_q Q_block^T; pass 1 of the backward keeps it for pass 2.
   const index_t blocks = (n + kBlockQ - 1) / kBlockQ;

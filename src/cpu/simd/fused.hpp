@@ -5,11 +5,13 @@
 // run them on OpenMP threads, each with its own scratch (cpu/scratch.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 #include "core/dropout_plan.hpp"
 #include "core/mask_plan.hpp"
 #include "core/view4.hpp"
+#include "cpu/scratch.hpp"
 
 namespace attn::cpu::fused {
 
@@ -22,16 +24,30 @@ static_assert(kBlockK == kBlockQ, "the backward transposes square (kBlockK, kBlo
 // The fused kernels compare key indices in T lanes; beyond 2^24 keys a float no longer holds them.
 inline constexpr index_t kMaxKeys = index_t(1) << 24;
 
-// The work space of one block of queries (simd/softmax-inl.h, BlockState): queries transposed
-// (d, kBlockQ), scores or weights of a key tile (kBlockK, kBlockQ), the partial output transposed
-// (v, kBlockQ), and per-query running maximum, rescale factor, key limit, sums and row masks.
-constexpr std::size_t block_bytes(std::size_t n) { return (n + 63) / 64 * 64; }  // 64-byte aligned arrays
+// The arrays of one block of queries while its key tiles stream past (BlockState in
+// simd/softmax-inl.h works on them): queries transposed (d, kBlockQ), scores or weights of a key
+// tile (kBlockK, kBlockQ), the partial output transposed (v, kBlockQ), and per query the running
+// maximum, rescale factor, key limit, sums and row mask.
 template <class T>
-constexpr std::size_t block_state_bytes(index_t d, index_t v) {
-  const std::size_t q = kBlockQ;
-  return block_bytes(sizeof(T) * q * static_cast<std::size_t>(d + kBlockK + v)) + 3 * block_bytes(sizeof(T) * q) +
-         2 * block_bytes(sizeof(double) * q) + block_bytes(sizeof(RowMask<T>) * q);
-}
+struct BlockArrays {
+  T* qt;          // (d, kBlockQ)
+  T* s;           // (kBlockK, kBlockQ)
+  T* ot;          // (v, kBlockQ)
+  T* max;         // (kBlockQ)
+  T* alpha;       // (kBlockQ)
+  T* end;         // (kBlockQ)
+  double* sum;    // (kBlockQ)
+  double* tsum;   // (kBlockQ)
+  RowMask<T>* rm; // (kBlockQ)
+
+  BlockArrays(Carve& c, index_t d, index_t v)
+      : qt(c.take<T>(tile(d))), s(c.take<T>(tile(kBlockK))), ot(c.take<T>(tile(v))), max(c.take<T>(kBlockQ)),
+        alpha(c.take<T>(kBlockQ)), end(c.take<T>(kBlockQ)), sum(c.take<double>(kBlockQ)),
+        tsum(c.take<double>(kBlockQ)), rm(c.take<RowMask<T>>(kBlockQ)) {}
+
+  // Elements of a (rows, kBlockQ) array.
+  static std::size_t tile(index_t rows) { return static_cast<std::size_t>(rows) * kBlockQ; }
+};
 
 // One scaled dot-product attention forward call, checked by src/api: out (B, H, n, v) and, when not
 // empty, lse (B, H, n, 1) from queries (B, H, n, d), keys (B, H, m, d), values (B, H, m, v).
@@ -49,7 +65,9 @@ void init_simd_target();
 
 // Bytes of per-thread work space sdpa_forward_block needs for query size d and value size v.
 template <class T>
-std::size_t sdpa_forward_work_bytes(index_t d, index_t v);
+std::size_t sdpa_forward_work_bytes(index_t d, index_t v) {
+  return layout_bytes<BlockArrays<T>>(d, v);
+}
 
 // Rows [i0, i0 + kBlockQ) of batch b, head h (fewer at the end): out and lse of those rows, by an
 // online softmax over tiles of kBlockK keys. `work` is sdpa_forward_work_bytes of 64-byte aligned
@@ -126,17 +144,32 @@ void sum_chunk_partials(T* out, const T* partials, index_t bh, index_t i, index_
   }
 }
 
-// Pass 2's arrays after its BlockState: D (float64), three (kBlockK, kBlockQ) tiles, and dK^T, dV^T
-// of every key tile of a chunk of chunk_keys keys.
+// Pass 2's work space for query size d, value size v and chunks of chunk_keys keys: a block's
+// arrays, then D (float64) of its rows, three (kBlockK, kBlockQ) tiles, and dK^T, dV^T of every key
+// tile of the chunk.
 template <class T>
-constexpr std::size_t chunk_extra_bytes(index_t d, index_t v, index_t chunk_keys) {
-  return block_bytes(sizeof(double) * kBlockQ) +
-         block_bytes(sizeof(T) * static_cast<std::size_t>(3 * kBlockK * kBlockQ + (d + v) * chunk_keys));
-}
+struct SdpaChunkArrays {
+  BlockArrays<T> block;  // qt: queries^T, s: P^T, ot: dout^T, max / alpha: row max / 1/sum
+  double* row_dot;       // (kBlockQ): D of the block's rows
+  T* pm;                 // (kBlockQ, kBlockK): W, query-major
+  T* dst;                // (kBlockK, kBlockQ): dP^T, then dS^T
+  T* dsm;                // (kBlockQ, kBlockK): dS
+  T* dk_chunk;           // (chunk_keys / kBlockK) x (d, kBlockK): dK^T of each tile
+  T* dv_chunk;           // (chunk_keys / kBlockK) x (v, kBlockK): dV^T of each tile
 
-// Work space of pass 1 and of pass 2 for query size d, value size v and chunks of chunk_keys keys.
+  SdpaChunkArrays(Carve& c, index_t d, index_t v, index_t chunk_keys)
+      : block(c, d, v), row_dot(c.take<double>(kBlockQ)), pm(c.take<T>(kBlockQ * kBlockK)),
+        dst(c.take<T>(kBlockK * kBlockQ)), dsm(c.take<T>(kBlockQ * kBlockK)),
+        dk_chunk(c.take<T>(static_cast<std::size_t>(d * chunk_keys))),
+        dv_chunk(c.take<T>(static_cast<std::size_t>(v * chunk_keys))) {}
+};
+
+// Work space of pass 1 (a block's arrays without an output) and of pass 2 for query size d, value
+// size v and chunks of chunk_keys keys.
 template <class T>
-std::size_t sdpa_backward_work_bytes(index_t d, index_t v, index_t chunk_keys);
+std::size_t sdpa_backward_work_bytes(index_t d, index_t v, index_t chunk_keys) {
+  return std::max(layout_bytes<BlockArrays<T>>(d, 0), layout_bytes<SdpaChunkArrays<T>>(d, v, chunk_keys));
+}
 
 // Pass 1 for rows [i0, i0 + kBlockQ) of (b, h).
 template <class T>

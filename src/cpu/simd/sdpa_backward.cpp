@@ -74,7 +74,8 @@ void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void
       p.row_inv[row0 + i] = l == -INFINITY ? T(0) : T(1);
     }
   } else {
-    BlockState<T> st(work, p.q.C, 0);
+    Carve carve(work);
+    BlockState<T> st(BlockArrays<T>(carve, p.q.C, 0));
     PackTransposed(st.qt, p.q, b, h, i0, rows);
     const index_t keys = st.start(*p.mask, b, h, i0, rows);
     for (index_t j0 = 0; j0 < keys; j0 += kBlockK) {
@@ -105,16 +106,14 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t chunk, v
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   const index_t n = p.q.R, m = p.k.R, dq = p.q.C, dv = p.v.C, H = p.q.H;
   const index_t blocks = (n + kBlockQ - 1) / kBlockQ;
-  BlockState<T> st(work, dq, dv);  // qt: queries^T, s: P^T, ot: dout^T, max / alpha: row max / 1/sum
-  auto* extra = static_cast<unsigned char*>(work) + block_state_bytes<T>(dq, dv);
-  double* row_dot = reinterpret_cast<double*>(extra);                      // D of the block's rows
-  T* pm = reinterpret_cast<T*>(extra + block_bytes(sizeof(double) * kBlockQ));  // W (kBlockQ, kBlockK), query-major
-  T* dst = pm + kBlockQ * kBlockK;                               // dP^T, then dS^T (kBlockK, kBlockQ)
-  T* dsm = dst + kBlockK * kBlockQ;                              // dS (kBlockQ, kBlockK)
+  Carve carve(work);
+  const SdpaChunkArrays<T> a(carve, dq, dv, p.chunk_keys);
+  BlockState<T> st(a.block);
+  double* row_dot = a.row_dot;
+  T *pm = a.pm, *dst = a.dst, *dsm = a.dsm, *dk_chunk = a.dk_chunk, *dv_chunk = a.dv_chunk;
   const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
-  T* dk_chunk = dsm + kBlockQ * kBlockK;                         // dK^T (d, kBlockK) of each tile
-  T* dv_chunk = dk_chunk + dq * p.chunk_keys;                    // dV^T (v, kBlockK) of each tile
-  std::fill(dk_chunk, dk_chunk + (dq + dv) * p.chunk_keys, T(0));
+  std::fill(dk_chunk, dk_chunk + dq * p.chunk_keys, T(0));
+  std::fill(dv_chunk, dv_chunk + dv * p.chunk_keys, T(0));
   T* part = p.dq_partial + ((b * H + h) * p.chunks + chunk) * blocks * dq * kBlockQ;
   std::fill(part, part + blocks * dq * kBlockQ, T(0));
   const DropoutPlan& drop = *p.dropout;
@@ -235,11 +234,6 @@ HWY_EXPORT(StatsBlockF64);
 HWY_EXPORT(ChunkBlockF32);
 HWY_EXPORT(ChunkBlockF64);
 
-template <class T>
-std::size_t sdpa_backward_work_bytes(index_t d, index_t v, index_t chunk_keys) {
-  return block_state_bytes<T>(d, v) + chunk_extra_bytes<T>(d, v, chunk_keys);
-}
-
 template <>
 void sdpa_backward_stats(const SdpaBackward<float>& p, index_t b, index_t h, index_t i0, void* work) {
   HWY_DYNAMIC_DISPATCH(StatsBlockF32)(p, b, h, i0, work);
@@ -256,9 +250,6 @@ template <>
 void sdpa_backward_chunk(const SdpaBackward<double>& p, index_t b, index_t h, index_t chunk, void* work) {
   HWY_DYNAMIC_DISPATCH(ChunkBlockF64)(p, b, h, chunk, work);
 }
-
-template std::size_t sdpa_backward_work_bytes<float>(index_t, index_t, index_t);
-template std::size_t sdpa_backward_work_bytes<double>(index_t, index_t, index_t);
 
 }  // namespace attn::cpu::fused
 #endif  // HWY_ONCE

@@ -27,7 +27,8 @@ void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, voi
   const hn::ScalableTag<T> d;
   const index_t n = p.q.R, dq = p.q.C, dv = p.v.C;
   const index_t rows = std::min<index_t>(kBlockQ, n - i0);
-  BlockState<T> st(work, dq, dv);
+  Carve carve(work);
+  BlockState<T> st(BlockArrays<T>(carve, dq, dv));
 
   PackTransposed(st.qt, p.q, b, h, i0, rows);
   const index_t keys = st.start(*p.mask, b, h, i0, rows);
@@ -78,11 +79,6 @@ namespace attn::cpu::fused {
 HWY_EXPORT(ForwardBlockF32);
 HWY_EXPORT(ForwardBlockF64);
 
-template <class T>
-std::size_t sdpa_forward_work_bytes(index_t d, index_t v) {
-  return block_state_bytes<T>(d, v);
-}
-
 template <>
 void sdpa_forward_block(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
   HWY_DYNAMIC_DISPATCH(ForwardBlockF32)(p, b, h, i0, work);
@@ -91,9 +87,6 @@ template <>
 void sdpa_forward_block(const SdpaForward<double>& p, index_t b, index_t h, index_t i0, void* work) {
   HWY_DYNAMIC_DISPATCH(ForwardBlockF64)(p, b, h, i0, work);
 }
-
-template std::size_t sdpa_forward_work_bytes<float>(index_t, index_t);
-template std::size_t sdpa_forward_work_bytes<double>(index_t, index_t);
 
 }  // namespace attn::cpu::fused
 #endif  // HWY_ONCE

@@ -50,42 +50,23 @@ void AccumulateSkippingZeros(T* C, const T* A, index_t a_stride, const T* W, ind
   }
 }
 
-// The state of one block of queries while its key tiles stream past, laid out in the caller's work
-// space (block_state_bytes). Queries past the end of the block (the last block of a head) are
-// padding lanes: every key is masked for them and nothing of them is stored.
+// The state of one block of queries while its key tiles stream past, over arrays laid out by the
+// caller (BlockArrays, simd/fused.hpp). Queries past the end of the block (the last block of a head)
+// are padding lanes: every key is masked for them and nothing of them is stored.
 template <class T>
-struct BlockState {
-  T* qt;      // (d, kBlockQ) queries transposed
-  T* s;       // (kBlockK, kBlockQ) scores, then weights, of the current tile
-  T* ot;      // (v, kBlockQ) unnormalised output transposed
-  T* max;     // running row maximum (-inf while a row has seen no key)
-  T* alpha;   // exp(previous max - new max) of the current tile
-  T* end;     // keys [end, m) are masked (valid lengths and causal), as T for lane compares
-  double* sum;   // running sum of exp(score - max)
-  double* tsum;  // the current tile's part of it
-  RowMask<T>* rm;
+struct BlockState : BlockArrays<T> {
+  // qt (d, kBlockQ) queries transposed; s (kBlockK, kBlockQ) scores, then weights, of the current
+  // tile; ot (v, kBlockQ) unnormalised output transposed; max: running row maximum (-inf while a
+  // row has seen no key); alpha: exp(previous max - new max) of the current tile; end: keys
+  // [end, m) are masked (valid lengths and causal), as T for lane compares; sum: running sum of
+  // exp(score - max); tsum: the current tile's part of it; rm: the row masks.
+  using BlockArrays<T>::qt, BlockArrays<T>::s, BlockArrays<T>::ot, BlockArrays<T>::max, BlockArrays<T>::alpha,
+      BlockArrays<T>::end, BlockArrays<T>::sum, BlockArrays<T>::tsum, BlockArrays<T>::rm;
   index_t rows = 0, min_end = 0;
   bool general = false;  // a keep or additive mask: masks are applied element by element
   T fill = 0;            // what a masked score becomes: -inf, or -1e6 under the seeds' fill
 
-  BlockState(void* work, index_t d, index_t v) {
-    auto* p = static_cast<unsigned char*>(work);
-    auto take = [&p](std::size_t bytes) {
-      unsigned char* r = p;
-      p += (bytes + 63) / 64 * 64;
-      return r;
-    };
-    const std::size_t q = kBlockQ;
-    qt = reinterpret_cast<T*>(take(sizeof(T) * q * static_cast<std::size_t>(d + kBlockK + v)));
-    s = qt + q * static_cast<std::size_t>(d);
-    ot = s + q * static_cast<std::size_t>(kBlockK);
-    max = reinterpret_cast<T*>(take(sizeof(T) * q));
-    alpha = reinterpret_cast<T*>(take(sizeof(T) * q));
-    end = reinterpret_cast<T*>(take(sizeof(T) * q));
-    sum = reinterpret_cast<double*>(take(sizeof(double) * q));
-    tsum = reinterpret_cast<double*>(take(sizeof(double) * q));
-    rm = reinterpret_cast<RowMask<T>*>(take(sizeof(RowMask<T>) * q));
-  }
+  explicit BlockState(const BlockArrays<T>& arrays) : BlockArrays<T>(arrays) {}
 
   // Starts rows [i0, i0 + count) of (b, h): empty running state, the row masks. Returns how many
   // keys take part in the block: tiles past the last allowed key of every row are skipped.

@@ -1,0 +1,105 @@
+// The per-thread arenas behind ScratchFrame (cpu/scratch.hpp).
+#include "cpu/scratch.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <vector>
+
+namespace attn::cpu {
+namespace {
+
+std::atomic<std::size_t> total_held{0};
+std::atomic<int> fill_byte{-1};
+
+// One thread's stack of frames over chunks that never move while a frame uses them. The top of
+// the stack is at byte `top` of chunk `chunk`; the chunks after it are free.
+class Arena {
+ public:
+  ~Arena() { free_from(0); }
+
+  // `bytes` (a multiple of Carve::kAlign) on top of the stack; `saved_*` receive the old top.
+  void* push(std::size_t bytes, std::size_t& saved_chunk, std::size_t& saved_top) {
+    saved_chunk = chunk_, saved_top = top_;
+    std::size_t c = chunk_, at = top_;
+    if (c >= chunks_.size() || chunks_[c].size - at < bytes) {
+      // The next chunk: chunk c itself if nothing of it is in use (only at the very bottom).
+      if (!(c < chunks_.size() && at == 0)) c = chunks_.empty() ? 0 : c + 1;
+      if (c < chunks_.size() && chunks_[c].size < bytes) free_from(c);
+      if (c == chunks_.size()) allocate(bytes);
+      at = 0;
+    }
+    ++depth_;
+    chunk_ = c, top_ = at + bytes;
+    std::byte* p = chunks_[c].data.get() + at;
+    const int fill = fill_byte.load(std::memory_order_relaxed);
+    if (fill >= 0) std::memset(p, fill, bytes);
+    return p;
+  }
+
+  // Back to the top before the matching push. When the last frame ends on an arena that grew past
+  // one chunk, its chunks become one of their total size, so the same calls fit in it next time.
+  void pop(std::size_t saved_chunk, std::size_t saved_top) {
+    chunk_ = saved_chunk, top_ = saved_top;
+    if (--depth_ > 0 || chunks_.size() <= 1) return;
+    std::size_t total = 0;
+    for (const Chunk& c : chunks_) total += c.size;
+    free_from(0);
+    allocate(total);
+  }
+
+  void release() {
+    if (depth_ != 0) detail::fail("ScratchFrame::release: a frame of this thread is still open");
+    free_from(0);
+  }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  struct Chunk {
+    std::unique_ptr<std::byte, Free> data;
+    std::size_t size = 0;
+  };
+
+  void allocate(std::size_t bytes) {
+    const std::size_t size = std::max<std::size_t>(Carve::round_up(bytes), Carve::kAlign);
+    Chunk c;
+    c.data.reset(static_cast<std::byte*>(std::aligned_alloc(Carve::kAlign, size)));
+    if (!c.data) throw std::bad_alloc();
+    c.size = size;
+    total_held.fetch_add(size);
+    chunks_.push_back(std::move(c));
+  }
+  void free_from(std::size_t first) {
+    for (std::size_t c = first; c < chunks_.size(); ++c) total_held.fetch_sub(chunks_[c].size);
+    chunks_.resize(first);
+    if (chunk_ >= first) chunk_ = 0, top_ = 0;
+  }
+
+  std::vector<Chunk> chunks_;
+  std::size_t chunk_ = 0, top_ = 0;
+  int depth_ = 0;
+};
+
+Arena& arena() {
+  thread_local Arena a;
+  return a;
+}
+
+}  // namespace
+
+ScratchFrame::ScratchFrame(std::size_t bytes) {
+  data_ = arena().push(Carve::round_up(bytes), saved_chunk_, saved_top_);
+}
+
+ScratchFrame::~ScratchFrame() { arena().pop(saved_chunk_, saved_top_); }
+
+std::size_t ScratchFrame::held() { return total_held.load(); }
+void ScratchFrame::release() { arena().release(); }
+void ScratchFrame::set_fill(int byte) { fill_byte.store(byte < 0 ? -1 : byte & 0xFF); }
+
+}  // namespace attn::cpu
