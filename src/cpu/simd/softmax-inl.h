@@ -37,16 +37,22 @@ bool rows_finite(const T* x, index_t stride, index_t count, index_t cols) {
 
 // C (cols, kBlockQ) += sum_j A[j][c] W[j][i] over j < cnt, i < count, reading row j of A only
 // where W[j][i] != 0: the path for a tile whose masked keys hold values that are not finite
-// (0 * Inf must not reach a row that never attends to that key).
+// (0 * Inf must not reach a row that never attends to that key). Its sums are BlockGemm's, in the
+// same order (passes of kDepthBlock, each summed from 0 and then added to C), so that the result
+// does not depend on which of the two paths a tile takes.
 template <class T>
 void AccumulateSkippingZeros(T* C, const T* A, index_t a_stride, const T* W, index_t cnt, index_t cols, index_t count) {
-  for (index_t j = 0; j < cnt; ++j) {
-    const T* aj = A + j * a_stride;
-    for (index_t i = 0; i < count; ++i) {
-      const T w = W[j * kBlockQ + i];
-      if (w == T(0)) continue;
-      for (index_t c = 0; c < cols; ++c) C[c * kBlockQ + i] += w * aj[c];
-    }
+  for (index_t k0 = 0; k0 < cnt; k0 += kDepthBlock) {
+    const index_t k1 = std::min(cnt, k0 + kDepthBlock);
+    for (index_t i = 0; i < count; ++i)
+      for (index_t c = 0; c < cols; ++c) {
+        T sum = 0;
+        for (index_t j = k0; j < k1; ++j) {
+          const T w = W[j * kBlockQ + i];
+          if (w != T(0)) sum += w * A[j * a_stride + c];
+        }
+        C[c * kBlockQ + i] += sum;
+      }
   }
 }
 
