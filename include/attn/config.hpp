@@ -26,8 +26,15 @@ int num_threads();
 // variable ATTN_SIMD_TARGET) picks another, for testing every target and comparing them.
 std::vector<std::string> simd_targets();
 std::string simd_target();
-// name: one of simd_targets(), or "" for the best. Throws attn::Error for any other name.
+// name: one of simd_targets(), or "" for the best. Throws attn::Error for any other name. Safe to
+// call while other threads compute: each call of an op reads the target once, when it starts, and
+// runs on it to the end, on all of its threads.
 void set_simd_target(const std::string& name);
+
+// The targets the fused kernels actually ran on, on any thread, since the last call with
+// reset = true (best first; empty if none ran): recorded by the kernels themselves, for the tests
+// and benchmarks that must show which code ran, not only which was chosen.
+std::vector<std::string> simd_targets_ran(bool reset = false);
 
 // Sets the backend for the lifetime of a scope and restores the previous one after it.
 class ScopedBackend {

@@ -8,5 +8,6 @@ namespace attn_py {
 void bind_functions(pybind11::module_& m);  // functions.cpp: masked_softmax, bmm, sdpa, nadaraya_watson
 void bind_layers(pybind11::module_& m);     // layers.cpp: DotProductAttention, AdditiveAttention
 void bind_plot(pybind11::module_& m);       // plot.cpp: show_heatmaps
+void bind_config(pybind11::module_& m);     // config.cpp: SIMD target, threads
 
 }  // namespace attn_py

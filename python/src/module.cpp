@@ -18,4 +18,5 @@ is released while attn computes. A bad argument raises ValueError (shapes, value
   attn_py::bind_functions(m);
   attn_py::bind_layers(m);
   attn_py::bind_plot(m);
+  attn_py::bind_config(m);
 }

@@ -21,11 +21,11 @@ constexpr double kParallelTerms = 1 << 18;
 
 // kp (B, H, m, h) = keys W_k^T, in tasks of kBlockK keys of one (b, h).
 template <class T>
-void project_keys(T* kp, View4<const T> keys, View4<const T> w_k, std::size_t work, bool threads) {
+void project_keys(T* kp, View4<const T> keys, View4<const T> w_k, std::size_t work, bool threads, simd::Target simd) {
   const index_t H = keys.H, tiles = (keys.R + fused::kBlockK - 1) / fused::kBlockK;
   run_tasks(keys.B * H * tiles, work, threads, [&](index_t t, void* w) {
     const index_t bh = t / tiles;
-    fused::additive_project_keys<T>(kp, keys, w_k, bh / H, bh % H, (t % tiles) * fused::kBlockK, w);
+    fused::additive_project_keys<T>(kp, keys, w_k, bh / H, bh % H, (t % tiles) * fused::kBlockK, w, simd);
   });
 }
 
@@ -80,14 +80,14 @@ void additive_forward(View4<T> out, View4<T> weights, View4<const T> queries, Vi
                       const MaskPlan<T>& mask, const DropoutPlan& dropout) {
   if (!weights.empty() || keys.R > fused::kMaxKeys)
     return unfused::additive_forward<T>(out, weights, queries, keys, values, w_q, w_k, w_v, mask, dropout);
-  fused::init_simd_target();
+  const simd::Target simd = simd::current();
   const index_t B = queries.B, H = queries.H, m = keys.R, h = w_q.R;
   const bool threads = terms<T>(queries, m, h) >= kParallelTerms;
   const ScratchFrame frame(static_cast<std::size_t>(B * H * m * h) * sizeof(T));
   T* kp = static_cast<T*>(frame.data());  // (B, H, m, h)
   const std::size_t work = fused::additive_work_bytes<T>(h, queries.C, keys.C, values.C);
-  project_keys<T>(kp, keys, w_k, work, threads);
-  const fused::AdditiveForward<T> p{out, queries, keys, values, w_q, w_v, kp, &mask, &dropout, {}};
+  project_keys<T>(kp, keys, w_k, work, threads, simd);
+  const fused::AdditiveForward<T> p{out, queries, keys, values, w_q, w_v, kp, &mask, &dropout, simd, {}};
   forward_blocks<T>(p, work, threads);
 }
 
@@ -103,7 +103,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   if (keys.R > fused::kMaxKeys)
     return unfused::additive_backward<T>(dqueries, dkeys, dvalues, dw_q, dw_k, dw_v, dout, queries, keys, values, w_q,
                                          w_k, w_v, mask, dropout);
-  fused::init_simd_target();
+  const simd::Target simd = simd::current();
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, h = w_q.R;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tiles = std::max<index_t>(1, (m + fused::kBlockK - 1) / fused::kBlockK);
@@ -118,14 +118,14 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   double* row_dot = buf->row_dot;
 
   const std::size_t work = fused::additive_work_bytes<T>(h, queries.C, keys.C, values.C);
-  project_keys<T>(kp, keys, w_k, work, threads);
-  fused::AdditiveForward<T> f{{}, queries, keys, values, w_q, w_v, kp, &mask, &dropout, dout};
+  project_keys<T>(kp, keys, w_k, work, threads, simd);
+  fused::AdditiveForward<T> f{{}, queries, keys, values, w_q, w_v, kp, &mask, &dropout, simd, dout};
   f.row_max = row_max, f.row_inv = row_inv, f.row_dot = row_dot, f.qpt = qpt;
   forward_blocks<T>(f, work, threads);
 
   const fused::AdditiveBackward<T> p{dvalues, dout,   queries, keys,    values,      w_v,         &mask,
                                      &dropout, kp,    qpt,     row_max, row_inv,     row_dot,     dkp,
-                                     dqp_partial, dwv_partial, h, chunk_keys, chunks};
+                                     dqp_partial, dwv_partial, h, chunk_keys, chunks, simd};
   const index_t tasks = B * H * chunks;
 #pragma omp parallel if (threads && tasks > 1)
   {

@@ -191,14 +191,15 @@ double dot(const T* a, const T* b, index_t v) {
 
 // out row (v) of query q over its window: S / Z in double, 0 when Z = 0. acc (v) is work space.
 // For v = 1 the sums come from the SIMD loop of simd/nw_window.hpp (Highway's exp in place of
-// std::exp, at most 1 ulp apart); wider values take the scalar loop below.
+// std::exp, at most 1 ulp apart) on the call's SIMD target; wider values take the scalar loop below.
 template <Kernel K, class T>
-void forward_row(T* out, double* acc, T q, const Window<T>& w, const SortedKeys<T>& s, index_t g, T sigma) {
+void forward_row(T* out, double* acc, T q, const Window<T>& w, const SortedKeys<T>& s, index_t g, T sigma,
+                 simd::Target target) {
   const T* ks = s.k(g);
   const index_t v = s.v;
   if (v == 1) {  // the seeds' regression, scalar targets: the SIMD loop
     const fused::WindowSums sums = fused::nw_window_sums<T>(ks + w.lo, s.val(g, w.lo), w.hi - w.lo, q, w.d2_min,
-                                                            sigma, K);
+                                                            sigma, K, target);
     out[0] = sums.Z > 0 ? static_cast<T>(sums.S / sums.Z) : T(0);
     return;
   }
@@ -365,7 +366,7 @@ template <class T>
 bool nw_forward(View4<T> out, View4<const T> queries, View4<const T> keys, View4<const T> values, Kernel kernel,
                 T sigma) {
   if (!applies(keys.C, kernel) || !all_finite(queries) || !all_finite(keys)) return false;
-  fused::init_simd_target();
+  const simd::Target target = simd::current();
   const index_t H = queries.H, G = queries.B * H, n = queries.R, m = keys.R, v = values.C;
   Scratch<SortedKeys<T>> sorted(G, m, v);
   const SortedKeys<T>& s = *sorted;
@@ -383,7 +384,7 @@ bool nw_forward(View4<T> out, View4<const T> queries, View4<const T> keys, View4
         for (index_t i = i0; i < std::min(n, i0 + kChunk); ++i) {
           const T q = queries.at(b, h, i, 0);
           const Window<T> w = find_window<T>(s.k(g), m, q, K, sigma, cutoff);
-          forward_row<K>(out.row(b, h, i), acc, q, w, s, g, sigma);
+          forward_row<K>(out.row(b, h, i), acc, q, w, s, g, sigma, target);
         }
       }
     }

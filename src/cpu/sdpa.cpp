@@ -83,8 +83,7 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> q
                   View4<const T> values, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout) {
   if (!weights.empty() || keys.R > fused::kMaxKeys)
     return unfused::sdpa_forward<T>(out, lse, weights, queries, keys, values, mask, scale, dropout);
-  fused::init_simd_target();
-  const fused::SdpaForward<T> p{out, lse, queries, keys, values, &mask, scale, &dropout};
+  const fused::SdpaForward<T> p{out, lse, queries, keys, values, &mask, scale, &dropout, simd::current()};
   if (queries.R <= fused::kDecodeRows) return decode(p);
   const index_t B = queries.B, H = queries.H, n = queries.R;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
@@ -106,7 +105,6 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   if (keys.R > fused::kMaxKeys)
     return unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse, mask, scale,
                                      dropout);
-  fused::init_simd_target();
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, d = queries.C, dv = values.C;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tiles = std::max<index_t>(1, (m + fused::kBlockK - 1) / fused::kBlockK);
@@ -117,7 +115,8 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
                                   static_cast<std::size_t>(B * H * chunks * blocks * d * fused::kBlockQ),
                                   out.empty() ? static_cast<std::size_t>(B * H * n * dv) : std::size_t(0));
   fused::SdpaBackward<T> p{dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse, &mask, scale, &dropout,
-                           buf->row_max, buf->row_inv, buf->row_dot, buf->dq_partial, chunk_keys, chunks};
+                           buf->row_max, buf->row_inv, buf->row_dot, buf->dq_partial, chunk_keys, chunks,
+                           simd::current()};
   if (out.empty()) {  // D_i = dout_i . out_i needs the forward's output: recompute it, and lse with it
     const View4<T> o = dense_view4(buf->out, B, H, n, dv);
     const View4<T> l = dense_view4(buf->lse, B, H, n, 1);

@@ -30,6 +30,21 @@ const bool simd_target_available = [] {
   std::exit(77);
 }();
 
+// The proof that a run for ATTN_SIMD_TARGET ran that target and no other: when the tests end, the
+// targets the fused kernels recorded (on every thread) must be the named one alone. A test that
+// switches targets itself (test_simd_dispatch) is not run under ATTN_SIMD_TARGET.
+class RanTheNamedTarget : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    const char* want = std::getenv("ATTN_SIMD_TARGET");
+    if (want == nullptr || *want == '\0') return;
+    for (const std::string& ran : simd_targets_ran())
+      EXPECT_EQ(ran, want) << "a kernel ran " << ran << " under ATTN_SIMD_TARGET=" << want;
+  }
+};
+[[maybe_unused]] ::testing::Environment* const ran_the_named_target =
+    ::testing::AddGlobalTestEnvironment(new RanTheNamedTarget);
+
 }  // namespace
 
 template <class T>

@@ -68,9 +68,16 @@ const char* short_unit(Unit u) {
   return u == Unit::bytes ? "GB" : u == Unit::tanhs ? "GT" : u == Unit::pairs ? "GP" : "GF";
 }
 
-void print_json(const std::vector<Result>& results, double peak, double bandwidth, int threads) {
+// The targets the kernels recorded as they ran (attn::simd_targets_ran), e.g. "avx2".
+std::string ran_string(const std::vector<std::string>& ran) {
+  std::string s;
+  for (const std::string& t : ran) s += (s.empty() ? "" : ",") + t;
+  return s.empty() ? "none" : s;
+}
+
+void print_json(const std::vector<Result>& results, double peak, double bandwidth, int threads, const std::string& ran) {
   std::cout << "{\"threads\": " << threads << ", \"simd_target\": \"" << attn::simd_target()
-            << "\", \"fma_peak_gflops\": " << peak / 1e9 << ", \"read_bandwidth_gbs\": " << bandwidth / 1e9
+            << "\", \"simd_ran\": \"" << ran << "\", \"fma_peak_gflops\": " << peak / 1e9 << ", \"read_bandwidth_gbs\": " << bandwidth / 1e9
             << ", \"cases\": [\n";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
@@ -88,6 +95,7 @@ void run_bench(const Options& o) {
   if (o.threads > 0) attn::set_num_threads(o.threads);
   if (!o.target.empty()) attn::set_simd_target(o.target);
   const int threads = attn::num_threads();
+  attn::simd_targets_ran(true);
   std::cerr << "measuring the machine (" << threads << " threads, " << attn::simd_target() << ")...\n";
   // Measured before the cases and again after them, keeping the better figure: on a shared machine
   // one measurement may land in a busy moment and understate the limit (overstating every %).
@@ -127,11 +135,15 @@ void run_bench(const Options& o) {
   bandwidth = std::max(bandwidth, attn::cpu::machine::read_bandwidth(std::size_t(1) << 29));
   for (Result& r : results)
     r.fraction = r.unit == Unit::flops ? r.rate / peak : r.unit == Unit::bytes ? r.rate / bandwidth : 0;
+  // What ran, as the kernels recorded it: the chosen target alone, or the figures are not its.
+  const std::vector<std::string> ran = attn::simd_targets_ran(true);
+  if (ran != std::vector<std::string>{attn::simd_target()})
+    attn::detail::fail("bench: the kernels ran ", ran_string(ran), ", not the chosen target ", attn::simd_target());
   if (o.json) {
-    print_json(results, peak, bandwidth, threads);
+    print_json(results, peak, bandwidth, threads, ran_string(ran));
   } else {
-    std::printf("threads %d, simd %s, FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n", threads,
-                attn::simd_target().c_str(), peak / 1e9, bandwidth / 1e9);
+    std::printf("threads %d, simd %s (the kernels ran %s), FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n",
+                threads, attn::simd_target().c_str(), ran_string(ran).c_str(), peak / 1e9, bandwidth / 1e9);
     std::printf("%-44s %10s %12s %8s %9s %11s %8s %9s\n", "case", "median ms", "G(FLOP|B|tanh)/s", "% limit",
                 "extra MiB", "unfused ms", "speedup", "rel diff");
     for (const Result& r : results)

@@ -33,6 +33,7 @@ struct AdditiveForward {
   const T* kp;
   const MaskPlan<T>* mask;
   const DropoutPlan* dropout;
+  simd::Target simd;
   // Pass 1 of the backward only.
   View4<const T> dout;
   T* row_max = nullptr;
@@ -45,7 +46,7 @@ struct AdditiveForward {
 // tile in `work` (additive_work_bytes): w_k (1, 1, h, k), keys (B, H, m, k), kp (B, H, m, h) dense.
 template <class T>
 void additive_project_keys(T* kp, View4<const T> keys, View4<const T> w_k, index_t b, index_t h, index_t j0,
-                           void* work);
+                           void* work, simd::Target simd);
 
 // The work space of additive_project_keys for key size k and hidden size h: the keys of a tile
 // transposed (k, kBlockK) and their projections (h, kBlockK).
@@ -122,13 +123,14 @@ struct AdditiveBackward {
   T* dqp_partial;                 // (B, H, chunks, blocks, h, kBlockQ)
   T* dwv_partial;                 // (B, H, chunks, h)
   index_t h, chunk_keys, chunks;  // chunk_keys: a multiple of kBlockK
+  simd::Target simd;
 };
 
 // Pass 2 for chunk `chunk` of (b, h).
 template <class T>
 void additive_backward_chunk(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chunk, void* work);
 
-// y[i] = tanh(x[i]) for i < count with the kernels' SIMD tanh (simd/tanh-inl.h) on the current
+// y[i] = tanh(x[i]) for i < count with the kernels' SIMD tanh (simd/tanh-inl.h) on the chosen
 // target, the forward's (TanhFast) or with `accurate` the backward's (TanhAccurate): for measuring
 // their accuracy and speed.
 template <class T>

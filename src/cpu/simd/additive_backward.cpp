@@ -62,6 +62,7 @@ HWY_INLINE void GradGroup(D d, const T* HWY_RESTRICT tbuf, const T* HWY_RESTRICT
 
 template <class T>
 void ChunkBlock(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chunk, void* work) {
+  simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
   using V = hn::Vec<decltype(d)>;
   const index_t L = static_cast<index_t>(hn::Lanes(d)), G = ScoreGroupWidth(d);
@@ -187,11 +188,11 @@ HWY_EXPORT(ChunkBlockF64);
 
 template <>
 void additive_backward_chunk(const AdditiveBackward<float>& p, index_t b, index_t h, index_t chunk, void* work) {
-  HWY_DYNAMIC_DISPATCH(ChunkBlockF32)(p, b, h, chunk, work);
+  ATTN_SIMD_CALL(p.simd, ChunkBlockF32)(p, b, h, chunk, work);
 }
 template <>
 void additive_backward_chunk(const AdditiveBackward<double>& p, index_t b, index_t h, index_t chunk, void* work) {
-  HWY_DYNAMIC_DISPATCH(ChunkBlockF64)(p, b, h, chunk, work);
+  ATTN_SIMD_CALL(p.simd, ChunkBlockF64)(p, b, h, chunk, work);
 }
 
 }  // namespace attn::cpu::fused

@@ -27,6 +27,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // (h, kBlockK), copied out row by row into kp (B, H, m, h).
 template <class T>
 void ProjectKeys(T* kp, View4<const T> keys, View4<const T> w_k, index_t b, index_t h, index_t j0, void* work) {
+  simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
   const index_t m = keys.R, hd = w_k.R, cnt = std::min<index_t>(kBlockK, m - j0);
   Carve carve(work);
@@ -41,6 +42,7 @@ void ProjectKeys(T* kp, View4<const T> keys, View4<const T> w_k, index_t b, inde
 
 template <class T>
 void ForwardBlock(const AdditiveForward<T>& p, index_t b, index_t h, index_t i0, void* work) {
+  simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
   const index_t n = p.q.R, m = p.k.R, H = p.q.H, hd = p.w_q.R, dv = p.v.C;
   const index_t rows = std::min<index_t>(kBlockQ, n - i0);
@@ -102,6 +104,7 @@ void ForwardBlock(const AdditiveForward<T>& p, index_t b, index_t h, index_t i0,
 // y = tanh(x) over whole vectors, then the tail through a zero-padded vector.
 template <class T>
 void TanhArray(const T* x, T* y, std::size_t count, bool accurate) {
+  simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
   const std::size_t L = hn::Lanes(d);
   auto tanh = [&](hn::Vec<decltype(d)> v) { return accurate ? TanhAccurate(d, v) : TanhFast(d, v); };
@@ -142,31 +145,29 @@ HWY_EXPORT(TanhF64);
 
 template <>
 void additive_project_keys(float* kp, View4<const float> keys, View4<const float> w_k, index_t b, index_t h,
-                           index_t j0, void* work) {
-  HWY_DYNAMIC_DISPATCH(ProjectKeysF32)(kp, keys, w_k, b, h, j0, work);
+                           index_t j0, void* work, simd::Target simd) {
+  ATTN_SIMD_CALL(simd, ProjectKeysF32)(kp, keys, w_k, b, h, j0, work);
 }
 template <>
 void additive_project_keys(double* kp, View4<const double> keys, View4<const double> w_k, index_t b, index_t h,
-                           index_t j0, void* work) {
-  HWY_DYNAMIC_DISPATCH(ProjectKeysF64)(kp, keys, w_k, b, h, j0, work);
+                           index_t j0, void* work, simd::Target simd) {
+  ATTN_SIMD_CALL(simd, ProjectKeysF64)(kp, keys, w_k, b, h, j0, work);
 }
 template <>
 void additive_forward_block(const AdditiveForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
-  HWY_DYNAMIC_DISPATCH(ForwardBlockF32)(p, b, h, i0, work);
+  ATTN_SIMD_CALL(p.simd, ForwardBlockF32)(p, b, h, i0, work);
 }
 template <>
 void additive_forward_block(const AdditiveForward<double>& p, index_t b, index_t h, index_t i0, void* work) {
-  HWY_DYNAMIC_DISPATCH(ForwardBlockF64)(p, b, h, i0, work);
+  ATTN_SIMD_CALL(p.simd, ForwardBlockF64)(p, b, h, i0, work);
 }
 template <>
 void simd_tanh(const float* x, float* y, std::size_t count, bool accurate) {
-  init_simd_target();
-  HWY_DYNAMIC_DISPATCH(TanhF32)(x, y, count, accurate);
+  ATTN_SIMD_CALL(simd::current(), TanhF32)(x, y, count, accurate);
 }
 template <>
 void simd_tanh(const double* x, double* y, std::size_t count, bool accurate) {
-  init_simd_target();
-  HWY_DYNAMIC_DISPATCH(TanhF64)(x, y, count, accurate);
+  ATTN_SIMD_CALL(simd::current(), TanhF64)(x, y, count, accurate);
 }
 
 }  // namespace attn::cpu::fused

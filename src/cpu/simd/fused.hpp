@@ -12,6 +12,7 @@
 #include "core/mask_plan.hpp"
 #include "core/view4.hpp"
 #include "cpu/scratch.hpp"
+#include "cpu/simd/dispatch.hpp"
 
 namespace attn::cpu::fused {
 
@@ -50,7 +51,8 @@ struct BlockArrays {
 };
 
 // One scaled dot-product attention forward call, checked by src/api: out (B, H, n, v) and, when not
-// empty, lse (B, H, n, 1) from queries (B, H, n, d), keys (B, H, m, d), values (B, H, m, v).
+// empty, lse (B, H, n, 1) from queries (B, H, n, d), keys (B, H, m, d), values (B, H, m, v), on
+// the SIMD target `simd` (read once for the call, simd/dispatch.hpp).
 template <class T>
 struct SdpaForward {
   View4<T> out, lse;
@@ -58,10 +60,8 @@ struct SdpaForward {
   const MaskPlan<T>* mask;
   T scale;
   const DropoutPlan* dropout;
+  simd::Target simd;
 };
-
-// Applies ATTN_SIMD_TARGET once, before the first kernel runs (src/cpu/simd/targets.cpp).
-void init_simd_target();
 
 // Bytes of per-thread work space sdpa_forward_block needs for query size d and value size v.
 template <class T>
@@ -134,6 +134,7 @@ struct SdpaBackward {
   T* dq_partial;      // (B, H, chunks, blocks, d, kBlockQ): per chunk, dQ^T of each query block
   index_t chunk_keys;  // keys per chunk, a multiple of kBlockK
   index_t chunks;      // ceil(m / chunk_keys)
+  simd::Target simd;
 };
 
 // Pass 3, for row i of (b, h), bh = b H + h: out (cols) = scale x the sum over chunks, in chunk

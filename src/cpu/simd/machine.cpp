@@ -15,7 +15,7 @@
 #include <hwy/aligned_allocator.h>
 #include <hwy/highway.h>
 
-#include "cpu/simd/fused.hpp"
+#include "cpu/simd/dispatch.hpp"
 #include "cpu/simd/machine.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -25,6 +25,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 12 independent FMA chains for `iters` rounds; returns the FLOPs done. 12 chains cover the FMA
 // latency times the FMA ports of current x86 cores (4 cycles x 2 ports), and fit 16 registers.
 double FmaChains(std::int64_t iters, float seed) {
+  simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const V a = hn::Set(d, 0.999999f), b = hn::Set(d, 1e-7f);
@@ -42,6 +43,7 @@ double FmaChains(std::int64_t iters, float seed) {
 
 // Sum of x[0, count) in four vector accumulators (a read stream; the sum is returned so that it is kept).
 float ReadSum(const float* x, std::size_t count) {
+  simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<float> d;
   const std::size_t L = hn::Lanes(d);
   auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
@@ -73,21 +75,21 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 double fma_peak_flops() {
-  fused::init_simd_target();
+  const simd::Target target = simd::current();
   const std::int64_t iters = 20'000'000;
   double best = 0;
   for (int run = 0; run < 5; ++run) {
     double flops = 0;
     const auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel reduction(+ : flops)
-    flops += HWY_DYNAMIC_DISPATCH(FmaChains)(iters, static_cast<float>(omp_get_thread_num()));
+    flops += ATTN_SIMD_CALL(target, FmaChains)(iters, static_cast<float>(omp_get_thread_num()));
     best = std::max(best, flops / seconds_since(t0));
   }
   return best;
 }
 
 double read_bandwidth(std::size_t bytes) {
-  fused::init_simd_target();
+  const simd::Target target = simd::current();
   const std::size_t count = bytes / sizeof(float);
   auto buf = hwy::AllocateAligned<float>(count);
   float* x = buf.get();
@@ -103,7 +105,7 @@ double read_bandwidth(std::size_t bytes) {
       const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
       const std::size_t nt = static_cast<std::size_t>(omp_get_num_threads());
       const std::size_t lo = count * t / nt, hi = count * (t + 1) / nt;
-      total += HWY_DYNAMIC_DISPATCH(ReadSum)(x + lo, hi - lo);
+      total += ATTN_SIMD_CALL(target, ReadSum)(x + lo, hi - lo);
     }
     best = std::max(best, static_cast<double>(count * sizeof(float)) / seconds_since(t0));
     sink = sink + total;

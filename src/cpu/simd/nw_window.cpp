@@ -91,6 +91,7 @@ WindowSums Sums(const T* ks, const T* vals, index_t count, T q, T d2_min, T sigm
 
 template <class T>
 WindowSums SumsFor(const T* ks, const T* vals, index_t count, T q, T d2_min, T sigma, Kernel kernel) {
+  simd::note_ran(HWY_TARGET);
   switch (kernel) {
     case Kernel::gaussian: return Sums<Kernel::gaussian>(ks, vals, count, q, d2_min, sigma);
     case Kernel::epanechnikov: return Sums<Kernel::epanechnikov>(ks, vals, count, q, d2_min, sigma);
@@ -118,13 +119,13 @@ HWY_EXPORT(SumsF64);
 
 template <>
 WindowSums nw_window_sums(const float* ks, const float* vals, index_t count, float q, float d2_min, float sigma,
-                          Kernel kernel) {
-  return HWY_DYNAMIC_DISPATCH(SumsF32)(ks, vals, count, q, d2_min, sigma, kernel);
+                          Kernel kernel, simd::Target simd) {
+  return ATTN_SIMD_CALL(simd, SumsF32)(ks, vals, count, q, d2_min, sigma, kernel);
 }
 template <>
 WindowSums nw_window_sums(const double* ks, const double* vals, index_t count, double q, double d2_min, double sigma,
-                          Kernel kernel) {
-  return HWY_DYNAMIC_DISPATCH(SumsF64)(ks, vals, count, q, d2_min, sigma, kernel);
+                          Kernel kernel, simd::Target simd) {
+  return ATTN_SIMD_CALL(simd, SumsF64)(ks, vals, count, q, d2_min, sigma, kernel);
 }
 
 }  // namespace attn::cpu::fused

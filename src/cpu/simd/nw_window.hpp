@@ -5,6 +5,7 @@
 
 #include "attn/nadaraya_watson.hpp"
 #include "core/view4.hpp"
+#include "cpu/simd/dispatch.hpp"
 
 namespace attn::cpu::fused {
 
@@ -16,7 +17,9 @@ namespace attn::cpu::fused {
 struct WindowSums {
   double Z = 0, S = 0;
 };
+// On the SIMD target `simd`.
 template <class T>
-WindowSums nw_window_sums(const T* ks, const T* vals, index_t count, T q, T d2_min, T sigma, Kernel kernel);
+WindowSums nw_window_sums(const T* ks, const T* vals, index_t count, T q, T d2_min, T sigma, Kernel kernel,
+                          simd::Target simd);
 
 }  // namespace attn::cpu::fused

@@ -63,6 +63,7 @@ bool LseTrusted(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, inde
 // maximum and sum over every key tile.
 template <class T>
 void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void* work) {
+  simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
   const index_t rows = std::min<index_t>(kBlockQ, p.q.R - i0);
   const index_t row0 = (b * p.q.H + h) * p.q.R + i0;
@@ -101,6 +102,7 @@ void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void
 // Pass 2 for the keys of one chunk: see simd/fused.hpp.
 template <class T>
 void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t chunk, void* work) {
+  simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
   using V = hn::Vec<decltype(d)>;
   const index_t L = static_cast<index_t>(hn::Lanes(d));
@@ -236,19 +238,19 @@ HWY_EXPORT(ChunkBlockF64);
 
 template <>
 void sdpa_backward_stats(const SdpaBackward<float>& p, index_t b, index_t h, index_t i0, void* work) {
-  HWY_DYNAMIC_DISPATCH(StatsBlockF32)(p, b, h, i0, work);
+  ATTN_SIMD_CALL(p.simd, StatsBlockF32)(p, b, h, i0, work);
 }
 template <>
 void sdpa_backward_stats(const SdpaBackward<double>& p, index_t b, index_t h, index_t i0, void* work) {
-  HWY_DYNAMIC_DISPATCH(StatsBlockF64)(p, b, h, i0, work);
+  ATTN_SIMD_CALL(p.simd, StatsBlockF64)(p, b, h, i0, work);
 }
 template <>
 void sdpa_backward_chunk(const SdpaBackward<float>& p, index_t b, index_t h, index_t chunk, void* work) {
-  HWY_DYNAMIC_DISPATCH(ChunkBlockF32)(p, b, h, chunk, work);
+  ATTN_SIMD_CALL(p.simd, ChunkBlockF32)(p, b, h, chunk, work);
 }
 template <>
 void sdpa_backward_chunk(const SdpaBackward<double>& p, index_t b, index_t h, index_t chunk, void* work) {
-  HWY_DYNAMIC_DISPATCH(ChunkBlockF64)(p, b, h, chunk, work);
+  ATTN_SIMD_CALL(p.simd, ChunkBlockF64)(p, b, h, chunk, work);
 }
 
 }  // namespace attn::cpu::fused

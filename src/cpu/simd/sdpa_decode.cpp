@@ -65,6 +65,7 @@ HWY_INLINE void Axpys(D d, const T* w, const T* HWY_RESTRICT x, index_t xs, T* H
 
 template <class T>
 void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chunk) {
+  simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
   const SdpaForward<T>& f = p.f;
   const index_t n = f.q.R, m = f.k.R, dq = f.q.C, dv = f.v.C;
@@ -138,11 +139,11 @@ HWY_EXPORT(DecodeChunkF64);
 
 template <>
 void sdpa_decode_chunk(const SdpaDecode<float>& p, index_t b, index_t h, index_t chunk) {
-  HWY_DYNAMIC_DISPATCH(DecodeChunkF32)(p, b, h, chunk);
+  ATTN_SIMD_CALL(p.f.simd, DecodeChunkF32)(p, b, h, chunk);
 }
 template <>
 void sdpa_decode_chunk(const SdpaDecode<double>& p, index_t b, index_t h, index_t chunk) {
-  HWY_DYNAMIC_DISPATCH(DecodeChunkF64)(p, b, h, chunk);
+  ATTN_SIMD_CALL(p.f.simd, DecodeChunkF64)(p, b, h, chunk);
 }
 
 }  // namespace attn::cpu::fused

@@ -24,6 +24,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 template <class T>
 void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work) {
+  simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
   const index_t n = p.q.R, dq = p.q.C, dv = p.v.C;
   const index_t rows = std::min<index_t>(kBlockQ, n - i0);
@@ -81,11 +82,11 @@ HWY_EXPORT(ForwardBlockF64);
 
 template <>
 void sdpa_forward_block(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
-  HWY_DYNAMIC_DISPATCH(ForwardBlockF32)(p, b, h, i0, work);
+  ATTN_SIMD_CALL(p.simd, ForwardBlockF32)(p, b, h, i0, work);
 }
 template <>
 void sdpa_forward_block(const SdpaForward<double>& p, index_t b, index_t h, index_t i0, void* work) {
-  HWY_DYNAMIC_DISPATCH(ForwardBlockF64)(p, b, h, i0, work);
+  ATTN_SIMD_CALL(p.simd, ForwardBlockF64)(p, b, h, i0, work);
 }
 
 }  // namespace attn::cpu::fused

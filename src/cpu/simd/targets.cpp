@@ -1,113 +1,128 @@
-// Which SIMD target the fused kernels run: Highway's run-time choice among the compiled targets,
-// restricted by set_simd_target or ATTN_SIMD_TARGET (attn/config.hpp).
-#include <hwy/highway.h>
+// The SIMD target the fused kernels run (cpu/simd/dispatch.hpp): the compiled targets this CPU
+// supports, found once, the one chosen among them (an atomic, so that set_simd_target and the ops may
+// run on different threads at once), and the probe of what ran.
+#include "cpu/simd/dispatch.hpp"
+
+#include <omp.h>
+
 #include <hwy/targets.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cctype>
-#include <cstdint>
 #include <cstdlib>
 #include <iostream>
-#include <mutex>
 
 #include "attn/config.hpp"
 #include "attn/error.hpp"
-#include "cpu/simd/fused.hpp"
 
 namespace attn {
+namespace cpu::simd {
 namespace {
 
-std::string lower(const char* name) {
-  std::string s(name);
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+std::string lower(const char* s) {
+  std::string r(s);
+  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+// Highway's position of a single target bit in the tables HWY_EXPORT builds, by its own rule
+// (hwy/targets.h, ChosenTarget::GetIndex): a dynamic target's bit shifted into the table's range, or
+// the last entry for the portable fallback. The tables of every file of the library have the same
+// layout: they are compiled for the same targets (CMakeLists.txt).
+std::size_t table_index(std::int64_t bit) {
+  const std::int64_t mask = (HWY_CHOSEN_TARGET_SHIFT(bit) | HWY_CHOSEN_TARGET_MASK_SCALAR) & HWY_CHOSEN_TARGET_MASK_TARGETS;
+  return hwy::Num0BitsBelowLS1Bit_Nonzero64(static_cast<std::uint64_t>(mask));
+}
+
+// The compiled targets this CPU supports, best (lowest bit) first; asked of Highway once.
+std::int64_t available() {
+  static const std::int64_t targets = hwy::SupportedTargets() & HWY_TARGETS;
+  return targets;
+}
+
+std::int64_t best() { return available() & -available(); }
+
+std::int64_t named(const std::string& want) {
+  for (std::int64_t t = available(); t != 0; t &= t - 1)
+    if (name(t & -t) == want) return t & -t;
+  return 0;
+}
+
+std::string known() {
+  std::string s;
+  for (std::int64_t t = available(); t != 0; t &= t - 1) s += (s.empty() ? "" : ", ") + name(t & -t);
   return s;
 }
 
-// Our name of a target: Highway's in lower case, except that the portable fallback (EMU128, or
-// SCALAR where a compiler gets that one) is "scalar" whichever one this build has.
-std::string target_name(std::int64_t bit) {
+// The chosen bit: ATTN_SIMD_TARGET's when it names an available target, else the best.
+std::atomic<std::int64_t>& chosen() {
+  static std::atomic<std::int64_t> bit{[] {
+    const char* env = std::getenv("ATTN_SIMD_TARGET");
+    if (env == nullptr || *env == '\0') return best();
+    const std::int64_t b = named(lower(env));
+    if (b != 0) return b;
+    std::cerr << "attn: ATTN_SIMD_TARGET=" << env << " is not a target this build and CPU can run (" << known()
+              << "); using the best\n";
+    return best();
+  }()};
+  return bit;
+}
+
+// One cache line per thread slot, so that threads recording at once do not share a line.
+struct alignas(64) Probe {
+  std::atomic<std::int64_t> bits{0};
+};
+Probe probes[kProbeThreads];
+
+}  // namespace
+
+std::string name(std::int64_t bit) {
   if (bit == HWY_EMU128 || bit == HWY_SCALAR) return "scalar";
   return lower(hwy::TargetName(bit));
 }
 
-std::mutex& target_mutex() {
-  static std::mutex m;
-  return m;
+Target current() {
+  const std::int64_t bit = chosen().load(std::memory_order_relaxed);
+  return {bit, table_index(bit)};
 }
 
-std::int64_t& chosen() {  // the target set here (one bit), 0 for the best
-  static std::int64_t t = 0;
-  return t;
+void note_ran(std::int64_t bit) {
+  Probe& p = probes[std::min(omp_get_thread_num(), kProbeThreads - 1)];
+  if ((p.bits.load(std::memory_order_relaxed) & bit) == 0) p.bits.fetch_or(bit, std::memory_order_relaxed);
 }
 
-// Restricts dispatch to `target` (a single bit) and the targets below it, so it is the best left.
-void restrict_to(std::int64_t target) {
-  chosen() = target;
-  hwy::DisableTargets(target == 0 ? 0 : target - 1);  // lower bits are better targets
-  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+std::int64_t ran(int thread) { return probes[std::clamp(thread, 0, kProbeThreads - 1)].bits.load(); }
+
+void reset_ran() {
+  for (Probe& p : probes) p.bits.store(0);
 }
 
-// The compiled targets this CPU supports, whatever the restriction set here.
-std::int64_t available() {
-  hwy::DisableTargets(0);
-  const std::int64_t t = hwy::SupportedTargets() & HWY_TARGETS;
-  restrict_to(chosen());
-  return t;
-}
-
-std::int64_t target_named(const std::string& name) {
-  for (std::int64_t t = available(); t != 0; t &= t - 1) {
-    const std::int64_t bit = t & -t;
-    if (target_name(bit) == name) return bit;
-  }
-  return 0;
-}
-
-}  // namespace
+}  // namespace cpu::simd
 
 std::vector<std::string> simd_targets() {
-  cpu::fused::init_simd_target();
-  std::lock_guard lock(target_mutex());
   std::vector<std::string> names;
-  for (std::int64_t t = available(); t != 0; t &= t - 1) names.push_back(target_name(t & -t));
+  for (std::int64_t t = cpu::simd::available(); t != 0; t &= t - 1) names.push_back(cpu::simd::name(t & -t));
   return names;
 }
 
-std::string simd_target() {
-  cpu::fused::init_simd_target();
-  std::lock_guard lock(target_mutex());
-  const std::int64_t t = hwy::SupportedTargets() & HWY_TARGETS;
-  return target_name(t & -t);
+std::string simd_target() { return cpu::simd::name(cpu::simd::chosen().load()); }
+
+std::vector<std::string> simd_targets_ran(bool reset) {
+  std::int64_t bits = 0;
+  for (int t = 0; t < cpu::simd::kProbeThreads; ++t) bits |= cpu::simd::ran(t);
+  if (reset) cpu::simd::reset_ran();
+  std::vector<std::string> names;
+  for (; bits != 0; bits &= bits - 1) names.push_back(cpu::simd::name(bits & -bits));
+  return names;
 }
 
 void set_simd_target(const std::string& name) {
-  cpu::fused::init_simd_target();
-  std::lock_guard lock(target_mutex());
-  if (name.empty()) return restrict_to(0);
-  const std::int64_t bit = target_named(name);
-  if (bit == 0) {
-    std::string known;
-    for (std::int64_t t = available(); t != 0; t &= t - 1) known += (known.empty() ? "" : ", ") + target_name(t & -t);
-    detail::fail("set_simd_target: target \"", name, "\" is not one this build and CPU can run; they are: ", known);
-  }
-  restrict_to(bit);
+  const std::int64_t bit = name.empty() ? cpu::simd::best() : cpu::simd::named(name);
+  if (bit == 0)
+    detail::fail("set_simd_target: target \"", name, "\" is not one this build and CPU can run; they are: ",
+                 cpu::simd::known());
+  cpu::simd::chosen().store(bit);
 }
 
-namespace cpu::fused {
-
-void init_simd_target() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const char* env = std::getenv("ATTN_SIMD_TARGET");
-    if (env == nullptr || *env == '\0') return;
-    std::lock_guard lock(target_mutex());
-    const std::int64_t bit = target_named(lower(env));
-    if (bit == 0) {
-      std::cerr << "attn: ATTN_SIMD_TARGET=" << env << " is not a target this build and CPU can run; using the best\n";
-      return;
-    }
-    restrict_to(bit);
-  });
-}
-
-}  // namespace cpu::fused
 }  // namespace attn

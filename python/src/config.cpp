@@ -1,0 +1,28 @@
+// attn's run-time switches in Python (attn/config.hpp): the SIMD target of the fused kernels, the
+// number of threads, and the probe of which target ran.
+#include <pybind11/stl.h>
+
+#include "attn/config.hpp"
+#include "bindings.hpp"
+
+namespace attn_py {
+
+namespace py = pybind11;
+
+void bind_config(py::module_& m) {
+  m.def("simd_targets", &attn::simd_targets,
+        R"(The SIMD targets attn's kernels were compiled for and this CPU runs, best first: "avx3"
+(AVX-512), "avx2", "sse4", "scalar".)");
+  m.def("simd_target", &attn::simd_target, "The SIMD target the kernels run now.");
+  m.def("set_simd_target", &attn::set_simd_target, py::arg("name"),
+        R"(Runs the kernels on `name`, one of simd_targets(), or on the best with "". ValueError for any
+other name. The environment variable ATTN_SIMD_TARGET chooses one at start-up.)");
+  m.def("simd_targets_ran", &attn::simd_targets_ran, py::arg("reset") = false,
+        R"(The SIMD targets the kernels actually ran on since the last call with reset=True, as the
+kernels record it: what ran, not what was chosen.)");
+  m.def("num_threads", &attn::num_threads, "The threads attn's kernels use.");
+  m.def("set_num_threads", &attn::set_num_threads, py::arg("threads"),
+        "Threads for attn's kernels; 0 restores the default (OMP_NUM_THREADS or every core).");
+}
+
+}  // namespace attn_py
