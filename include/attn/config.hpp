@@ -7,10 +7,12 @@
 namespace attn {
 
 // cpu: the production kernels (src/cpu). reference: the plain kernels written straight from the
-// formulas (src/ref), single-threaded, the oracle of the tests. The environment variable
-// ATTN_BACKEND=reference selects the reference at start-up, like ggml's switch that forces the
-// reference path.
-enum class Backend { cpu, reference };
+// formulas (src/ref), single-threaded, the oracle of the tests. unfused: the cpu backend with its
+// fused kernels left out, so that scores, softmax and pooling run as separate threaded passes over
+// an (n, m) buffer (the path calls asking for the weights take anyway): the baseline `attn bench`
+// measures the fused kernels against. The environment variable ATTN_BACKEND=reference (or unfused)
+// selects one at start-up, like ggml's switch that forces the reference path.
+enum class Backend { cpu, reference, unfused };
 
 void set_backend(Backend backend);
 Backend backend();

@@ -1,13 +1,17 @@
 // Scaled dot-product attention: out = dropout(masked_softmax(Q K^T * scale)) V.
 //
-//   queries (B, n, d) or (B, H, n, d)      keys (B, m, d) / (B, H, m, d)
-//   values  (B, m, v) / (B, H, m, v)       out  (B, n, v) / (B, H, n, v)
+//   queries (B, n, d) or (B, H, n, d)      keys (B, m, d) / (B, Hk, m, d)
+//   values  (B, m, v) / (B, Hk, m, v)      out  (B, n, v) / (B, H, n, v)
 //   lse     (B, n)    / (B, H, n)          log-sum-exp of each masked, scaled score row (-inf for
 //                                          an empty row), what the backward needs to rebuild the
 //                                          weights without storing them
 //   weights (B, n, m) / (B, H, n, m)       the attention weights before dropout (the seeds'
 //                                          `attention_weights`), only written when given
 // All tensors of one call have the same rank. Masks and empty rows: attn/mask.hpp.
+// Grouped-query attention: keys and values may have fewer heads Hk than the queries' H, when H is a
+// multiple of Hk (Hk = 1: multi-query attention); query head h reads key and value head
+// h / (H / Hk), as PyTorch's enable_gqa and FlashAttention. Nothing is copied per query head; the
+// backward's dkeys and dvalues are each the sum over the query heads that read that head.
 #pragma once
 
 #include <optional>
@@ -21,6 +25,9 @@ namespace attn {
 struct SdpaOptions {
   std::optional<double> scale;  // default 1 / sqrt(d)
   Dropout dropout;              // p = 0: nothing is dropped
+  // Soft-capping (Gemma 2, FlashAttention-2): the scaled score s becomes softcap * tanh(s / softcap)
+  // before the position bias (ALiBi) and the masks. Positive and finite; unset: none.
+  std::optional<double> softcap;
 };
 
 // out (and, when given, lse and weights) from queries, keys and values.

@@ -103,7 +103,8 @@ void require_no_aliasing(const char* op, std::initializer_list<Named<T>> outputs
 
 }  // namespace attn::detail
 
-// Runs the kernel of the current backend: ref::kernel or cpu::kernel.
+// Runs the kernel of the current backend: ref::kernel or cpu::kernel (which takes its unfused path
+// under Backend::unfused).
 #define ATTN_DISPATCH(kernel, ...)                    \
   (::attn::backend() == ::attn::Backend::reference    \
        ? ::attn::ref::kernel(__VA_ARGS__)             \

@@ -10,15 +10,12 @@
 namespace attn {
 namespace {
 
-// Everything a kernel needs, checked: canonical views of the inputs, the sizes, scale and plans.
+// The checked call: the plan every kernel receives (core/sdpa_plan.hpp), the sizes, the caller's rank.
 template <class T>
 struct SdpaCall {
-  View4<const T> q, k, v;
-  index_t B, H, n, m, d, dv;
+  SdpaPlan<T> plan;
+  index_t B, H, Hk, n, m, d, dv;
   int rank;
-  T scale;
-  MaskPlan<T> mask;
-  DropoutPlan dropout;
 };
 
 template <class T>
@@ -26,22 +23,37 @@ SdpaCall<T> check_inputs(const TensorView<const T>& queries, const TensorView<co
                          const TensorView<const T>& values, const Mask<T>& mask, const SdpaOptions& options,
                          const char* op) {
   SdpaCall<T> c;
-  c.q = detail::require_tensor(queries, op, "queries", 0);
+  SdpaPlan<T>& p = c.plan;
+  p.q = detail::require_tensor(queries, op, "queries", 0);
   c.rank = queries.rank();
-  c.k = detail::require_tensor(keys, op, "keys", c.rank);
-  c.v = detail::require_tensor(values, op, "values", c.rank);
-  c.B = c.q.B, c.H = c.q.H, c.n = c.q.R, c.d = c.q.C, c.m = c.k.R, c.dv = c.v.C;
-  detail::require_shape(keys, detail::caller_dims(c.rank, c.B, c.H, c.m, c.d), op, "keys",
-                        "keys must have the batch size, heads and last dimension d of queries " + queries.shape_string());
-  detail::require_shape(values, detail::caller_dims(c.rank, c.B, c.H, c.m, c.dv), op, "values",
+  p.k = detail::require_tensor(keys, op, "keys", c.rank);
+  p.v = detail::require_tensor(values, op, "values", c.rank);
+  c.B = p.q.B, c.H = p.q.H, c.n = p.q.R, c.d = p.q.C, c.m = p.k.R, c.dv = p.v.C;
+  // Grouped-query attention: keys (and values) with Hk heads, H a multiple of Hk.
+  c.Hk = c.rank == 4 ? p.k.H : 1;
+  if (c.rank == 4 && (c.Hk == 0 ? c.H != 0 : c.H % c.Hk != 0))
+    detail::fail(op, ": keys has shape ", keys.shape_string(), " with ", c.Hk, " heads but queries ",
+                 queries.shape_string(), " has ", c.H, "; the query heads must be a multiple of the key heads ",
+                 "(grouped-query attention: query head h reads key head h / (H / Hk))");
+  p.group = c.Hk > 0 ? c.H / c.Hk : 1;
+  detail::require_shape(keys, detail::caller_dims(c.rank, c.B, c.Hk, c.m, c.d), op, "keys",
+                        "keys must have the batch size and last dimension d of queries " + queries.shape_string() +
+                            (c.rank == 4 ? ", and H / Hk heads" : ""));
+  detail::require_shape(values, detail::caller_dims(c.rank, c.B, c.Hk, c.m, c.dv), op, "values",
                         "values must have the batch size, heads and number of keys m of keys " + keys.shape_string());
   if (c.d == 0 && !options.scale)
     detail::fail(op, ": queries has shape ", queries.shape_string(), " with d = 0; the default scale 1/sqrt(d) needs d >= 1");
   const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(c.d));
   if (!std::isfinite(scale)) detail::fail(op, ": scale is ", scale, "; it must be finite");
-  c.scale = static_cast<T>(scale);
-  c.mask = plan_mask(mask, c.B, c.H, c.n, c.m, c.rank, op);
-  c.dropout = plan_dropout(options.dropout, op);
+  p.scale = static_cast<T>(scale);
+  if (options.softcap) {
+    const double cap = *options.softcap;
+    if (!(cap > 0) || !std::isfinite(cap) || !std::isfinite(static_cast<T>(cap)))
+      detail::fail(op, ": softcap is ", cap, "; it must be positive and finite (scores become softcap tanh(score / softcap))");
+    p.softcap = static_cast<T>(cap);
+  }
+  p.mask = plan_mask(mask, c.B, c.H, c.n, c.m, c.rank, op);
+  p.dropout = plan_dropout(options.dropout, op);
   return c;
 }
 
@@ -78,7 +90,7 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
                           "(B, n, m) from queries and keys");
   detail::require_no_aliasing<T>(op, {{"out", out}, {"lse", lse}, {"weights", weights}},
                                  {{"queries", queries}, {"keys", keys}, {"values", values}});
-  ATTN_DISPATCH(sdpa_forward<T>, o, l, w, c.q, c.k, c.v, c.mask, c.scale, c.dropout);
+  ATTN_DISPATCH(sdpa_forward<T>, o, l, w, c.plan);
 }
 
 template <class T>
@@ -103,7 +115,7 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
   detail::require_no_aliasing<T>(op, {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}},
                                  {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"out", out},
                                   {"lse", lse}});
-  ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, g, c.q, c.k, c.v, o, l, c.mask, c.scale, c.dropout);
+  ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, g, o, l, c.plan);
 }
 
 template <class T>

@@ -13,7 +13,9 @@ namespace {
 
 Backend initial_backend() {
   const char* env = std::getenv("ATTN_BACKEND");
-  return env != nullptr && std::strcmp(env, "reference") == 0 ? Backend::reference : Backend::cpu;
+  if (env != nullptr && std::strcmp(env, "reference") == 0) return Backend::reference;
+  if (env != nullptr && std::strcmp(env, "unfused") == 0) return Backend::unfused;
+  return Backend::cpu;
 }
 
 std::atomic<Backend>& current_backend() {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "attn/config.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/linear.hpp"
 #include "cpu/scratch.hpp"
@@ -78,7 +79,7 @@ template <class T>
 void additive_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys,
                       View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
                       const MaskPlan<T>& mask, const DropoutPlan& dropout) {
-  if (!weights.empty() || keys.R > fused::kMaxKeys)
+  if (!weights.empty() || keys.R > fused::kMaxKeys || backend() == Backend::unfused)
     return unfused::additive_forward<T>(out, weights, queries, keys, values, w_q, w_k, w_v, mask, dropout);
   const simd::Target simd = simd::current();
   const index_t B = queries.B, H = queries.H, m = keys.R, h = w_q.R;
@@ -100,7 +101,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
                        View4<T> dw_v, View4<const T> dout, View4<const T> queries, View4<const T> keys,
                        View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
                        const MaskPlan<T>& mask, const DropoutPlan& dropout) {
-  if (keys.R > fused::kMaxKeys)
+  if (keys.R > fused::kMaxKeys || backend() == Backend::unfused)
     return unfused::additive_backward<T>(dqueries, dkeys, dvalues, dw_q, dw_k, dw_v, dout, queries, keys, values, w_q,
                                          w_k, w_v, mask, dropout);
   const simd::Target simd = simd::current();

@@ -6,6 +6,7 @@
 #include "attn/nadaraya_watson.hpp"
 #include "core/dropout_plan.hpp"
 #include "core/mask_plan.hpp"
+#include "core/sdpa_plan.hpp"
 #include "core/view4.hpp"
 
 namespace attn::cpu {

@@ -43,6 +43,7 @@
 #include <limits>
 #include <numeric>
 
+#include "attn/config.hpp"
 #include "cpu/nw_windowed.hpp"
 #include "cpu/scratch.hpp"
 #include "cpu/simd/fused.hpp"
@@ -482,18 +483,23 @@ double visited_pairs(View4<const T> queries, View4<const T> keys, Kernel kernel,
 
 }  // namespace windowed
 
-// The cpu backend's entry points (core/kernels.inc): the windowed path where it applies, else dense.
+// The cpu backend's entry points (core/kernels.inc): the windowed path where it applies (and the
+// backend is not Backend::unfused), else dense.
 template <class T>
 void nw_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys, View4<const T> values,
                 Kernel kernel, T sigma) {
-  if (weights.empty() && windowed::nw_forward<T>(out, queries, keys, values, kernel, sigma)) return;
+  if (weights.empty() && backend() != Backend::unfused &&
+      windowed::nw_forward<T>(out, queries, keys, values, kernel, sigma))
+    return;
   dense::nw_forward<T>(out, weights, queries, keys, values, kernel, sigma);
 }
 
 template <class T>
 void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma, View4<const T> dout,
                  View4<const T> queries, View4<const T> keys, View4<const T> values, Kernel kernel, T sigma) {
-  if (windowed::nw_backward<T>(dqueries, dkeys, dvalues, dsigma, dout, queries, keys, values, kernel, sigma)) return;
+  if (backend() != Backend::unfused &&
+      windowed::nw_backward<T>(dqueries, dkeys, dvalues, dsigma, dout, queries, keys, values, kernel, sigma))
+    return;
   dense::nw_backward<T>(dqueries, dkeys, dvalues, dsigma, dout, queries, keys, values, kernel, sigma);
 }
 

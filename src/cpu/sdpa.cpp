@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attn/config.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/scratch.hpp"
 #include "cpu/simd/fused.hpp"
@@ -26,16 +27,18 @@ struct DecodeBuffers {
 };
 
 // The decode path (simd/fused.hpp): key chunks sized from the shape alone (about 16 tasks over all
-// heads, at least 256 keys each), partial results merged per row in chunk order.
+// key heads, at least 256 keys each), partial results merged per row in chunk order.
 template <class T>
 void decode(const fused::SdpaForward<T>& f) {
-  const index_t B = f.q.B, H = f.q.H, n = f.q.R, m = f.k.R, dv = f.v.C;
-  const index_t chunks = std::clamp<index_t>((16 + B * H - 1) / (B * H), 1, std::max<index_t>(1, m / 256));
+  const SdpaPlan<T>& a = *f.plan;
+  const index_t B = a.q.B, H = a.q.H, Hk = a.k.H, n = a.q.R, m = a.k.R, dv = a.v.C;
+  const index_t chunks = std::clamp<index_t>((16 + B * Hk - 1) / (B * Hk), 1, std::max<index_t>(1, m / 256));
   const index_t chunk_keys = std::max<index_t>(1, (m + chunks - 1) / chunks);
   Scratch<DecodeBuffers<T>> buf(static_cast<std::size_t>(B * H * n * chunks), dv);
   const fused::SdpaDecode<T> p{f, chunk_keys, chunks, buf->part_out, buf->part_max, buf->part_sum};
-#pragma omp parallel for schedule(dynamic, 1) if (B * H * chunks > 1)
-  for (index_t t = 0; t < B * H * chunks; ++t) fused::sdpa_decode_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks);
+#pragma omp parallel for schedule(dynamic, 1) if (B * Hk * chunks > 1)
+  for (index_t t = 0; t < B * Hk * chunks; ++t)
+    fused::sdpa_decode_chunk<T>(p, t / chunks / Hk, t / chunks % Hk, t % chunks);
   // out = sum_c e^(max_c - max) out_c / sum_c e^(max_c - max) sum_c; lse = max + log(sum).
   for (index_t r = 0; r < B * H * n; ++r) {
     const index_t bh = r / n, i = r % n;
@@ -46,10 +49,10 @@ void decode(const fused::SdpaForward<T>& f) {
     double sum = 0;
     if (top != -std::numeric_limits<T>::infinity())
       for (index_t c = 0; c < chunks; ++c) {
-        const T a = std::exp(mx[c] - top);
-        sum += static_cast<double>(a) * p.part_sum[r * chunks + c];
+        const T e = std::exp(mx[c] - top);
+        sum += static_cast<double>(e) * p.part_sum[r * chunks + c];
         const T* oc = p.part_out + (r * chunks + c) * dv;
-        for (index_t k = 0; k < dv; ++k) o[k] += a * oc[k];
+        for (index_t k = 0; k < dv; ++k) o[k] += e * oc[k];
       }
     const T inv = sum > 0 ? static_cast<T>(1.0 / sum) : T(0);
     for (index_t k = 0; k < dv; ++k) o[k] *= inv;
@@ -79,16 +82,15 @@ struct BackwardBuffers {
 // differ in cost. Every row is computed by one block in a fixed key order, so results do not depend
 // on the thread count.
 template <class T>
-void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> queries, View4<const T> keys,
-                  View4<const T> values, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout) {
-  if (!weights.empty() || keys.R > fused::kMaxKeys)
-    return unfused::sdpa_forward<T>(out, lse, weights, queries, keys, values, mask, scale, dropout);
-  const fused::SdpaForward<T> p{out, lse, queries, keys, values, &mask, scale, &dropout, simd::current()};
-  if (queries.R <= fused::kDecodeRows) return decode(p);
-  const index_t B = queries.B, H = queries.H, n = queries.R;
+void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T>& plan) {
+  if (!weights.empty() || plan.k.R > fused::kMaxKeys || backend() == Backend::unfused || plan.softcap != T(0))
+    return unfused::sdpa_forward<T>(out, lse, weights, plan);
+  const fused::SdpaForward<T> p{out, lse, &plan, simd::current()};
+  if (plan.q.R <= fused::kDecodeRows) return decode(p);
+  const index_t B = plan.q.B, H = plan.q.H, n = plan.q.R;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tasks = B * H * blocks;
-  const std::size_t work = fused::sdpa_forward_work_bytes<T>(queries.C, values.C);
+  const std::size_t work = fused::sdpa_forward_work_bytes<T>(plan.q.C, plan.v.C);
   run_tasks(tasks, work, true, [&](index_t t, void* w) {
     const index_t bh = t / blocks;
     fused::sdpa_forward_block<T>(p, bh / H, bh % H, (t % blocks) * fused::kBlockQ, w);
@@ -96,31 +98,29 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> q
 }
 
 // Backward: the three passes of simd/fused.hpp. Key chunks are sized from the shape alone (about 16
-// chunks over all heads, for load balance), never from the thread count, and the partial dQ of the
-// chunks are summed in chunk order, so results do not depend on the number of threads.
+// chunks over all key heads, for load balance), never from the thread count, and the partial dQ of
+// the chunks are summed in chunk order, so results do not depend on the number of threads.
 template <class T>
-void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout,
-                   View4<const T> queries, View4<const T> keys, View4<const T> values, View4<const T> out,
-                   View4<const T> lse, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout) {
-  if (keys.R > fused::kMaxKeys)
-    return unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse, mask, scale,
-                                     dropout);
-  const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, d = queries.C, dv = values.C;
+void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> out,
+                   View4<const T> lse, const SdpaPlan<T>& plan) {
+  if (plan.k.R > fused::kMaxKeys || backend() == Backend::unfused || plan.softcap != T(0))
+    return unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, out, lse, plan);
+  const index_t B = plan.q.B, H = plan.q.H, Hk = plan.k.H, n = plan.q.R, m = plan.k.R, d = plan.q.C, dv = plan.v.C;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tiles = std::max<index_t>(1, (m + fused::kBlockK - 1) / fused::kBlockK);
-  const index_t want = std::clamp<index_t>((16 + B * H - 1) / (B * H), 1, tiles);
+  const index_t want = std::clamp<index_t>((16 + B * Hk - 1) / (B * Hk), 1, tiles);
   const index_t chunk_keys = (tiles + want - 1) / want * fused::kBlockK;
   const index_t chunks = std::max<index_t>(1, (m + chunk_keys - 1) / chunk_keys);
   Scratch<BackwardBuffers<T>> buf(static_cast<std::size_t>(B * H * n),
                                   static_cast<std::size_t>(B * H * chunks * blocks * d * fused::kBlockQ),
                                   out.empty() ? static_cast<std::size_t>(B * H * n * dv) : std::size_t(0));
-  fused::SdpaBackward<T> p{dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse, &mask, scale, &dropout,
-                           buf->row_max, buf->row_inv, buf->row_dot, buf->dq_partial, chunk_keys, chunks,
-                           simd::current()};
+  fused::SdpaBackward<T> p{dqueries,    dkeys,         dvalues,          dout,       out,   lse,
+                           &plan,       buf->row_max,  buf->row_inv,     buf->row_dot, buf->dq_partial,
+                           chunk_keys,  chunks,        simd::current()};
   if (out.empty()) {  // D_i = dout_i . out_i needs the forward's output: recompute it, and lse with it
     const View4<T> o = dense_view4(buf->out, B, H, n, dv);
     const View4<T> l = dense_view4(buf->lse, B, H, n, 1);
-    sdpa_forward<T>(o, l, {}, queries, keys, values, mask, scale, dropout);
+    sdpa_forward<T>(o, l, {}, plan);
     p.out = o, p.lse = l;
   }
   const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv, chunk_keys);
@@ -132,22 +132,23 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
     for (index_t t = 0; t < B * H * blocks; ++t)
       fused::sdpa_backward_stats<T>(p, t / blocks / H, t / blocks % H, (t % blocks) * fused::kBlockQ, w);
 #pragma omp for schedule(dynamic, 1)
-    for (index_t t = 0; t < B * H * chunks; ++t) fused::sdpa_backward_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks, w);
+    for (index_t t = 0; t < B * Hk * chunks; ++t)
+      fused::sdpa_backward_chunk<T>(p, t / chunks / Hk, t / chunks % Hk, t % chunks, w);
     if (!dqueries.empty()) {
 #pragma omp for schedule(static)
       for (index_t r = 0; r < B * H * n; ++r) {
         const index_t bh = r / n, i = r % n;
-        fused::sum_chunk_partials<T>(dqueries.row(bh / H, bh % H, i), p.dq_partial, bh, i, chunks, blocks, d, scale);
+        fused::sum_chunk_partials<T>(dqueries.row(bh / H, bh % H, i), p.dq_partial, bh, i, chunks, blocks, d,
+                                     plan.scale);
       }
     }
   }
 }
 
-#define ATTN_INSTANTIATE(T)                                                                                         \
-  template void sdpa_forward(View4<T>, View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>,          \
-                             const MaskPlan<T>&, T, const DropoutPlan&);                                           \
-  template void sdpa_backward(View4<T>, View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>,         \
-                              View4<const T>, View4<const T>, View4<const T>, const MaskPlan<T>&, T, const DropoutPlan&);
+#define ATTN_INSTANTIATE(T)                                                                          \
+  template void sdpa_forward(View4<T>, View4<T>, View4<T>, const SdpaPlan<T>&);                      \
+  template void sdpa_backward(View4<T>, View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>, \
+                              const SdpaPlan<T>&);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 #undef ATTN_INSTANTIATE

@@ -37,7 +37,7 @@ void dropped_weights(T* out, const T* w, const RowMask<T>& rm, const DropoutPlan
 
 template <class T>
 void pool_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> scores, View4<const T> values,
-                  const MaskPlan<T>& mask, const DropoutPlan& dropout) {
+                  const MaskPlan<T>& mask, const DropoutPlan& dropout, index_t group) {
   const index_t m = scores.C, v = out.C;
 #pragma omp parallel
   {
@@ -57,7 +57,7 @@ void pool_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> s
           for (index_t j = 0; j < m; ++j) {
             const T a = wd[static_cast<std::size_t>(j)];
             if (a == T(0)) continue;
-            const T* vj = values.row(b, h, j);
+            const T* vj = values.row(b, h / group, j);
             for (index_t c = 0; c < v; ++c) o[c] += a * vj[c];
           }
         }
@@ -66,7 +66,7 @@ void pool_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> s
 
 template <class T>
 void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View4<const T> weights,
-                   View4<const T> values, const MaskPlan<T>& mask, const DropoutPlan& dropout) {
+                   View4<const T> values, const MaskPlan<T>& mask, const DropoutPlan& dropout, index_t group) {
   const index_t H = weights.H, n = weights.R, m = weights.C, v = dout.C;
 #pragma omp parallel
   {
@@ -83,7 +83,7 @@ void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View
           for (index_t j = 0; j < m; ++j) {
             T dot = 0;
             if (wd[static_cast<std::size_t>(j)] != T(0)) {
-              const T* vj = values.row(b, h, j);
+              const T* vj = values.row(b, h / group, j);
               for (index_t c = 0; c < v; ++c) dot += g[c] * vj[c];
             }
             // wd_ij = w_ij * D_ij s, so d w_ij = (wd_ij / w_ij) (dout_i . v_j) where w_ij != 0
@@ -91,21 +91,23 @@ void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View
           }
           softmax_row_backward(dscores.row(b, h, i), dw.data(), w, rm, m);
         }
-    // dv_j = sum_i wd_ij dout_i: one key row per iteration, so no two threads write the same row.
+    // dv_j = sum over the group's heads h and queries i of wd_ij dout_i: one value row per
+    // iteration, so no two threads write the same row.
     if (!dvalues.empty()) {
 #pragma omp for collapse(3) schedule(static)
       for (index_t b = 0; b < weights.B; ++b)
-        for (index_t h = 0; h < H; ++h)
+        for (index_t hv = 0; hv < dvalues.H; ++hv)
           for (index_t j = 0; j < m; ++j) {
-            T* dv = dvalues.row(b, h, j);
+            T* dv = dvalues.row(b, hv, j);
             std::fill(dv, dv + v, T(0));
-            for (index_t i = 0; i < n; ++i) {
-              const RowMask<T> rm = mask.row(b, h, i);
-              if (!rm.participates(j) || !dropout.keep(b * H + h, i, j)) continue;
-              const T a = weights.at(b, h, i, j) * static_cast<T>(dropout.scale);
-              const T* g = dout.row(b, h, i);
-              for (index_t c = 0; c < v; ++c) dv[c] += a * g[c];
-            }
+            for (index_t h = hv * group; h < (hv + 1) * group; ++h)
+              for (index_t i = 0; i < n; ++i) {
+                const RowMask<T> rm = mask.row(b, h, i);
+                if (!rm.participates(j) || !dropout.keep(b * H + h, i, j)) continue;
+                const T a = weights.at(b, h, i, j) * static_cast<T>(dropout.scale);
+                const T* g = dout.row(b, h, i);
+                for (index_t c = 0; c < v; ++c) dv[c] += a * g[c];
+              }
           }
     }
   }
@@ -115,9 +117,9 @@ void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View
   template void masked_softmax_forward(View4<T>, View4<const T>, const MaskPlan<T>&);                               \
   template void masked_softmax_backward(View4<T>, View4<const T>, View4<const T>, const MaskPlan<T>&);              \
   template void pool_forward(View4<T>, View4<T>, View4<T>, View4<const T>, View4<const T>, const MaskPlan<T>&,      \
-                             const DropoutPlan&);                                                                   \
+                             const DropoutPlan&, index_t);                                                          \
   template void pool_backward(View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>, const MaskPlan<T>&, \
-                              const DropoutPlan&);
+                              const DropoutPlan&, index_t);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 #undef ATTN_INSTANTIATE

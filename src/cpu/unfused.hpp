@@ -10,13 +10,10 @@
 namespace attn::cpu::unfused {
 
 template <class T>
-void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> queries, View4<const T> keys,
-                  View4<const T> values, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout);
+void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T>& plan);
 template <class T>
-void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout,
-                   View4<const T> queries, View4<const T> keys, View4<const T> values, View4<const T> out,
-                   View4<const T> lse, const MaskPlan<T>& mask, T scale, const DropoutPlan& dropout);
-
+void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> out,
+                   View4<const T> lse, const SdpaPlan<T>& plan);
 
 template <class T>
 void additive_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys,

@@ -73,7 +73,7 @@ void masked_softmax_backward(View4<T> dscores, View4<const T> dweights, View4<co
 
 template <class T>
 void pool_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> scores, View4<const T> values,
-                  const MaskPlan<T>& mask, const DropoutPlan& dropout) {
+                  const MaskPlan<T>& mask, const DropoutPlan& dropout, index_t group) {
   const T keep_scale = static_cast<T>(dropout.scale);
   for (index_t b = 0; b < scores.B; ++b)
     for (index_t h = 0; h < scores.H; ++h)
@@ -86,14 +86,14 @@ void pool_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> s
         for (index_t c = 0; c < out.C; ++c) o[c] = 0;
         for (index_t j = 0; j < scores.C; ++j) {
           if (!rm.participates(j) || !dropout.keep(b * scores.H + h, i, j)) continue;
-          for (index_t c = 0; c < out.C; ++c) o[c] += w[j] * keep_scale * values.at(b, h, j, c);
+          for (index_t c = 0; c < out.C; ++c) o[c] += w[j] * keep_scale * values.at(b, h / group, j, c);
         }
       }
 }
 
 template <class T>
 void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View4<const T> weights,
-                   View4<const T> values, const MaskPlan<T>& mask, const DropoutPlan& dropout) {
+                   View4<const T> values, const MaskPlan<T>& mask, const DropoutPlan& dropout, index_t group) {
   const T keep_scale = static_cast<T>(dropout.scale);
   const index_t m = weights.C;
   std::vector<T> dw(static_cast<std::size_t>(m));
@@ -113,10 +113,10 @@ void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View
           dw[static_cast<std::size_t>(j)] = 0;
           if (!rm.participates(j) || !dropout.keep(b * weights.H + h, i, j)) continue;
           T dot = 0;
-          for (index_t c = 0; c < dout.C; ++c) dot += g[c] * values.at(b, h, j, c);
+          for (index_t c = 0; c < dout.C; ++c) dot += g[c] * values.at(b, h / group, j, c);
           dw[static_cast<std::size_t>(j)] = dot * keep_scale;
           if (!dvalues.empty())
-            for (index_t c = 0; c < dout.C; ++c) dvalues.at(b, h, j, c) += w[j] * keep_scale * g[c];
+            for (index_t c = 0; c < dout.C; ++c) dvalues.at(b, h / group, j, c) += w[j] * keep_scale * g[c];
         }
         softmax_row_backward(dscores.row(b, h, i), dw.data(), w, rm, m);
       }
@@ -126,9 +126,9 @@ void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View
   template void masked_softmax_forward(View4<T>, View4<const T>, const MaskPlan<T>&);                               \
   template void masked_softmax_backward(View4<T>, View4<const T>, View4<const T>, const MaskPlan<T>&);              \
   template void pool_forward(View4<T>, View4<T>, View4<T>, View4<const T>, View4<const T>, const MaskPlan<T>&,      \
-                             const DropoutPlan&);                                                                   \
+                             const DropoutPlan&, index_t);                                                          \
   template void pool_backward(View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>, const MaskPlan<T>&, \
-                              const DropoutPlan&);
+                              const DropoutPlan&, index_t);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 #undef ATTN_INSTANTIATE

@@ -1,6 +1,7 @@
 // The cases of `attn bench`: shapes from the issue, inputs uniform in [-1, 1) from fixed seeds.
-// Each fused run calls the public API (cpu backend, no weights asked for); each unfused run calls
-// the unfused kernels the cpu backend used before the fused ones (src/cpu/unfused.hpp).
+// Each fused run calls the public API (cpu backend, no weights asked for); each unfused run calls it
+// too, under Backend::unfused (scores, softmax and pooling as separate passes, the path the cpu
+// backend took before its fused kernels), asking for the weights as a caller who wants them would.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,9 +11,8 @@
 
 #include "attn/attn.hpp"
 #include "bench.hpp"
-#include "core/mask_plan.hpp"
+#include "core/view4.hpp"
 #include "cpu/nw_windowed.hpp"
-#include "cpu/unfused.hpp"
 
 namespace attn_cli {
 namespace {
@@ -85,16 +85,6 @@ struct SdpaData {
     for (Tensor<float>* t : {&q, &k, &v, &g, &out, &lse, &weights, &out_ref, &dq, &dk, &dv, &dq_ref, &dk_ref, &dv_ref})
       *t = Tensor<float>();
   }
-
-  // The unfused kernels on the same views the public API would build.
-  template <class F>
-  void with_views(F&& f) {
-    using attn::View4;
-    auto v4 = [](auto& t) { return attn::detail::to_view4(t.view(), "bench", "t"); };
-    const attn::MaskPlan<float> plan = attn::plan_mask(mask(), B, 1, n, m, 3, "bench");
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    f(v4(q), v4(k), v4(v), plan, scale);
-  }
 };
 
 std::string shape(index_t B, index_t n, index_t m, index_t d) {
@@ -125,11 +115,9 @@ BenchCase sdpa_forward_case(index_t B, index_t n, index_t m, index_t d, MaskKind
   };
   if (with_baseline)
     c.run_unfused = [s] {
-      s->with_views([&](auto q, auto k, auto v, const auto& plan, float scale) {
-        attn::cpu::unfused::sdpa_forward<float>(attn::detail::to_view4(s->out_ref.view(), "bench", "out"), {},
-                                                attn::detail::to_view4(s->weights.view(), "bench", "w"), q, k, v,
-                                                plan, scale, attn::DropoutPlan{});
-      });
+      const attn::ScopedBackend unfused(attn::Backend::unfused);
+      attn::sdpa_forward<float>(s->out_ref.view(), {}, s->weights.view(), s->q.view(), s->k.view(), s->v.view(),
+                                s->mask());
     };
   c.check = [s, with_baseline] { return with_baseline ? max_rel_diff(s->out, s->out_ref) : 0.0; };
   c.release = [s] { s->release(); };
@@ -150,14 +138,10 @@ BenchCase sdpa_backward_case(index_t B, index_t n, index_t m, index_t d) {
                                s->v.view(), s->out.view(), s->lse.view());
   };
   c.run_unfused = [s] {
-    s->with_views([&](auto q, auto k, auto v, const auto& plan, float scale) {
-      using attn::detail::to_view4;
-      attn::cpu::unfused::sdpa_forward<float>(to_view4(s->out_ref.view(), "b", "o"), {},
-                                              to_view4(s->weights.view(), "b", "w"), q, k, v, plan, scale, {});
-      attn::cpu::unfused::sdpa_backward<float>(to_view4(s->dq_ref.view(), "b", "dq"), to_view4(s->dk_ref.view(), "b", "dk"),
-                                               to_view4(s->dv_ref.view(), "b", "dv"), to_view4(s->g.view(), "b", "g"),
-                                               q, k, v, {}, {}, plan, scale, {});
-    });
+    const attn::ScopedBackend unfused(attn::Backend::unfused);
+    attn::sdpa_forward<float>(s->out_ref.view(), {}, s->weights.view(), s->q.view(), s->k.view(), s->v.view());
+    attn::sdpa_backward<float>(s->dq_ref.view(), s->dk_ref.view(), s->dv_ref.view(), s->g.view(), s->q.view(),
+                               s->k.view(), s->v.view(), {}, {});
   };
   c.check = [s] {
     return std::max({max_rel_diff(s->out, s->out_ref), max_rel_diff(s->dq, s->dq_ref), max_rel_diff(s->dk, s->dk_ref),
@@ -222,10 +206,9 @@ BenchCase nw_gaussian_1d_case(index_t n, index_t m, float sigma, index_t stride)
                                          attn::Kernel::gaussian, s->sigma);
   };
   c.run_unfused = [s] {
-    using attn::detail::to_view4;
-    attn::cpu::dense::nw_forward<float>(to_view4(s->out_sub.view(), "bench", "out"), {},
-                                        to_view4(s->q_sub.view(), "bench", "q"), to_view4(s->x.view(), "bench", "x"),
-                                        to_view4(s->y.view(), "bench", "y"), attn::Kernel::gaussian, s->sigma);
+    const attn::ScopedBackend unfused(attn::Backend::unfused);  // the dense path
+    attn::nadaraya_watson_forward<float>(s->out_sub.view(), {}, s->q_sub.view(), s->x.view(), s->y.view(),
+                                         attn::Kernel::gaussian, s->sigma);
   };
   c.check = [s] { return s->check(); };
   c.release = [s] { s->release(); };
@@ -265,19 +248,14 @@ struct AdditiveData {
       attn::additive_attention_backward<float>(dq.view(), dk.view(), dv.view(), grads(dw), g.view(), q.view(), k.view(),
                                                v.view(), w.params());
   }
-  // The unfused kernels (cpu/unfused.hpp) on the views the public API would build; the forward
-  // forms the (n, m) weights, as a caller asking for them gets.
+  // The unfused path (Backend::unfused); the forward forms the (n, m) weights, as a caller asking
+  // for them gets.
   void unfused(bool backward) {
-    using attn::detail::to_view4;
-    auto c4 = [](const auto& t, int rank) { return to_view4(t.view(), "bench", "t", rank, 4); };
-    auto m4 = [](auto& t, int rank) { return to_view4(t.view(), "bench", "t", rank, 4); };
-    const attn::MaskPlan<float> plan = attn::plan_mask(attn::Mask<float>{}, B, 1, n, m, 3, "bench");
-    attn::cpu::unfused::additive_forward<float>(m4(out_ref, 3), m4(weights, 3), c4(q, 3), c4(k, 3), c4(v, 3),
-                                                c4(w.w_q, 2), c4(w.w_k, 2), c4(w.w_v, 1), plan, {});
+    const attn::ScopedBackend unfused(attn::Backend::unfused);
+    attn::additive_attention_forward<float>(out_ref.view(), weights.view(), q.view(), k.view(), v.view(), w.params());
     if (backward)
-      attn::cpu::unfused::additive_backward<float>(m4(dq_ref, 3), m4(dk_ref, 3), m4(dv_ref, 3), m4(dw_ref.w_q, 2),
-                                                   m4(dw_ref.w_k, 2), m4(dw_ref.w_v, 1), c4(g, 3), c4(q, 3), c4(k, 3),
-                                                   c4(v, 3), c4(w.w_q, 2), c4(w.w_k, 2), c4(w.w_v, 1), plan, {});
+      attn::additive_attention_backward<float>(dq_ref.view(), dk_ref.view(), dv_ref.view(), grads(dw_ref), g.view(),
+                                               q.view(), k.view(), v.view(), w.params());
   }
 };
 

@@ -10,6 +10,7 @@
 
 #include "core/dropout_plan.hpp"
 #include "core/mask_plan.hpp"
+#include "core/sdpa_plan.hpp"
 #include "core/view4.hpp"
 #include "cpu/scratch.hpp"
 #include "cpu/simd/dispatch.hpp"
@@ -51,15 +52,12 @@ struct BlockArrays {
 };
 
 // One scaled dot-product attention forward call, checked by src/api: out (B, H, n, v) and, when not
-// empty, lse (B, H, n, 1) from queries (B, H, n, d), keys (B, H, m, d), values (B, H, m, v), on
-// the SIMD target `simd` (read once for the call, simd/dispatch.hpp).
+// empty, lse (B, H, n, 1) from the plan's queries, keys and values, on the SIMD target `simd` (read
+// once for the call, simd/dispatch.hpp).
 template <class T>
 struct SdpaForward {
   View4<T> out, lse;
-  View4<const T> q, k, v;
-  const MaskPlan<T>* mask;
-  T scale;
-  const DropoutPlan* dropout;
+  const SdpaPlan<T>* plan;
   simd::Target simd;
 };
 
@@ -76,9 +74,12 @@ template <class T>
 void sdpa_forward_block(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work);
 
 // ---- decode: one or a few queries over many keys ----------------------------------------------
-// Rows are handled one at a time (dot products along d), keys split into chunks that threads take
-// independently; each chunk leaves a partial result (unnormalised output, maximum, sum) and a merge
-// combines the chunks of a row through their maxima, in chunk order. Bound by reading K and V.
+// Keys split into chunks that threads take independently, one task per chunk of a key head: for each
+// tile of the chunk, every query row of the head's group (dot products along d) while the tile is in
+// the cache, so that K and V are read from memory once for all the query heads that share them
+// (grouped-query attention). Each chunk leaves a partial result per row (unnormalised output,
+// maximum, sum) and a merge combines the chunks of a row through their maxima, in chunk order.
+// Bound by reading K and V.
 inline constexpr index_t kDecodeRows = 4;  // queries per head up to which the decode path is used
 // Keys per tile of the decode path: a tile's key rows are read, then its value rows. Long tiles
 // switch between the two streams less often: (32,1,8192,128) at 2 threads read at 78% of the
@@ -94,9 +95,10 @@ struct SdpaDecode {
   double* part_sum;    // (B, H, n, chunks)
 };
 
-// Keys of chunk `chunk` of (b, h) for every query row: the partial results of that chunk.
+// Keys of chunk `chunk` of key head hk of batch b for every query row of the heads that read it: the
+// partial results of that chunk.
 template <class T>
-void sdpa_decode_chunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chunk);
+void sdpa_decode_chunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chunk);
 
 // ---- backward ------------------------------------------------------------------------------
 // Three passes, each split into blocks that do not depend on the thread count, so results are
@@ -107,8 +109,8 @@ void sdpa_decode_chunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chu
 //      is within half an ulp of the exact value, so each row's weights are off by one common factor
 //      within (1 +- kLseTrusted 2^-24) in float. Otherwise (large scores, the seeds' -1e6 fill on an
 //      empty row) the maximum and sum are recomputed exactly as the forward does;
-//   2. chunks of keys: for each query block (its queries and output gradients transposed once) and
-//      each key tile of the chunk, weights P, dP = dout V^T, dS = P (dP - D) (0 where masked), then
+//   2. chunks of keys of one key head: for each query head of its group and each query block (its
+//      queries and output gradients transposed once) and each key tile of the chunk, weights P, dP = dout V^T, dS = P (dP - D) (0 where masked), then
 //      dV += P^T dout and dK += dS^T Q for the chunk's keys (owned) and dS K into the chunk's own
 //      partial dQ;
 //   3. dQ = scale x the chunks' partials summed in chunk order.
@@ -122,12 +124,10 @@ inline constexpr double kLseTrusted = 16;
 
 template <class T>
 struct SdpaBackward {
-  View4<T> dq, dk, dv;
-  View4<const T> dout, q, k, v, out;
+  View4<T> dq, dk, dv;   // dk, dv: (B, Hk, m, *)
+  View4<const T> dout, out;
   View4<const T> lse;  // (B, H, n, 1), or empty
-  const MaskPlan<T>* mask;
-  T scale;
-  const DropoutPlan* dropout;
+  const SdpaPlan<T>* plan;
   T* row_max;         // (B, H, n)
   T* row_inv;         // (B, H, n): 1 / sum, 0 for an empty row
   double* row_dot;    // (B, H, n): dout_i . out_i
@@ -182,8 +182,8 @@ std::size_t sdpa_backward_work_bytes(index_t d, index_t v, index_t chunk_keys) {
 template <class T>
 void sdpa_backward_stats(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void* work);
 
-// Pass 2 for chunk `chunk` of (b, h).
+// Pass 2 for chunk `chunk` of key head hk of batch b (every query head of its group).
 template <class T>
-void sdpa_backward_chunk(const SdpaBackward<T>& p, index_t b, index_t h, index_t chunk, void* work);
+void sdpa_backward_chunk(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, void* work);
 
 }  // namespace attn::cpu::fused

@@ -64,9 +64,10 @@ bool LseTrusted(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, inde
 template <class T>
 void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void* work) {
   simd::note_ran(HWY_TARGET);
+  const SdpaPlan<T>& a = *p.plan;
   const hn::ScalableTag<T> d;
-  const index_t rows = std::min<index_t>(kBlockQ, p.q.R - i0);
-  const index_t row0 = (b * p.q.H + h) * p.q.R + i0;
+  const index_t rows = std::min<index_t>(kBlockQ, a.q.R - i0);
+  const index_t row0 = (b * a.q.H + h) * a.q.R + i0;
   if (LseTrusted(p, b, h, i0, rows)) {
     // weights = exp(s - lse) x 1; an empty row (lse = -inf) keeps max -inf and gets 1/sum = 0.
     for (index_t i = 0; i < rows; ++i) {
@@ -76,13 +77,13 @@ void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void
     }
   } else {
     Carve carve(work);
-    BlockState<T> st(BlockArrays<T>(carve, p.q.C, 0));
-    PackTransposed(st.qt, p.q, b, h, i0, rows);
-    const index_t keys = st.start(*p.mask, b, h, i0, rows);
+    BlockState<T> st(BlockArrays<T>(carve, a.q.C, 0));
+    PackTransposed(st.qt, a.q, b, h, i0, rows);
+    const index_t keys = st.start(a.mask, b, h, i0, rows);
     for (index_t j0 = 0; j0 < keys; j0 += kBlockK) {
       const index_t cnt = std::min<index_t>(kBlockK, keys - j0);
-      BlockGemm<false>(d, p.k.row(b, h, j0), p.k.sR, 1, st.qt, st.s, cnt, p.q.C);
-      st.mask_tile(d, p.scale, j0, cnt);
+      BlockGemm<false>(d, a.k.row(b, a.kv_head(h), j0), a.k.sR, 1, st.qt, st.s, cnt, a.q.C);
+      st.mask_tile(d, a.scale, j0, cnt);
       st.softmax_tile(d, cnt);
     }
     for (index_t i = 0; i < rows; ++i) {
@@ -99,109 +100,112 @@ void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void
   }
 }
 
-// Pass 2 for the keys of one chunk: see simd/fused.hpp.
+// Pass 2 for the keys of one chunk of key head hk: see simd/fused.hpp.
 template <class T>
-void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t chunk, void* work) {
+void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, void* work) {
   simd::note_ran(HWY_TARGET);
+  const SdpaPlan<T>& a = *p.plan;
   const hn::ScalableTag<T> d;
   using V = hn::Vec<decltype(d)>;
   const index_t L = static_cast<index_t>(hn::Lanes(d));
-  const index_t n = p.q.R, m = p.k.R, dq = p.q.C, dv = p.v.C, H = p.q.H;
+  const index_t n = a.q.R, m = a.k.R, dq = a.q.C, dv = a.v.C, H = a.q.H;
   const index_t blocks = (n + kBlockQ - 1) / kBlockQ;
   Carve carve(work);
-  const SdpaChunkArrays<T> a(carve, dq, dv, p.chunk_keys);
-  BlockState<T> st(a.block);
-  double* row_dot = a.row_dot;
-  T *pm = a.pm, *dst = a.dst, *dsm = a.dsm, *dk_chunk = a.dk_chunk, *dv_chunk = a.dv_chunk;
+  const SdpaChunkArrays<T> arrays(carve, dq, dv, p.chunk_keys);
+  BlockState<T> st(arrays.block);
+  double* row_dot = arrays.row_dot;
+  T *pm = arrays.pm, *dst = arrays.dst, *dsm = arrays.dsm, *dk_chunk = arrays.dk_chunk, *dv_chunk = arrays.dv_chunk;
   const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
   std::fill(dk_chunk, dk_chunk + dq * p.chunk_keys, T(0));
   std::fill(dv_chunk, dv_chunk + dv * p.chunk_keys, T(0));
-  T* part = p.dq_partial + ((b * H + h) * p.chunks + chunk) * blocks * dq * kBlockQ;
-  std::fill(part, part + blocks * dq * kBlockQ, T(0));
-  const DropoutPlan& drop = *p.dropout;
+  const DropoutPlan& drop = a.dropout;
   const T keep_scale = static_cast<T>(drop.scale);
 
-  // Query blocks outside, key tiles inside: a block's queries and output gradients are transposed
-  // once per chunk. Every sum keeps its order (dK, dV over blocks ascending, dQ over tiles
-  // ascending), whatever the thread count.
-  for (index_t blk = 0; blk < blocks; ++blk) {
-    const index_t i0 = blk * kBlockQ, rows = std::min<index_t>(kBlockQ, n - i0);
-    const index_t keys_end = std::min(k1, st.start(*p.mask, b, h, i0, rows));  // later keys masked for all rows
-    if (keys_end <= k0) continue;
-    const index_t row0 = (b * H + h) * n + i0;
-    for (index_t i = 0; i < kBlockQ; ++i) {
-      st.max[i] = i < rows ? p.row_max[row0 + i] : T(0);
-      st.alpha[i] = i < rows ? p.row_inv[row0 + i] : T(0);
-      row_dot[i] = i < rows ? p.row_dot[row0 + i] : 0.0;
-    }
-    PackTransposed(st.qt, p.q, b, h, i0, rows);
-    PackTransposed(st.ot, p.dout, b, h, i0, rows);
-    T* part_blk = part + blk * dq * kBlockQ;
-    for (index_t j0 = k0; j0 < keys_end; j0 += kBlockK) {
-      const index_t cnt = std::min<index_t>(kBlockK, k1 - j0);
-      T* dkt = dk_chunk + (j0 - k0) * dq;  // this tile's dK^T (d, kBlockK)
-      T* dvt = dv_chunk + (j0 - k0) * dv;
-      const T* k_tile = p.k.row(b, h, j0);
-      const T* v_tile = p.v.row(b, h, j0);
-      // P^T = exp(masked scores - max) / sum, exactly the forward's weights.
-      BlockGemm<false>(d, k_tile, p.k.sR, 1, st.qt, st.s, cnt, dq);
-      const bool partial = st.mask_tile(d, p.scale, j0, cnt);
-      // dP^T = V_tile dout^T.
-      BlockGemm<false>(d, v_tile, p.v.sR, 1, st.ot, dst, cnt, dv);
-      for (index_t i = 0; i < kBlockQ; i += L) {
-        const V mx = hn::Load(d, st.max + i), inv = hn::Load(d, st.alpha + i);
-        const V shift = hn::IfThenZeroElse(hn::Eq(mx, hn::Set(d, -INFINITY)), mx);
-        for (index_t jj = 0; jj < cnt; ++jj) {
-          T* sj = st.s + jj * kBlockQ + i;
-          hn::Store(hn::Mul(hn::Exp(d, hn::Sub(hn::Load(d, sj), shift)), inv), d, sj);
-        }
+  // The query heads of the group, then query blocks, then key tiles: a block's queries and output
+  // gradients are transposed once per chunk. Every sum keeps its order (dK, dV over heads and blocks
+  // ascending, dQ over tiles ascending), whatever the thread count.
+  for (index_t h = hk * a.group; h < (hk + 1) * a.group; ++h) {
+    T* part = p.dq_partial + ((b * H + h) * p.chunks + chunk) * blocks * dq * kBlockQ;
+    std::fill(part, part + blocks * dq * kBlockQ, T(0));
+    for (index_t blk = 0; blk < blocks; ++blk) {
+      const index_t i0 = blk * kBlockQ, rows = std::min<index_t>(kBlockQ, n - i0);
+      const index_t keys_end = std::min(k1, st.start(a.mask, b, h, i0, rows));  // later keys masked for all rows
+      if (keys_end <= k0) continue;
+      const index_t row0 = (b * H + h) * n + i0;
+      for (index_t i = 0; i < kBlockQ; ++i) {
+        st.max[i] = i < rows ? p.row_max[row0 + i] : T(0);
+        st.alpha[i] = i < rows ? p.row_inv[row0 + i] : T(0);
+        row_dot[i] = i < rows ? p.row_dot[row0 + i] : 0.0;
       }
-      // dS = P (drop dP - D), in float64 as the unfused path (dP - D cancels in a peaked row), and
-      // W = drop P, where drop is the dropout factor 1/(1-p) or 0 of each weight. 0 where the key
-      // is masked (dP may be anything there, even NaN) or the weight is 0.
-      if (!drop.active && !st.general) {
-        // Masks are key limits only: the tile's lanes at once, W = P.
-        for (index_t jj = 0; jj < kBlockK; ++jj) {
-          T* ds = dst + jj * kBlockQ;
-          if (jj >= cnt) {
-            std::fill(ds, ds + kBlockQ, T(0));
-            std::fill(st.s + jj * kBlockQ, st.s + (jj + 1) * kBlockQ, T(0));
-            continue;
-          }
-          const V vj = hn::Set(d, static_cast<T>(j0 + jj));
-          for (index_t i = 0; i < kBlockQ; i += L) {
-            const V w = hn::Load(d, st.s + jj * kBlockQ + i);
-            const auto keep = hn::And(hn::Lt(vj, hn::Load(d, st.end + i)), hn::Ne(w, hn::Zero(d)));
-            hn::Store(hn::IfThenElseZero(keep, ScoreGrad(d, w, hn::Load(d, ds + i), row_dot + i)), d, ds + i);
-          }
-        }
-        Transpose(pm, st.s);
-      } else {
-        for (index_t i = 0; i < rows; ++i)
+      PackTransposed(st.qt, a.q, b, h, i0, rows);
+      PackTransposed(st.ot, p.dout, b, h, i0, rows);
+      T* part_blk = part + blk * dq * kBlockQ;
+      for (index_t j0 = k0; j0 < keys_end; j0 += kBlockK) {
+        const index_t cnt = std::min<index_t>(kBlockK, k1 - j0);
+        T* dkt = dk_chunk + (j0 - k0) * dq;  // this tile's dK^T (d, kBlockK)
+        T* dvt = dv_chunk + (j0 - k0) * dv;
+        const T* k_tile = a.k.row(b, hk, j0);
+        const T* v_tile = a.v.row(b, hk, j0);
+        // P^T = exp(masked scores - max) / sum, exactly the forward's weights.
+        BlockGemm<false>(d, k_tile, a.k.sR, 1, st.qt, st.s, cnt, dq);
+        const bool partial = st.mask_tile(d, a.scale, j0, cnt);
+        // dP^T = V_tile dout^T.
+        BlockGemm<false>(d, v_tile, a.v.sR, 1, st.ot, dst, cnt, dv);
+        for (index_t i = 0; i < kBlockQ; i += L) {
+          const V mx = hn::Load(d, st.max + i), inv = hn::Load(d, st.alpha + i);
+          const V shift = hn::IfThenZeroElse(hn::Eq(mx, hn::Set(d, -INFINITY)), mx);
           for (index_t jj = 0; jj < cnt; ++jj) {
-            const index_t j = j0 + jj;
-            const T w = st.s[jj * kBlockQ + i];
-            T& ds = dst[jj * kBlockQ + i];  // dP on entry
-            T factor = T(1);
-            if (drop.active) factor = drop.draw(b * H + h, i0 + i, j >> 2)[static_cast<int>(j & 3)] >= drop.threshold ? keep_scale : T(0);
-            ds = w != T(0) && st.rm[i].allowed(j)
-                     ? static_cast<T>(static_cast<double>(w) * (static_cast<double>(ds * factor) - row_dot[i]))
-                     : T(0);
-            pm[i * kBlockK + jj] = w * factor;
+            T* sj = st.s + jj * kBlockQ + i;
+            hn::Store(hn::Mul(hn::Exp(d, hn::Sub(hn::Load(d, sj), shift)), inv), d, sj);
           }
-        for (index_t i = rows; i < kBlockQ; ++i)
-          for (index_t jj = 0; jj < cnt; ++jj) dst[jj * kBlockQ + i] = 0, pm[i * kBlockK + jj] = 0;
-        for (index_t jj = cnt; jj < kBlockK; ++jj)
-          for (index_t i = 0; i < kBlockQ; ++i) pm[i * kBlockK + jj] = 0, dst[jj * kBlockQ + i] = 0;
-      }
-      Transpose(dsm, dst);
-      // dV^T += dout^T W, dK^T += Q^T dS (scaled at the end), partial dQ^T += K_tile^T dS^T.
-      BlockGemm<true>(d, p.dout.row(b, h, i0), 1, p.dout.sR, pm, dvt, dv, rows);
-      BlockGemm<true>(d, p.q.row(b, h, i0), 1, p.q.sR, dsm, dkt, dq, rows);
-      if (partial && !rows_finite(k_tile, p.k.sR, cnt, dq)) {
-        AccumulateSkippingZeros(part_blk, k_tile, p.k.sR, dst, cnt, dq, rows);
-      } else {
-        BlockGemm<true>(d, k_tile, 1, p.k.sR, dst, part_blk, dq, cnt);
+        }
+        // dS = P (drop dP - D), in float64 as the unfused path (dP - D cancels in a peaked row), and
+        // W = drop P, where drop is the dropout factor 1/(1-p) or 0 of each weight. 0 where the key
+        // is masked (dP may be anything there, even NaN) or the weight is 0.
+        if (!drop.active && !st.general) {
+          // Masks are key limits only: the tile's lanes at once, W = P.
+          for (index_t jj = 0; jj < kBlockK; ++jj) {
+            T* ds = dst + jj * kBlockQ;
+            if (jj >= cnt) {
+              std::fill(ds, ds + kBlockQ, T(0));
+              std::fill(st.s + jj * kBlockQ, st.s + (jj + 1) * kBlockQ, T(0));
+              continue;
+            }
+            const V vj = hn::Set(d, static_cast<T>(j0 + jj));
+            for (index_t i = 0; i < kBlockQ; i += L) {
+              const V w = hn::Load(d, st.s + jj * kBlockQ + i);
+              const auto keep = hn::And(hn::Lt(vj, hn::Load(d, st.end + i)), hn::Ne(w, hn::Zero(d)));
+              hn::Store(hn::IfThenElseZero(keep, ScoreGrad(d, w, hn::Load(d, ds + i), row_dot + i)), d, ds + i);
+            }
+          }
+          Transpose(pm, st.s);
+        } else {
+          for (index_t i = 0; i < rows; ++i)
+            for (index_t jj = 0; jj < cnt; ++jj) {
+              const index_t j = j0 + jj;
+              const T w = st.s[jj * kBlockQ + i];
+              T& ds = dst[jj * kBlockQ + i];  // dP on entry
+              T factor = T(1);
+              if (drop.active) factor = drop.draw(b * H + h, i0 + i, j >> 2)[static_cast<int>(j & 3)] >= drop.threshold ? keep_scale : T(0);
+              ds = w != T(0) && st.rm[i].allowed(j)
+                       ? static_cast<T>(static_cast<double>(w) * (static_cast<double>(ds * factor) - row_dot[i]))
+                       : T(0);
+              pm[i * kBlockK + jj] = w * factor;
+            }
+          for (index_t i = rows; i < kBlockQ; ++i)
+            for (index_t jj = 0; jj < cnt; ++jj) dst[jj * kBlockQ + i] = 0, pm[i * kBlockK + jj] = 0;
+          for (index_t jj = cnt; jj < kBlockK; ++jj)
+            for (index_t i = 0; i < kBlockQ; ++i) pm[i * kBlockK + jj] = 0, dst[jj * kBlockQ + i] = 0;
+        }
+        Transpose(dsm, dst);
+        // dV^T += dout^T W, dK^T += Q^T dS (scaled at the end), partial dQ^T += K_tile^T dS^T.
+        BlockGemm<true>(d, p.dout.row(b, h, i0), 1, p.dout.sR, pm, dvt, dv, rows);
+        BlockGemm<true>(d, a.q.row(b, h, i0), 1, a.q.sR, dsm, dkt, dq, rows);
+        if (partial && !rows_finite(k_tile, a.k.sR, cnt, dq)) {
+          AccumulateSkippingZeros(part_blk, k_tile, a.k.sR, dst, cnt, dq, rows);
+        } else {
+          BlockGemm<true>(d, k_tile, 1, a.k.sR, dst, part_blk, dq, cnt);
+        }
       }
     }
   }
@@ -210,11 +214,11 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t chunk, v
     const T* dkt = dk_chunk + (j - k0 - jj) * dq;
     const T* dvt = dv_chunk + (j - k0 - jj) * dv;
     if (!p.dk.empty()) {
-      T* dk = p.dk.row(b, h, j);
-      for (index_t c = 0; c < dq; ++c) dk[c] = p.scale * dkt[c * kBlockK + jj];
+      T* dk = p.dk.row(b, hk, j);
+      for (index_t c = 0; c < dq; ++c) dk[c] = a.scale * dkt[c * kBlockK + jj];
     }
     if (!p.dv.empty()) {
-      T* dvr = p.dv.row(b, h, j);
+      T* dvr = p.dv.row(b, hk, j);
       for (index_t c = 0; c < dv; ++c) dvr[c] = dvt[c * kBlockK + jj];
     }
   }
@@ -245,12 +249,12 @@ void sdpa_backward_stats(const SdpaBackward<double>& p, index_t b, index_t h, in
   ATTN_SIMD_CALL(p.simd, StatsBlockF64)(p, b, h, i0, work);
 }
 template <>
-void sdpa_backward_chunk(const SdpaBackward<float>& p, index_t b, index_t h, index_t chunk, void* work) {
-  ATTN_SIMD_CALL(p.simd, ChunkBlockF32)(p, b, h, chunk, work);
+void sdpa_backward_chunk(const SdpaBackward<float>& p, index_t b, index_t hk, index_t chunk, void* work) {
+  ATTN_SIMD_CALL(p.simd, ChunkBlockF32)(p, b, hk, chunk, work);
 }
 template <>
-void sdpa_backward_chunk(const SdpaBackward<double>& p, index_t b, index_t h, index_t chunk, void* work) {
-  ATTN_SIMD_CALL(p.simd, ChunkBlockF64)(p, b, h, chunk, work);
+void sdpa_backward_chunk(const SdpaBackward<double>& p, index_t b, index_t hk, index_t chunk, void* work) {
+  ATTN_SIMD_CALL(p.simd, ChunkBlockF64)(p, b, hk, chunk, work);
 }
 
 }  // namespace attn::cpu::fused

@@ -63,70 +63,87 @@ HWY_INLINE void Axpys(D d, const T* w, const T* HWY_RESTRICT x, index_t xs, T* H
     for (int r = 0; r < R; ++r) o[c] += w[r] * x[r * xs + c];
 }
 
-template <class T>
-void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t h, index_t chunk) {
-  simd::note_ran(HWY_TARGET);
-  const hn::ScalableTag<T> d;
-  const SdpaForward<T>& f = p.f;
-  const index_t n = f.q.R, m = f.k.R, dq = f.q.C, dv = f.v.C;
-  const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
+// One tile of keys [j0, j0 + cnt) for one query row: scores, masks, the online softmax step on the
+// row's running maximum mx and sum, and o += the tile's weighted values. s: kDecodeTile scratch.
+template <class D, class T>
+void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, const T* k0, const T* v0,
+                   index_t j0, index_t cnt, index_t bh, index_t i, T* s, T* o, T& mx, double& sum) {
   const T inf = std::numeric_limits<T>::infinity();
-  const T fill = f.mask->seeds_fill ? T(-1e6) : -inf;
-  HWY_ALIGN T s[kDecodeTile];  // the tile's scores, then weights
-  for (index_t i = 0; i < n; ++i) {
-    const RowMask<T> rm = f.mask->row(b, h, i);
-    const index_t row = ((b * f.q.H + h) * n + i) * p.chunks + chunk;
-    T* o = p.part_out + row * dv;
-    std::fill(o, o + dv, T(0));
-    T mx = -inf;
-    double sum = 0;
-    const index_t end = f.mask->seeds_fill ? k1 : std::min(k1, rm.end);
-    for (index_t j0 = k0; j0 < end; j0 += kDecodeTile) {
-      const index_t cnt = std::min<index_t>(kDecodeTile, end - j0);
-      Dots(d, f.q.row(b, h, i), f.k.row(b, h, j0), f.k.sR, dq, cnt, s);
-      T tile_max = -inf;
-      for (index_t jj = 0; jj < cnt; ++jj) {
-        const index_t j = j0 + jj;
-        s[jj] = rm.allowed(j) ? s[jj] * f.scale + rm.bias_at(j) : fill;
-        tile_max = std::max(tile_max, s[jj]);
-      }
-      const T new_max = std::max(mx, tile_max);
-      if (new_max == -inf) continue;  // every key so far masked
-      const T alpha = std::exp(mx - new_max);
-      mx = new_max;
-      for (index_t c = 0; c < dv; ++c) o[c] *= alpha;
-      const index_t L = static_cast<index_t>(hn::Lanes(d));
-      index_t jj = 0;
-      for (; jj + L <= cnt; jj += L) hn::Store(hn::Exp(d, hn::Sub(hn::Load(d, s + jj), hn::Set(d, mx))), d, s + jj);
-      for (; jj < cnt; ++jj) s[jj] = std::exp(s[jj] - mx);
-      double tile_sum = 0;
-      for (jj = 0; jj < cnt; ++jj) tile_sum += static_cast<double>(s[jj]);
-      sum = sum * static_cast<double>(alpha) + tile_sum;
-      const DropoutPlan& drop = *f.dropout;
-      if (drop.active)
-        for (jj = 0; jj < cnt; ++jj)
-          s[jj] = drop.keep(b * f.q.H + h, i, j0 + jj) ? s[jj] * static_cast<T>(drop.scale) : T(0);
-      // o += the value rows by their weights, two at a time where both are not 0 (a row whose weight
-      // is 0 is never read: a masked or dropped key's value may be anything). Measured at one thread,
-      // (32,1,8192,128): rows one at a time 26.5 ms, two 18.4 ms, four 23.3 ms, eight 22.9 ms.
-      const T* v0 = f.v.row(b, h, j0);
-      for (jj = 0; jj < cnt;) {
-        if (jj + 2 <= cnt && s[jj] != T(0) && s[jj + 1] != T(0)) {
-          Axpys<2>(d, s + jj, v0 + jj * f.v.sR, f.v.sR, o, dv);
-          jj += 2;
-        } else {
-          if (s[jj] != T(0)) Axpys<1>(d, s + jj, v0 + jj * f.v.sR, f.v.sR, o, dv);
-          ++jj;
-        }
-      }
+  const T fill = a.mask.seeds_fill ? T(-1e6) : -inf;
+  const index_t dv = a.v.C;
+  Dots(d, q, k0, a.k.sR, a.q.C, cnt, s);
+  T tile_max = -inf;
+  for (index_t jj = 0; jj < cnt; ++jj) {
+    const index_t j = j0 + jj;
+    s[jj] = rm.allowed(j) ? s[jj] * a.scale + rm.bias_at(j) : fill;
+    tile_max = std::max(tile_max, s[jj]);
+  }
+  const T new_max = std::max(mx, tile_max);
+  if (new_max == -inf) return;  // every key so far masked
+  const T alpha = std::exp(mx - new_max);
+  mx = new_max;
+  for (index_t c = 0; c < dv; ++c) o[c] *= alpha;
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  index_t jj = 0;
+  for (; jj + L <= cnt; jj += L) hn::Store(hn::Exp(d, hn::Sub(hn::Load(d, s + jj), hn::Set(d, mx))), d, s + jj);
+  for (; jj < cnt; ++jj) s[jj] = std::exp(s[jj] - mx);
+  double tile_sum = 0;
+  for (jj = 0; jj < cnt; ++jj) tile_sum += static_cast<double>(s[jj]);
+  sum = sum * static_cast<double>(alpha) + tile_sum;
+  const DropoutPlan& drop = a.dropout;
+  if (drop.active)
+    for (jj = 0; jj < cnt; ++jj) s[jj] = drop.keep(bh, i, j0 + jj) ? s[jj] * static_cast<T>(drop.scale) : T(0);
+  // o += the value rows by their weights, two at a time where both are not 0 (a row whose weight
+  // is 0 is never read: a masked or dropped key's value may be anything). Measured at one thread,
+  // (32,1,8192,128): rows one at a time 26.5 ms, two 18.4 ms, four 23.3 ms, eight 22.9 ms.
+  for (jj = 0; jj < cnt;) {
+    if (jj + 2 <= cnt && s[jj] != T(0) && s[jj + 1] != T(0)) {
+      Axpys<2>(d, s + jj, v0 + jj * a.v.sR, a.v.sR, o, dv);
+      jj += 2;
+    } else {
+      if (s[jj] != T(0)) Axpys<1>(d, s + jj, v0 + jj * a.v.sR, a.v.sR, o, dv);
+      ++jj;
     }
-    p.part_max[row] = mx;
-    p.part_sum[row] = sum;
   }
 }
 
-void DecodeChunkF32(const SdpaDecode<float>& p, index_t b, index_t h, index_t c) { DecodeChunk(p, b, h, c); }
-void DecodeChunkF64(const SdpaDecode<double>& p, index_t b, index_t h, index_t c) { DecodeChunk(p, b, h, c); }
+// Tiles outer, query rows inner: each tile of keys and values is read from memory once and serves
+// every row of every query head of the key head's group from the cache. A row's running state lives
+// in its slot of the partial results.
+template <class T>
+void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chunk) {
+  simd::note_ran(HWY_TARGET);
+  const hn::ScalableTag<T> d;
+  const SdpaPlan<T>& a = *p.f.plan;
+  const index_t n = a.q.R, m = a.k.R, dv = a.v.C, H = a.q.H, h0 = hk * a.group, h1 = h0 + a.group;
+  const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
+  // The slot of row i of query head h, and the last key a row of the task may attend to.
+  auto slot = [&](index_t h, index_t i) { return ((b * H + h) * n + i) * p.chunks + chunk; };
+  index_t end = k0;
+  for (index_t h = h0; h < h1; ++h)
+    for (index_t i = 0; i < n; ++i) {
+      const index_t r = slot(h, i);
+      std::fill(p.part_out + r * dv, p.part_out + (r + 1) * dv, T(0));
+      p.part_max[r] = -std::numeric_limits<T>::infinity();
+      p.part_sum[r] = 0;
+      end = std::max(end, a.mask.seeds_fill ? k1 : std::min(k1, a.mask.row(b, h, i).end));
+    }
+  HWY_ALIGN T s[kDecodeTile];  // a row's scores of the tile, then its weights
+  for (index_t j0 = k0; j0 < end; j0 += kDecodeTile) {
+    const index_t cnt = std::min<index_t>(kDecodeTile, end - j0);
+    for (index_t h = h0; h < h1; ++h)
+      for (index_t i = 0; i < n; ++i) {
+        const RowMask<T> rm = a.mask.row(b, h, i);
+        if (!a.mask.seeds_fill && j0 >= rm.end) continue;
+        const index_t r = slot(h, i);
+        DecodeTileRow(d, a, rm, a.q.row(b, h, i), a.k.row(b, hk, j0), a.v.row(b, hk, j0), j0, cnt, b * H + h, i, s,
+                      p.part_out + r * dv, p.part_max[r], p.part_sum[r]);
+      }
+  }
+}
+
+void DecodeChunkF32(const SdpaDecode<float>& p, index_t b, index_t hk, index_t c) { DecodeChunk(p, b, hk, c); }
+void DecodeChunkF64(const SdpaDecode<double>& p, index_t b, index_t hk, index_t c) { DecodeChunk(p, b, hk, c); }
 
 }  // namespace attn::cpu::fused::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -138,12 +155,12 @@ HWY_EXPORT(DecodeChunkF32);
 HWY_EXPORT(DecodeChunkF64);
 
 template <>
-void sdpa_decode_chunk(const SdpaDecode<float>& p, index_t b, index_t h, index_t chunk) {
-  ATTN_SIMD_CALL(p.f.simd, DecodeChunkF32)(p, b, h, chunk);
+void sdpa_decode_chunk(const SdpaDecode<float>& p, index_t b, index_t hk, index_t chunk) {
+  ATTN_SIMD_CALL(p.f.simd, DecodeChunkF32)(p, b, hk, chunk);
 }
 template <>
-void sdpa_decode_chunk(const SdpaDecode<double>& p, index_t b, index_t h, index_t chunk) {
-  ATTN_SIMD_CALL(p.f.simd, DecodeChunkF64)(p, b, h, chunk);
+void sdpa_decode_chunk(const SdpaDecode<double>& p, index_t b, index_t hk, index_t chunk) {
+  ATTN_SIMD_CALL(p.f.simd, DecodeChunkF64)(p, b, hk, chunk);
 }
 
 }  // namespace attn::cpu::fused

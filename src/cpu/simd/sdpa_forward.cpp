@@ -25,30 +25,31 @@ namespace hn = hwy::HWY_NAMESPACE;
 template <class T>
 void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work) {
   simd::note_ran(HWY_TARGET);
+  const SdpaPlan<T>& a = *p.plan;
   const hn::ScalableTag<T> d;
-  const index_t n = p.q.R, dq = p.q.C, dv = p.v.C;
+  const index_t n = a.q.R, dq = a.q.C, dv = a.v.C, hk = a.kv_head(h);
   const index_t rows = std::min<index_t>(kBlockQ, n - i0);
   Carve carve(work);
   BlockState<T> st(BlockArrays<T>(carve, dq, dv));
 
-  PackTransposed(st.qt, p.q, b, h, i0, rows);
-  const index_t keys = st.start(*p.mask, b, h, i0, rows);
+  PackTransposed(st.qt, a.q, b, h, i0, rows);
+  const index_t keys = st.start(a.mask, b, h, i0, rows);
   for (index_t c = 0; c < dv * kBlockQ; ++c) st.ot[c] = 0;
 
   for (index_t j0 = 0; j0 < keys; j0 += kBlockK) {
     const index_t cnt = std::min<index_t>(kBlockK, keys - j0);
     // scores^T (cnt, kBlockQ) = K_tile Q^T, then scale and masks.
-    BlockGemm<false>(d, p.k.row(b, h, j0), p.k.sR, 1, st.qt, st.s, cnt, dq);
-    const bool partial = st.mask_tile(d, p.scale, j0, cnt);
+    BlockGemm<false>(d, a.k.row(b, hk, j0), a.k.sR, 1, st.qt, st.s, cnt, dq);
+    const bool partial = st.mask_tile(d, a.scale, j0, cnt);
     st.softmax_tile(d, cnt);
-    if (p.dropout->active) st.drop_tile(*p.dropout, b * p.q.H + h, i0, rows, j0, cnt);
+    if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
     // out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T.
     st.rescale(d, st.ot, dv);
-    const T* v0 = p.v.row(b, h, j0);
-    if (partial && !rows_finite(v0, p.v.sR, cnt, dv)) {
-      st.accumulate_skipping_zeros(v0, p.v.sR, cnt, dv, rows);  // 0 * Inf must not reach a row
+    const T* v0 = a.v.row(b, hk, j0);
+    if (partial && !rows_finite(v0, a.v.sR, cnt, dv)) {
+      st.accumulate_skipping_zeros(v0, a.v.sR, cnt, dv, rows);  // 0 * Inf must not reach a row
     } else {
-      BlockGemm<true>(d, v0, 1, p.v.sR, st.s, st.ot, dv, cnt);
+      BlockGemm<true>(d, v0, 1, a.v.sR, st.s, st.ot, dv, cnt);
     }
   }
 

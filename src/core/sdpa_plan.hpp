@@ -1,0 +1,31 @@
+// One scaled dot-product attention call as every backend's kernels receive it (core/kernels.inc):
+// the inputs, their head grouping, the mask and the score transform, built and validated once by
+// src/api/sdpa.cpp, in the manner of FlashAttention's params struct. Kernels trust it.
+#pragma once
+
+#include "core/dropout_plan.hpp"
+#include "core/mask_plan.hpp"
+#include "core/view4.hpp"
+
+namespace attn {
+
+template <class T>
+struct SdpaPlan {
+  View4<const T> q;  // (B, H, n, d)
+  View4<const T> k;  // (B, Hk, m, d): Hk = H / group key heads
+  View4<const T> v;  // (B, Hk, m, dv)
+  // Query heads per key and value head: 1 for multi-head attention, H / Hk for grouped-query
+  // attention (Hk = 1: multi-query). Query head h reads key and value head h / group, as PyTorch's
+  // enable_gqa and FlashAttention do; nothing is copied per query head.
+  index_t group = 1;
+  MaskPlan<T> mask;
+  T scale = 1;
+  // Soft-capping (Gemma 2): the scaled score s becomes softcap tanh(s / softcap) before the position
+  // bias and masks; 0 = none.
+  T softcap = 0;
+  DropoutPlan dropout;
+
+  index_t kv_head(index_t h) const { return h / group; }
+};
+
+}  // namespace attn
