@@ -184,15 +184,19 @@ TEST(AdditiveAttention, EmptyRowsOutputZeroWithZeroGradients) {
       EXPECT_EQ(out(0, 0, c), 0.0);
       EXPECT_EQ(fused(0, 0, c), 0.0);
     }
+    for (index_t c = 0; c < s.q; ++c) EXPECT_EQ(g[0](0, 0, c), 0.0);  // dqueries
     for (index_t i = 0; i < s.n; ++i) {
+      for (index_t j = 0; j < s.m; ++j) EXPECT_EQ(weights(1, i, j), 0.0);
       for (index_t c = 0; c < s.v; ++c) {
         EXPECT_EQ(out(1, i, c), 0.0);
         EXPECT_EQ(fused(1, i, c), 0.0);
       }
       for (index_t c = 0; c < s.q; ++c) EXPECT_EQ(g[0](1, i, c), 0.0);  // dqueries
     }
-    for (index_t j = 0; j < s.m; ++j)
+    for (index_t j = 0; j < s.m; ++j) {
       for (index_t c = 0; c < s.k; ++c) EXPECT_EQ(g[1](1, j, c), 0.0);  // dkeys
+      for (index_t c = 0; c < s.v; ++c) EXPECT_EQ(g[2](1, j, c), 0.0);  // dvalues
+    }
     for (const Tensor<double>& t : g)
       for (index_t e = 0; e < t.numel(); ++e) EXPECT_TRUE(std::isfinite(t[e]));
   }

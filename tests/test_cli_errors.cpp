@@ -131,6 +131,7 @@ TEST_F(CliErrors, MissingAndCorruptFilesAreBadUsageNamingFlagAndFile) {
   expect(kSdpa + std::vector<std::string>{"--mask", "missing.npy", "--out", "O.npy"}, 2, {"--mask ", "missing.npy"});
   // Nothing is written when an input is bad.
   EXPECT_FALSE(std::filesystem::exists(dir_.file("W.npy")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("O.npy")));
 }
 
 TEST_F(CliErrors, WrongElementTypesAreBadUsage) {

@@ -1,6 +1,7 @@
 // Pictures (attn/plot.hpp): the SVG and PNG back ends draw the same layout, colours mean what the
 // colormap says, labels and titles are present, every bad argument is refused with its message.
 // The PNG files are read back with libpng to look at their pixels.
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -131,25 +133,109 @@ TEST(Heatmaps, TitlesPerColumnOrPerHeatmapAndNanCellsAreGrey) {
   for (const char* t : {">a<", ">b<", ">c<", ">d<"}) EXPECT_EQ(count_substr(svg, t), 1) << t;
 }
 
+// The fills of the rectangles in the k-th group of cells of an SVG, in drawing order (row by row,
+// one rectangle per run of equal cells): group 0 is the first heatmap, the last group the colorbar.
+std::vector<std::string> cell_fills(const std::string& svg, int k) {
+  const std::string open = "<g shape-rendering=\"crispEdges\">";
+  std::size_t at = svg.find(open);
+  for (int i = 0; i < k && at != std::string::npos; ++i) at = svg.find(open, at + 1);
+  std::vector<std::string> fills;
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "the SVG has no group of cells " << k;
+    return fills;
+  }
+  const std::string group = svg.substr(at, svg.find("</g>", at) - at);
+  const std::regex fill("<rect [^>]*fill=\"(#[0-9a-f]{6})\"");
+  for (auto it = std::sregex_iterator(group.begin(), group.end(), fill); it != std::sregex_iterator(); ++it)
+    fills.push_back((*it)[1]);
+  return fills;
+}
+
+// The red, green and blue bytes of "#rrggbb", and its luma (Rec. 709 weights): lightness.
+std::array<int, 3> rgb(const std::string& hex) {
+  return {std::stoi(hex.substr(1, 2), nullptr, 16), std::stoi(hex.substr(3, 2), nullptr, 16),
+          std::stoi(hex.substr(5, 2), nullptr, 16)};
+}
+double luma(const std::string& hex) {
+  const auto c = rgb(hex);
+  return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2];
+}
+
+// Every colormap is matplotlib's: the ColorBrewer colours its Reds, Blues, ... are built from at
+// 0 and 1 (and at every eighth for Reds, the seeds'), viridis' first and last colours; between
+// stops, linear interpolation in RGB. Lightness falls from the low end to the high one (rises for
+// viridis), and the colorbar runs from the high end (top) to the low end (bottom).
+// Values k / 16 for k = 0 .. 16 on the scale [0, 1]: even k on a stop, odd k halfway between two.
 TEST(Heatmaps, ColourScaleFromOptionsAndEveryColormap) {
-  Tensor<float> m({1, 2}, {0.25f, 0.75f});
+  struct Map {
+    const char* name;
+    std::vector<std::string> stops;  // all 9 stops (0, 1/8, ..., 1), or the two ends
+    bool dark_to_light = false;
+  };
+  const Map maps[] = {
+      {"Reds", {"#fff5f0", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d"}},
+      {"Blues", {"#f7fbff", "#08306b"}},
+      {"Greens", {"#f7fcf5", "#00441b"}},
+      {"Greys", {"#ffffff", "#000000"}},
+      {"Oranges", {"#fff5eb", "#7f2704"}},
+      {"Purples", {"#fcfbfd", "#3f007d"}},
+      {"viridis", {"#440154", "#fde725"}, true},
+  };
+  Tensor<float> ramp({1, 17});
+  for (index_t k = 0; k < 17; ++k) ramp[k] = static_cast<float>(k) / 16;
   io::HeatmapOptions options;
   options.vmin = 0;
   options.vmax = 1;
-  for (const char* name : {"Reds", "Blues", "Greens", "Greys", "Oranges", "Purples", "viridis"}) {
-    options.colormap = name;
-    EXPECT_NO_THROW(io::write_heatmaps<float>(temp_path("cmap.svg"), m.cview(), options)) << name;
+  for (const Map& map : maps) {
+    SCOPED_TRACE(map.name);
+    options.colormap = map.name;
+    io::write_heatmaps<float>(temp_path("cmap.svg"), ramp.cview(), options);
+    const std::string svg = read_text(temp_path("cmap.svg"));
+    const std::vector<std::string> cells = cell_fills(svg, 0);
+    ASSERT_EQ(cells.size(), 17u) << "17 distinct colours";
+    EXPECT_EQ(cells.front(), map.stops.front());
+    EXPECT_EQ(cells.back(), map.stops.back());
+    if (map.stops.size() == 9) {
+      for (std::size_t k = 0; k < 17; ++k) {
+        if (k % 2 == 0) {
+          EXPECT_EQ(cells[k], map.stops[k / 2]) << "stop " << k / 2;
+        } else {  // each byte the mean of its neighbours' (to a rounding)
+          const auto mid = rgb(cells[k]), a = rgb(map.stops[k / 2]), b = rgb(map.stops[k / 2 + 1]);
+          for (int c = 0; c < 3; ++c) EXPECT_LE(std::abs(2 * mid[c] - a[c] - b[c]), 1) << k << "/16: " << cells[k];
+        }
+      }
+    }
+    for (std::size_t k = 1; k < 17; ++k) {
+      const double step = luma(cells[k]) - luma(cells[k - 1]);
+      EXPECT_TRUE(map.dark_to_light ? step > 0 : step < 0) << k << "/16: " << cells[k - 1] << " then " << cells[k];
+    }
+    const std::vector<std::string> bar = cell_fills(svg, 1);
+    ASSERT_GE(bar.size(), 2u);
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_LE(std::abs(rgb(bar.front())[c] - rgb(map.stops.back())[c]), 2) << "top " << bar.front();
+      EXPECT_LE(std::abs(rgb(bar.back())[c] - rgb(map.stops.front())[c]), 2) << "bottom " << bar.back();
+    }
   }
+  // The scale from the options: 0.25 and 0.75 on [0, 1] are stops 2 and 6, neither end, and the
+  // colorbar shows 0 and 1; the data's own range would put them at the ends.
+  const Tensor<float> m({1, 2}, {0.25f, 0.75f});
   options.colormap = "Greys";
   io::write_heatmaps<float>(temp_path("cmap.svg"), m.cview(), options);
   const std::string svg = read_text(temp_path("cmap.svg"));
-  // 0.25 and 0.75 on Greys lie between its stops: neither end of the scale is used by a cell,
-  // but the colorbar shows 0 and 1.
+  EXPECT_EQ(cell_fills(svg, 0), (std::vector<std::string>{"#d9d9d9", "#525252"}));
+  EXPECT_NE(svg.find(">0.0<"), std::string::npos);
   EXPECT_NE(svg.find(">1.0<"), std::string::npos);
-  // Constant data: the scale runs from 0 to the value, not over an empty interval.
+  options.vmin.reset(), options.vmax.reset();
+  io::write_heatmaps<float>(temp_path("cmap.svg"), m.cview(), options);
+  EXPECT_EQ(cell_fills(read_text(temp_path("cmap.svg")), 0), (std::vector<std::string>{"#ffffff", "#000000"}));
+  // Constant data: the scale runs from 0 to the value (its top end, the darkest red, on every
+  // cell, and 0 on the colorbar), not over an empty interval.
   Tensor<float> flat({2, 2}, {0.5f, 0.5f, 0.5f, 0.5f});
   io::write_heatmaps<float>(temp_path("flat.svg"), flat.cview());
-  EXPECT_NE(read_text(temp_path("flat.svg")).find(">0.5<"), std::string::npos);
+  const std::string flat_svg = read_text(temp_path("flat.svg"));
+  EXPECT_EQ(cell_fills(flat_svg, 0), (std::vector<std::string>{"#67000d", "#67000d"}));  // a run per row
+  EXPECT_NE(flat_svg.find(">0.0<"), std::string::npos);
+  EXPECT_NE(flat_svg.find(">0.5<"), std::string::npos);
 }
 
 TEST(Heatmaps, BadArgumentsAreRefusedWithMessages) {
@@ -280,13 +366,22 @@ TEST(Plots, ExtremeValuesAndTextAreDrawnWithoutOverflow) {
   io::PlotOptions limits;
   limits.xmin = 0;
   limits.xmax = 1;
+  const Tensor<double> m({1, 3}, {-1e308, 0, 1e308});
   for (const char* ext : {"svg", "png"}) {
     const std::string path = temp_path(std::string("extreme.") + ext);
     EXPECT_NO_THROW(io::write_plots(path, {{{wide}, {}}, {{same}, {}}, {{wide, same}, limits}}, 3));
-    Tensor<double> m({1, 3}, {-1e308, 0, 1e308});
     EXPECT_NO_THROW(io::write_heatmaps<double>(temp_path(std::string("extreme_heatmap.") + ext), m.cview()));
   }
-  EXPECT_EQ(read_text(temp_path("extreme.svg")).find('\x01'), std::string::npos);
+  for (const char* name : {"extreme.png", "extreme_heatmap.png"}) {
+    const RgbaImage image = io::read_png(temp_path(name));
+    EXPECT_GT(image.width, 100) << name;
+    EXPECT_GT(image.height, 100) << name;
+  }
+  const std::string svg = read_text(temp_path("extreme.svg")), heatmap = read_text(temp_path("extreme_heatmap.svg"));
+  EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
+  EXPECT_EQ(svg.find('\x01'), std::string::npos);
+  // The scale from -1e308 to 1e308 puts 0 in its middle (Reds' fifth stop), the ends at the ends.
+  EXPECT_EQ(cell_fills(heatmap, 0), (std::vector<std::string>{"#fff5f0", "#fb6a4a", "#67000d"}));
 }
 
 TEST(Png, ReadingAFileThatIsNotAPngNamesIt) {

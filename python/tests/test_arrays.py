@@ -15,7 +15,8 @@ def random(rng, *shape, dtype=np.float32):
 
 
 def layouts(a):
-    """`a` (3-D) in other memory layouts, each with the same values."""
+    """`a` (3-D) in other memory layouts, each with the same values but "broadcast" (stride 0 over
+    the batch), which repeats the first batch element."""
     return {
         "fortran": np.asfortranarray(a),
         "reversed": np.ascontiguousarray(a[::-1])[::-1],  # negative strides
@@ -24,20 +25,20 @@ def layouts(a):
         "transposed": np.ascontiguousarray(a.transpose(0, 2, 1)).transpose(0, 2, 1),
         "big_endian": a.astype(a.dtype.newbyteorder(">")),
         "read_only": np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape),
-        "broadcast": np.broadcast_to(a[:1], a.shape) if a.shape[0] == 1 else a,
+        "broadcast": np.broadcast_to(a[:1], a.shape),
     }
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_layout_gives_the_c_ordered_result(rng, dtype):
     q, k, v = random(rng, 2, 5, 3, dtype=dtype), random(rng, 2, 7, 3, dtype=dtype), random(rng, 2, 7, 4, dtype=dtype)
-    expected = attn.scaled_dot_product_attention(q, k, v, np.array([3, 7]))
     for name, (lq, lk, lv) in zip(layouts(q), zip(layouts(q).values(), layouts(k).values(), layouts(v).values())):
+        cq, ck, cv = (np.array(a, dtype, order="C") for a in (lq, lk, lv))  # the same values, C-ordered copies
         got = attn.scaled_dot_product_attention(lq, lk, lv, np.array([3, 7]))
         assert got.dtype == dtype and got.flags.c_contiguous
-        np.testing.assert_array_equal(got, expected, err_msg=name)
-        np.testing.assert_array_equal(attn.masked_softmax(lq), attn.masked_softmax(q), err_msg=name)
-        np.testing.assert_array_equal(attn.bmm(lq, lk, transpose_b=True), attn.bmm(q, k, transpose_b=True), err_msg=name)
+        np.testing.assert_array_equal(got, attn.scaled_dot_product_attention(cq, ck, cv, np.array([3, 7])), err_msg=name)
+        np.testing.assert_array_equal(attn.masked_softmax(lq), attn.masked_softmax(cq), err_msg=name)
+        np.testing.assert_array_equal(attn.bmm(lq, lk, transpose_b=True), attn.bmm(cq, ck, transpose_b=True), err_msg=name)
 
 
 def test_c_ordered_arrays_are_used_without_a_copy_and_others_are_copied(rng):
@@ -71,17 +72,17 @@ def test_empty_dimensions(rng):
     assert out.shape == (2, 3, 5) and w.shape == (2, 3, 0) and np.all(out == 0)  # no key: every row is empty
 
 
-def longest_pause_during_a_call(q, k):
+def longest_pause_during_a_call(call):
     """The longest stretch in which the main thread could not run Python while another thread ran
-    one attn call, and how long that call takes alone."""
+    call(), and how long call() takes alone."""
     start = time.perf_counter()
-    attn.scaled_dot_product_attention(q, k, k)
+    call()
     duration = time.perf_counter() - start
     go, done = threading.Event(), threading.Event()
 
     def work():
         go.wait()  # start the call once the main thread is in its loop
-        attn.scaled_dot_product_attention(q, k, k)
+        call()
         done.set()
 
     worker = threading.Thread(target=work)
@@ -97,15 +98,23 @@ def longest_pause_during_a_call(q, k):
 
 
 def test_the_gil_is_released_while_attn_computes(rng):
-    # While a thread runs an attn call of a few tenths of a second, the main thread keeps running
-    # Python code: its longest pause is far shorter than the call. Were the GIL held, the main thread
-    # would stop for the whole call, every time. On a loaded machine the OS may deschedule the main
-    # thread once in a while (and the call alone may run faster than with the main thread beside
-    # it), so one attempt in ten is enough.
+    # While a thread runs an attn call of a few tenths of a second (the queries doubled until the
+    # call alone takes 0.2 s: the fused kernels do the first size in milliseconds, no longer than
+    # the 5 ms a thread may wait for the GIL), the main thread keeps running Python code: its longest
+    # pause is far shorter than the call. Were the GIL held, the main thread would stop for the whole
+    # call, every time. On a loaded machine the OS may deschedule the main thread once in a while
+    # (and the call alone may run faster than with the main thread beside it), so one attempt in ten
+    # is enough.
     q, k = random(rng, 4, 256, 64), random(rng, 4, 2048, 64)
+    while q.shape[1] < 65536:
+        start = time.perf_counter()
+        attn.scaled_dot_product_attention(q, k, k)
+        if time.perf_counter() - start >= 0.2:
+            break
+        q = np.concatenate([q, q], axis=1)
     attempts = []
     for _ in range(10):
-        attempts.append(longest_pause_during_a_call(q, k))
+        attempts.append(longest_pause_during_a_call(lambda: attn.scaled_dot_product_attention(q, k, k)))
         pause, duration = attempts[-1]
         if pause < duration / 2:
             break

@@ -36,8 +36,12 @@ def test_grids_titles_and_colormaps(tmp_path, shape, rng):
     titles = [f"head {c}" for c in range(cols)]
     plain = attn.show_heatmaps(matrices, path=tmp_path / "plain.svg")
     titled = attn.show_heatmaps(matrices, "k", "q", titles, path=tmp_path / "titled.svg", cmap="viridis")
-    assert all(t in pathlib.Path(titled).read_text() for t in titles)
-    assert pathlib.Path(plain).read_text() != pathlib.Path(titled).read_text()
+    plain_svg, titled_svg = pathlib.Path(plain).read_text(), pathlib.Path(titled).read_text()
+    assert all(f">{t}</text>" in titled_svg for t in titles)
+    # The smallest and largest value take the colormap's ends: Reds' by default, viridis' when asked.
+    reds, viridis = ("#fff5f0", "#67000d"), ("#440154", "#fde725")
+    for svg, ends, other in ((plain_svg, reds, viridis), (titled_svg, viridis, reds)):
+        assert all(f'fill="{c}"' in svg for c in ends) and not any(f'fill="{c}"' in svg for c in other)
     # float32 and float64 matrices of the same values draw the same picture.
     attn.show_heatmaps(matrices.astype(np.float32), path=tmp_path / "f32.svg")
     attn.show_heatmaps(matrices.astype(np.float32).astype(np.float64), path=tmp_path / "f64.svg")

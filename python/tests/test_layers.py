@@ -213,11 +213,16 @@ def test_additive_parameters_are_writable(rng):
     attention.w_v[:] = 0  # in place: all scores 0, the output is the mean of the values
     np.testing.assert_allclose(attention(q, k, v), np.broadcast_to(v.mean(1, keepdims=True), (1, 2, 2)), rtol=1e-6)
     attention.w_v = np.ones(5)  # float64 parameters: converted for a float32 call
-    assert attention(q, k, v).dtype == np.float32 and not np.allclose(attention(q, k, v), first)
-    # An SGD step with the gradients of backward, as on nn.Linear weights.
+    out = attention(q, k, v)
+    assert out.dtype == np.float32 and not np.allclose(out, first)
+    # An SGD step with the gradients of backward, as on nn.Linear weights: in place on the array the
+    # layer holds, and a small step against the gradient of sum(out) lowers it.
     g = attention.backward(np.ones((1, 2, 2), np.float32))
-    attention.W_q -= 0.1 * g["W_q"]
     assert set(g) == {"queries", "keys", "values", "W_q", "W_k", "w_v"}
+    assert np.abs(g["W_q"]).max() > 1e-3
+    attention.W_q -= 0.1 * g["W_q"]
+    assert attention.W_q is W_q
+    assert attention(q, k, v).sum() < out.sum()
 
 
 def test_additive_attention_computes_in_the_dtype_of_its_inputs(rng):

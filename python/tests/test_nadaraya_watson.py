@@ -51,6 +51,8 @@ def test_the_seeds_regression(rng, kernel, width, dtype):
         x_train, y_train, x_query = regression(rng)
         if kernel in ("gaussian", "constant") or away_from_edges(x_train, x_query, width):
             break
+    else:
+        pytest.fail(f"no draw keeps the {kernel} kernel's edges out of the way")
     refs = torch_results(x_train, y_train, x_query, kernel, width)
     y_hat, weights = attn.nadaraya_watson(x_train.astype(dtype), y_train.astype(dtype), x_query.astype(dtype),
                                           kernel=kernel, width=width, return_weights=True)
@@ -69,6 +71,8 @@ def test_vectors_and_batches(rng, kernel, form):
         x_query = rng.standard_normal((*lead, n, p)).astype(np.float32)
         if kernel in ("gaussian", "constant") or away_from_edges(x_train, x_query, width):
             break
+    else:
+        pytest.fail(f"no draw keeps the {kernel} kernel's edges out of the way")
     y_train = rng.standard_normal((m,) if form == "vector_points_scalar_targets" else (*lead, m, v)).astype(np.float32)
     refs = torch_results(x_train, y_train, x_query, kernel, width)
     y_hat, weights = attn.nadaraya_watson(x_train, y_train, x_query, kernel, width, return_weights=True)

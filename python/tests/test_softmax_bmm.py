@@ -83,20 +83,17 @@ def test_masked_softmax_masks(rng, mask_kind, heads, dtype):
         kw["keep"] = rng.random(shape) < 0.7  # some rows lose every key: they must be 0
     if mask_kind == "keep_key_padding":
         kw["keep"] = (rng.random((B, 1, 1, m) if heads else (B, 1, m)) < 0.8)  # broadcast over heads and queries
-    if mask_kind in ("additive", "all"):
+    if mask_kind == "additive":
         additive = rng.standard_normal((n, m)).astype(np.float32)  # broadcast over batch and heads
         additive[rng.random((n, m)) < 0.2] = -np.inf
         kw["additive"] = additive
+    # "all": valid lengths, a keep-mask and causal together (mask= takes one mask, bool or float).
     causal = {"causal": "top_left", "bottom_right": "bottom_right", "all": True}.get(mask_kind, False)
     lens = draw_lens(rng, "query", B, n, m) if mask_kind == "all" else None
     refs = general(X, lens, causal=causal, **kw)
     mask = kw.get("keep", kw.get("additive"))
-    if mask_kind == "all":
-        got = attn.masked_softmax(X.astype(dtype), lens, mask=kw["keep"], causal=True)
-        refs = general(X, lens, keep=kw["keep"], causal=True)
-    else:
-        got = attn.masked_softmax(X.astype(dtype), mask=None if mask is None else mask.astype(
-            bool if mask.dtype == bool else dtype), causal=causal)
+    got = attn.masked_softmax(X.astype(dtype), lens, mask=None if mask is None else mask.astype(
+        bool if mask.dtype == bool else dtype), causal=causal)
     check(got, refs, f"{mask_kind} {shape}")
 
 
