@@ -347,7 +347,10 @@ TEST(Sdpa, BadInputNamesTheArgumentAndTheRule) {
   Tensor<float> dk_bad({2, 10, 3});
   testing::expect_error([&] { sdpa_backward<float>(dq.view(), dk_bad.view(), {}, out.view(), q.view(), k.view(), v.view(), {}, {}); }, {"dkeys has shape (2,10,3) but must be (2,10,2)"});
   testing::expect_error([&] { sdpa_backward<float>(dq.view(), {}, {}, {}, q.view(), k.view(), v.view(), {}, {}); }, {"dout is required"});
-  testing::expect_error([&] { sdpa_forward<float>(out.view(), {}, {}, q.view(), k.view(), TensorView<const float>(out.data(), {2, 10, 4})); }, {"out and values share memory"});
+  // out written over the start of values' buffer.
+  Tensor<float> shared({2, 10, 4});
+  const TensorView<float> out_in_values(shared.data(), {2, 1, 4}, {40, 4, 1});
+  testing::expect_error([&] { sdpa_forward<float>(out_in_values, {}, {}, q.view(), k.view(), shared.cview()); }, {"out and values share memory"});
 }
 
 TEST(Sdpa, SizesWhoseProductOverflowsAreRefused) {
