@@ -12,7 +12,16 @@
 //     -inf entries exclude a key.
 //   - a causal mask: query i sees keys j <= i (top_left), or j <= i + m - n (bottom_right, the
 //     alignment of a decoder continuing a cached prefix when n != m).
-// A key is attended to only if every component allows it.
+//   - a sliding window (Mistral, Longformer, FlashAttention's window_size): query i sees keys j with
+//     p(i) - left <= j <= p(i) + right, where p(i) = i, or i + m - n when the causal alignment is
+//     bottom_right; a negative bound leaves that side unbounded. Without `causal`, p(i) = i.
+//   - packed sequences (xFormers' BlockDiagonalMask, FlashAttention's varlen): segment ids of shape
+//     (B, n) for the queries and (B, m) for the keys, int32 or int64; query i sees key j only when
+//     both have the same id. One tensor serves both when n == m (leave segment_ids_k empty).
+// A key is attended to only if every component allows it. Besides masking, a Mask carries the
+// position bias of ALiBi (Press et al., 2022), with FlashAttention-2's convention: slopes of shape
+// (H,) or (B, H) (H = 1 for 3-D inputs), and score += -slope * |p(i) - j| after the scale and the
+// soft-capping, before the additive mask.
 //
 // Masked keys get weight exactly 0: their scores are never read, so NaN or Inf stored there never
 // reaches an output or a gradient. A query row left with no key to attend to (valid length 0, a
@@ -23,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "attn/tensor.hpp"
 
@@ -35,6 +45,23 @@ enum class MaskedFill {
   seeds_minus_1e6,  // the seeds' masked_softmax: masked scores become -1e6, then softmax over all keys
 };
 
+// The bounds of a sliding window around a query's position; -1 (any negative value): unbounded.
+struct Window {
+  index_t left = -1;
+  index_t right = -1;
+};
+
+// Segment ids of int32 or int64 elements: (B, n) or (B, m).
+struct SegmentIds {
+  TensorView<const std::int64_t> i64;
+  TensorView<const std::int32_t> i32;
+
+  SegmentIds() = default;
+  SegmentIds(TensorView<const std::int64_t> ids) : i64(ids) {}  // NOLINT(google-explicit-constructor)
+  SegmentIds(TensorView<const std::int32_t> ids) : i32(ids) {}  // NOLINT(google-explicit-constructor)
+  bool empty() const { return i64.empty() && i32.empty(); }
+};
+
 template <class T>
 struct Mask {
   TensorView<const std::int64_t> valid_lens;  // empty, (B,) or (B, n)
@@ -42,9 +69,14 @@ struct Mask {
   TensorView<const T> additive;               // empty, or broadcastable to (B, H, n, m)
   Causal causal = Causal::none;
   MaskedFill fill = MaskedFill::exclude;
+  std::optional<Window> window;               // none, or a sliding window
+  SegmentIds segment_ids_q;                   // empty, or (B, n)
+  SegmentIds segment_ids_k;                   // empty: the queries' ids (n == m), or (B, m)
+  TensorView<const T> alibi_slopes;           // empty, (H,) or (B, H)
 
   bool is_none() const {
-    return valid_lens.empty() && keep.empty() && additive.empty() && causal == Causal::none;
+    return valid_lens.empty() && keep.empty() && additive.empty() && causal == Causal::none && !window &&
+           segment_ids_q.empty() && alibi_slopes.empty();
   }
 };
 

@@ -1,5 +1,7 @@
 #include "core/mask_plan.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "core/view4.hpp"
@@ -39,6 +41,24 @@ void broadcast_strides(const TensorView<U>& t, index_t B, index_t H, index_t n, 
   for (int i = 0; i < 4; ++i) out[i] = strides[i];
 }
 
+// The rows of segment ids (B, len) of int32 or int64 elements, checked; *sb receives the batch stride.
+SegmentRow segment_rows(const SegmentIds& ids, index_t B, index_t len, const char* op, const char* name,
+                        const char* want, index_t& sb) {
+  if (!ids.i64.empty() && !ids.i32.empty()) detail::fail(op, ": ", name, " is given both as int64 and as int32");
+  auto check = [&](const auto& t) {
+    if (t.rank() != 2 || t.dim(0) != B || t.dim(1) != len)
+      detail::fail(op, ": ", name, " has shape ", t.shape_string(), "; it must be ", want, " = (", B, ",", len, ")");
+    if (t.data() == nullptr && t.numel() > 0) detail::fail(op, ": ", name, " has no data");
+    if (t.stride(0) < 0 || t.stride(1) < 0) detail::fail(op, ": ", name, " has a negative stride");
+    sb = t.stride(0);
+    return t.stride(1);
+  };
+  SegmentRow r;
+  if (!ids.i64.empty()) r.stride = check(ids.i64), r.i64 = ids.i64.data();
+  else r.stride = check(ids.i32), r.i32 = ids.i32.data();
+  return r;
+}
+
 }  // namespace
 
 template <class T>
@@ -70,9 +90,45 @@ MaskPlan<T> plan_mask(const Mask<T>& mask, index_t B, index_t H, index_t n, inde
         }
       }
   }
-  if (mask.causal != Causal::none) {
-    p.causal = true;
-    p.causal_offset = mask.causal == Causal::bottom_right ? m - n : 0;
+  // Positions p(i) = i + offset, for the causal rule, the window and ALiBi.
+  p.offset = mask.causal == Causal::bottom_right ? m - n : 0;
+  p.causal = mask.causal != Causal::none;
+  if (mask.window) {
+    p.window = true;
+    p.window_left = std::max<index_t>(mask.window->left, -1);
+    p.window_right = std::max<index_t>(mask.window->right, -1);
+  }
+  if (!mask.segment_ids_q.empty()) {
+    p.seg_q = segment_rows(mask.segment_ids_q, B, n, op, "segment_ids (queries)", "(B, n)", p.seg_q_sb);
+    if (mask.segment_ids_k.empty()) {
+      if (n != m)
+        detail::fail(op, ": segment_ids of the queries are given without those of the keys, but n = ", n, " != m = ", m,
+                     "; one tensor serves both only when n == m: pass the keys' ids (B, m) too");
+      p.seg_k = p.seg_q, p.seg_k_sb = p.seg_q_sb;
+    } else {
+      p.seg_k = segment_rows(mask.segment_ids_k, B, m, op, "segment_ids (keys)", "(B, m)", p.seg_k_sb);
+    }
+  } else if (!mask.segment_ids_k.empty()) {
+    detail::fail(op, ": segment_ids of the keys are given without those of the queries");
+  }
+  if (!mask.alibi_slopes.empty()) {
+    const auto& a = mask.alibi_slopes;
+    const bool per_head = a.rank() == 1 && a.dim(0) == H;
+    const bool per_batch = a.rank() == 2 && a.dim(0) == B && a.dim(1) == H;
+    if (!per_head && !per_batch)
+      detail::fail(op, ": alibi_slopes has shape ", a.shape_string(), "; it must be (H,) = (", H, ",) or (B, H) = (", B,
+                   ",", H, ") for scores of shape ", scores_shape(B, H, n, m, rank));
+    if (a.data() == nullptr && a.numel() > 0) detail::fail(op, ": alibi_slopes has no data");
+    for (int i = 0; i < a.rank(); ++i)
+      if (a.stride(i) < 0) detail::fail(op, ": alibi_slopes has a negative stride");
+    p.alibi = a.data();
+    p.alibi_sb = per_batch ? a.stride(0) : 0;
+    p.alibi_sh = a.stride(a.rank() - 1);
+    for (index_t b = 0; b < (per_batch ? B : 1); ++b)
+      for (index_t h = 0; h < H; ++h)
+        if (!std::isfinite(p.alibi_slope(b, h)))
+          detail::fail(op, ": alibi_slopes holds ", p.alibi_slope(b, h), " for batch ", b, ", head ", h,
+                       "; every slope must be finite");
   }
   if (!mask.keep.empty()) {
     broadcast_strides(mask.keep, B, H, n, m, rank, op, "mask", p.keep_s);

@@ -1,27 +1,51 @@
-// The one internal form of every mask (attn/mask.hpp): per score row (b, h, i) a key limit `end`
-// (from valid lengths and the causal rule: keys j >= end are masked) plus optional broadcast views
-// of a boolean keep-mask and an additive mask. Built and validated once by plan_mask; the kernels
-// only call MaskPlan::row.
+// The one internal form of every mask (attn/mask.hpp): per score row (b, h, i) a range of keys
+// [begin, end) (from valid lengths, the causal rule and a sliding window: keys outside are masked),
+// plus optional broadcast views of a boolean keep-mask, an additive mask, segment ids, and the ALiBi
+// slope of the row's head. Built and validated once by plan_mask; the kernels call MaskPlan::row and
+// the few summaries below.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "attn/mask.hpp"
 
 namespace attn {
 
+// Segment ids of one batch element's queries or keys, int32 or int64, read as int64.
+struct SegmentRow {
+  const std::int32_t* i32 = nullptr;
+  const std::int64_t* i64 = nullptr;
+  index_t stride = 0;
+
+  bool empty() const { return i32 == nullptr && i64 == nullptr; }
+  std::int64_t operator[](index_t j) const { return i64 != nullptr ? i64[j * stride] : i32[j * stride]; }
+};
+
 template <class T>
 struct RowMask {
+  index_t begin = 0;               // keys [0, begin) are masked (the window's left edge)
   index_t end = 0;                 // keys [end, m) are masked
   const bool* keep = nullptr;      // keep[j * keep_stride]: false = masked; nullptr = all kept
   index_t keep_stride = 0;
   const T* bias = nullptr;         // bias[j * bias_stride] is added to score j; nullptr = none
   index_t bias_stride = 0;
+  SegmentRow seg_k;                // the keys' segment ids; empty = no segments
+  std::int64_t seg = 0;            // this query's segment id
+  T alibi = 0;                     // ALiBi: -alibi_slope |pos - j| is added to score j; 0 = none
+  index_t pos = 0;                 // the query's position p(i)
   bool seeds_fill = false;         // MaskedFill::seeds_minus_1e6
 
-  bool allowed(index_t j) const { return j < end && (keep == nullptr || keep[j * keep_stride]); }
-  T bias_at(index_t j) const { return bias == nullptr ? T(0) : bias[j * bias_stride]; }
+  bool allowed(index_t j) const {
+    return j >= begin && j < end && (keep == nullptr || keep[j * keep_stride]) && (seg_k.empty() || seg_k[j] == seg);
+  }
+  // The bias of key j: the additive mask's and ALiBi's.
+  T bias_at(index_t j) const {
+    T b = bias == nullptr ? T(0) : bias[j * bias_stride];
+    if (alibi != T(0)) b -= alibi * static_cast<T>(std::abs(pos - j));
+    return b;
+  }
   // Whether key j takes part in the weighted sum: the allowed ones, or all of them under the
   // seeds' -1e6 fill (a masked key then has a tiny, or for an empty row uniform, weight).
   bool participates(index_t j) const { return seeds_fill || allowed(j); }
@@ -33,21 +57,54 @@ struct MaskPlan {
   const std::int64_t* lens = nullptr;  // valid lengths, lens[b * lens_sb + i * lens_si]
   index_t lens_sb = 0, lens_si = 0;
   bool causal = false;
-  index_t causal_offset = 0;           // causal: key j allowed when j <= i + causal_offset
+  index_t offset = 0;                  // p(i) = i + offset: 0, or m - n when causal is bottom-right
+  bool window = false;
+  index_t window_left = -1, window_right = -1;  // -1: unbounded on that side
   const bool* keep = nullptr;
   index_t keep_s[4] = {0, 0, 0, 0};    // broadcast strides over (B, H, n, m)
   const T* bias = nullptr;
   index_t bias_s[4] = {0, 0, 0, 0};
+  SegmentRow seg_q, seg_k;             // batch element 0's rows; seg_*_sb steps to the next
+  index_t seg_q_sb = 0, seg_k_sb = 0;
+  const T* alibi = nullptr;            // slopes, alibi[b * alibi_sb + h * alibi_sh]
+  index_t alibi_sb = 0, alibi_sh = 0;
   bool seeds_fill = false;
+
+  // Keys [begin, end) the structure of the mask allows query i of batch b (valid lengths, causal
+  // rule, window); other components may mask more of them.
+  index_t begin(index_t i) const {
+    return window && window_left >= 0 ? std::clamp<index_t>(i + offset - window_left, 0, m) : 0;
+  }
+  index_t end(index_t b, index_t i) const {
+    index_t e = m;
+    if (lens != nullptr) e = std::min<index_t>(e, lens[b * lens_sb + i * lens_si]);
+    if (causal) e = std::min<index_t>(e, std::max<index_t>(0, i + offset + 1));
+    if (window && window_right >= 0) e = std::min<index_t>(e, std::max<index_t>(0, i + offset + window_right + 1));
+    return e;
+  }
+  SegmentRow segments_q(index_t b) const { return shift(seg_q, b * seg_q_sb); }
+  SegmentRow segments_k(index_t b) const { return shift(seg_k, b * seg_k_sb); }
+  T alibi_slope(index_t b, index_t h) const { return alibi == nullptr ? T(0) : alibi[b * alibi_sb + h * alibi_sh]; }
+  // Whether keys are masked element by element (a keep-mask, segments) or biased (additive, ALiBi).
+  bool elementwise() const { return keep != nullptr || bias != nullptr || !seg_q.empty() || alibi != nullptr; }
 
   RowMask<T> row(index_t b, index_t h, index_t i) const {
     RowMask<T> r;
-    r.end = m;
-    if (lens != nullptr) r.end = std::min<index_t>(r.end, lens[b * lens_sb + i * lens_si]);
-    if (causal) r.end = std::min<index_t>(r.end, std::max<index_t>(0, i + causal_offset + 1));
+    r.begin = begin(i);
+    r.end = end(b, i);
     if (keep != nullptr) r.keep = keep + b * keep_s[0] + h * keep_s[1] + i * keep_s[2], r.keep_stride = keep_s[3];
     if (bias != nullptr) r.bias = bias + b * bias_s[0] + h * bias_s[1] + i * bias_s[2], r.bias_stride = bias_s[3];
+    if (!seg_q.empty()) r.seg_k = segments_k(b), r.seg = segments_q(b)[i];
+    r.alibi = alibi_slope(b, h);
+    r.pos = i + offset;
     r.seeds_fill = seeds_fill;
+    return r;
+  }
+
+ private:
+  static SegmentRow shift(SegmentRow r, index_t by) {
+    if (r.i32 != nullptr) r.i32 += by;
+    if (r.i64 != nullptr) r.i64 += by;
     return r;
   }
 };

@@ -83,7 +83,7 @@ struct BackwardBuffers {
 // on the thread count.
 template <class T>
 void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T>& plan) {
-  if (!weights.empty() || plan.k.R > fused::kMaxKeys || backend() == Backend::unfused || plan.softcap != T(0))
+  if (!weights.empty() || plan.k.R > fused::kMaxKeys || backend() == Backend::unfused)
     return unfused::sdpa_forward<T>(out, lse, weights, plan);
   const fused::SdpaForward<T> p{out, lse, &plan, simd::current()};
   if (plan.q.R <= fused::kDecodeRows) return decode(p);
@@ -103,7 +103,7 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T
 template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> out,
                    View4<const T> lse, const SdpaPlan<T>& plan) {
-  if (plan.k.R > fused::kMaxKeys || backend() == Backend::unfused || plan.softcap != T(0))
+  if (plan.k.R > fused::kMaxKeys || backend() == Backend::unfused)
     return unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, out, lse, plan);
   const index_t B = plan.q.B, H = plan.q.H, Hk = plan.k.H, n = plan.q.R, m = plan.k.R, d = plan.q.C, dv = plan.v.C;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;

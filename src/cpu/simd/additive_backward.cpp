@@ -93,8 +93,12 @@ void ChunkBlock(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chun
     for (index_t jj = 0; jj < cnt; ++jj) finite[jj] = rows_finite(kp + (j0 + jj) * hd, hd, 1, hd);
     for (index_t blk = 0; blk < blocks; ++blk) {
       const index_t i0 = blk * kBlockQ, rows = std::min<index_t>(kBlockQ, n - i0);
-      const index_t keys = st.start(*p.mask, b, h, i0, rows);
-      if (j0 >= keys) continue;  // every key of the tile masked for every row of the block
+      const KeyRange keys = st.start(*p.mask, b, h, i0, rows);
+      // Every key of the tile masked for every row of the block (outside the rows' ranges, or no
+      // common segment).
+      if (j0 >= keys.end || j0 + cnt <= keys.begin || !st.may_attend(j0, cnt)) continue;
+      st.general = st.tile_general(j0, cnt);
+      const bool bounded = st.max_begin > j0;
       const index_t row0 = bh * n + i0;
       for (index_t i = 0; i < kBlockQ; ++i) {
         st.max[i] = i < rows ? p.row_max[row0 + i] : T(0);
@@ -113,7 +117,7 @@ void ChunkBlock(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chun
           }
       const T* qpt = p.qpt + (bh * blocks + blk) * hd * kBlockQ;
       T* dqpt = part + blk * hd * kBlockQ;
-      const index_t live = std::min(cnt, keys - j0);  // keys past every row's limit have W = dS = 0
+      const index_t live = std::min(cnt, keys.end - j0);  // keys past every row's limit have W = dS = 0
       for (index_t jj = 0; jj < kBlockK; ++jj)
         for (index_t i = 0; i < kBlockQ; ++i) pm[i * kBlockK + jj] = 0;
       for (index_t jj = 0; jj < live; ++jj) {
@@ -124,11 +128,11 @@ void ChunkBlock(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chun
           ScoreGroup<true, true>(d, qpt + g, kp + j * hd, wv, hd, pk + g, tbuf);
           if (st.general) {
             for (index_t i = g; i < g + G; ++i)
-              pk[i] = i < rows && st.rm[i].allowed(j) ? pk[i] + st.rm[i].bias_at(j) : st.fill;
+              pk[i] = i < rows && st.allowed(i, j) ? pk[i] + st.rm[i].bias_at(j) : st.fill;
           }
           for (index_t i = g; i < g + G; i += L) {
             V s = hn::Load(d, pk + i);
-            if (!st.general) s = hn::IfThenElse(hn::Lt(vj, hn::Load(d, st.end + i)), s, hn::Set(d, st.fill));
+            if (!st.general) s = st.bias_and_mask(d, s, vj, i, bounded);
             const V mx = hn::Load(d, st.max + i);
             const V shift = hn::IfThenZeroElse(hn::Eq(mx, ninf), mx);
             hn::Store(hn::Mul(hn::Exp(d, hn::Sub(s, shift)), hn::Load(d, st.alpha + i)), d, pk + i);
@@ -140,7 +144,7 @@ void ChunkBlock(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chun
             T ds = 0;
             if (i < rows) {
               const T w = pk[i], f = drop.active ? factors[jj * kBlockQ + i] : T(1);
-              if (w != T(0) && st.rm[i].allowed(j))
+              if (w != T(0) && st.allowed(i, j))
                 ds = static_cast<T>(static_cast<double>(w) *
                                     (static_cast<double>(st.s[jj * kBlockQ + i] * f) - row_dot[i]));
               pm[i * kBlockK + jj] = w * f;

@@ -57,18 +57,19 @@ void ForwardBlock(const AdditiveForward<T>& p, index_t b, index_t h, index_t i0,
   PackTransposed(qt, p.q, b, h, i0, rows);
   BlockGemm<false>(d, p.w_q.row(0, 0, 0), p.w_q.sR, 1, qt, qpt, hd, p.q.C);
 
-  const index_t keys = st.start(*p.mask, b, h, i0, rows);
+  const KeyRange keys = st.start(*p.mask, b, h, i0, rows);
   for (index_t c = 0; c < dv * kBlockQ; ++c) st.ot[c] = 0;
   const T* kp = p.kp + (b * H + h) * m * hd;
   const T* wv = p.w_v.row(0, 0, 0);
-  for (index_t j0 = 0; j0 < keys; j0 += kBlockK) {
-    const index_t cnt = std::min<index_t>(kBlockK, keys - j0);
+  for (index_t j0 = keys.begin; j0 < keys.end; j0 += kBlockK) {
+    const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
+    if (!st.may_attend(j0, cnt)) continue;  // no common segment
     if (p.out.empty()) {  // pass 1 of the backward: its scores with the backward's tanh
       ScoreTile<true>(d, qpt, kp, wv, hd, j0, cnt, st.s);
     } else {
       ScoreTile<false>(d, qpt, kp, wv, hd, j0, cnt, st.s);
     }
-    const bool partial = st.mask_tile(d, T(1), j0, cnt);
+    const bool partial = st.mask_tile(d, T(1), T(0), j0, cnt);
     st.softmax_tile(d, cnt);
     if (p.dropout->active) st.drop_tile(*p.dropout, b * H + h, i0, rows, j0, cnt);
     // out^T (v, kBlockQ) = alpha out^T + V_tile^T P^T.

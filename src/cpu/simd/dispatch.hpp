@@ -40,6 +40,12 @@ void note_ran(std::int64_t bit);
 std::int64_t ran(int thread);
 void reset_ran();
 
+// The tile counter: the SDPA kernels count every (query block, key tile) pair they compute, so a test
+// can prove that tiles a window or segment ids exclude are skipped, not only masked. tiles() is the
+// count over all threads since reset_ran().
+void note_tile();
+std::int64_t tiles();
+
 }  // namespace attn::cpu::simd
 
 // The function FUNC (exported with HWY_EXPORT in the same file) compiled for `target`.

@@ -29,7 +29,7 @@ inline constexpr index_t kMaxKeys = index_t(1) << 24;
 // The arrays of one block of queries while its key tiles stream past (BlockState in
 // simd/softmax-inl.h works on them): queries transposed (d, kBlockQ), scores or weights of a key
 // tile (kBlockK, kBlockQ), the partial output transposed (v, kBlockQ), and per query the running
-// maximum, rescale factor, key limit, sums and row mask.
+// maximum, rescale factor, key range, position, sums and row mask.
 template <class T>
 struct BlockArrays {
   T* qt;          // (d, kBlockQ)
@@ -37,15 +37,17 @@ struct BlockArrays {
   T* ot;          // (v, kBlockQ)
   T* max;         // (kBlockQ)
   T* alpha;       // (kBlockQ)
+  T* begin;       // (kBlockQ)
   T* end;         // (kBlockQ)
+  T* pos;         // (kBlockQ)
   double* sum;    // (kBlockQ)
   double* tsum;   // (kBlockQ)
   RowMask<T>* rm; // (kBlockQ)
 
   BlockArrays(Carve& c, index_t d, index_t v)
       : qt(c.take<T>(tile(d))), s(c.take<T>(tile(kBlockK))), ot(c.take<T>(tile(v))), max(c.take<T>(kBlockQ)),
-        alpha(c.take<T>(kBlockQ)), end(c.take<T>(kBlockQ)), sum(c.take<double>(kBlockQ)),
-        tsum(c.take<double>(kBlockQ)), rm(c.take<RowMask<T>>(kBlockQ)) {}
+        alpha(c.take<T>(kBlockQ)), begin(c.take<T>(kBlockQ)), end(c.take<T>(kBlockQ)), pos(c.take<T>(kBlockQ)),
+        sum(c.take<double>(kBlockQ)), tsum(c.take<double>(kBlockQ)), rm(c.take<RowMask<T>>(kBlockQ)) {}
 
   // Elements of a (rows, kBlockQ) array.
   static std::size_t tile(index_t rows) { return static_cast<std::size_t>(rows) * kBlockQ; }
@@ -152,7 +154,7 @@ void sum_chunk_partials(T* out, const T* partials, index_t bh, index_t i, index_
 }
 
 // Pass 2's work space for query size d, value size v and chunks of chunk_keys keys: a block's
-// arrays, then D (float64) of its rows, three (kBlockK, kBlockQ) tiles, and dK^T, dV^T of every key
+// arrays, then D (float64) of its rows, four (kBlockK, kBlockQ) tiles, and dK^T, dV^T of every key
 // tile of the chunk.
 template <class T>
 struct SdpaChunkArrays {
@@ -161,12 +163,13 @@ struct SdpaChunkArrays {
   T* pm;                 // (kBlockQ, kBlockK): W, query-major
   T* dst;                // (kBlockK, kBlockQ): dP^T, then dS^T
   T* dsm;                // (kBlockQ, kBlockK): dS
+  T* softcap_tanh;       // (kBlockK, kBlockQ): tanh of the soft-capped scores
   T* dk_chunk;           // (chunk_keys / kBlockK) x (d, kBlockK): dK^T of each tile
   T* dv_chunk;           // (chunk_keys / kBlockK) x (v, kBlockK): dV^T of each tile
 
   SdpaChunkArrays(Carve& c, index_t d, index_t v, index_t chunk_keys)
       : block(c, d, v), row_dot(c.take<double>(kBlockQ)), pm(c.take<T>(kBlockQ * kBlockK)),
-        dst(c.take<T>(kBlockK * kBlockQ)), dsm(c.take<T>(kBlockQ * kBlockK)),
+        dst(c.take<T>(kBlockK * kBlockQ)), dsm(c.take<T>(kBlockQ * kBlockK)), softcap_tanh(c.take<T>(kBlockK * kBlockQ)),
         dk_chunk(c.take<T>(static_cast<std::size_t>(d * chunk_keys))),
         dv_chunk(c.take<T>(static_cast<std::size_t>(v * chunk_keys))) {}
 };

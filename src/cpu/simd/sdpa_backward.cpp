@@ -79,11 +79,13 @@ void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void
     Carve carve(work);
     BlockState<T> st(BlockArrays<T>(carve, a.q.C, 0));
     PackTransposed(st.qt, a.q, b, h, i0, rows);
-    const index_t keys = st.start(a.mask, b, h, i0, rows);
-    for (index_t j0 = 0; j0 < keys; j0 += kBlockK) {
-      const index_t cnt = std::min<index_t>(kBlockK, keys - j0);
+    const KeyRange keys = st.start(a.mask, b, h, i0, rows);
+    for (index_t j0 = keys.begin; j0 < keys.end; j0 += kBlockK) {
+      const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
+      if (!st.may_attend(j0, cnt)) continue;  // no common segment
+      simd::note_tile();
       BlockGemm<false>(d, a.k.row(b, a.kv_head(h), j0), a.k.sR, 1, st.qt, st.s, cnt, a.q.C);
-      st.mask_tile(d, a.scale, j0, cnt);
+      st.mask_tile(d, a.scale, a.softcap, j0, cnt);
       st.softmax_tile(d, cnt);
     }
     for (index_t i = 0; i < rows; ++i) {
@@ -115,6 +117,8 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
   BlockState<T> st(arrays.block);
   double* row_dot = arrays.row_dot;
   T *pm = arrays.pm, *dst = arrays.dst, *dsm = arrays.dsm, *dk_chunk = arrays.dk_chunk, *dv_chunk = arrays.dv_chunk;
+  T* tanh_tile = arrays.softcap_tanh;  // (kBlockK, kBlockQ): the soft-capping's tanh of the tile
+  const bool softcapped = a.softcap != T(0);
   const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
   std::fill(dk_chunk, dk_chunk + dq * p.chunk_keys, T(0));
   std::fill(dv_chunk, dv_chunk + dv * p.chunk_keys, T(0));
@@ -129,8 +133,11 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
     std::fill(part, part + blocks * dq * kBlockQ, T(0));
     for (index_t blk = 0; blk < blocks; ++blk) {
       const index_t i0 = blk * kBlockQ, rows = std::min<index_t>(kBlockQ, n - i0);
-      const index_t keys_end = std::min(k1, st.start(a.mask, b, h, i0, rows));  // later keys masked for all rows
-      if (keys_end <= k0) continue;
+      const KeyRange keys = st.start(a.mask, b, h, i0, rows);
+      // The chunk's tiles that meet the block's keys (tiles keep their place in the chunk).
+      const index_t keys_end = std::min(k1, keys.end);
+      const index_t first = k0 + std::max<index_t>(0, keys.begin - k0) / kBlockK * kBlockK;
+      if (keys_end <= first) continue;
       const index_t row0 = (b * H + h) * n + i0;
       for (index_t i = 0; i < kBlockQ; ++i) {
         st.max[i] = i < rows ? p.row_max[row0 + i] : T(0);
@@ -140,15 +147,17 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
       PackTransposed(st.qt, a.q, b, h, i0, rows);
       PackTransposed(st.ot, p.dout, b, h, i0, rows);
       T* part_blk = part + blk * dq * kBlockQ;
-      for (index_t j0 = k0; j0 < keys_end; j0 += kBlockK) {
+      for (index_t j0 = first; j0 < keys_end; j0 += kBlockK) {
         const index_t cnt = std::min<index_t>(kBlockK, k1 - j0);
+        if (!st.may_attend(j0, cnt)) continue;  // no common segment
+        simd::note_tile();
         T* dkt = dk_chunk + (j0 - k0) * dq;  // this tile's dK^T (d, kBlockK)
         T* dvt = dv_chunk + (j0 - k0) * dv;
         const T* k_tile = a.k.row(b, hk, j0);
         const T* v_tile = a.v.row(b, hk, j0);
         // P^T = exp(masked scores - max) / sum, exactly the forward's weights.
         BlockGemm<false>(d, k_tile, a.k.sR, 1, st.qt, st.s, cnt, dq);
-        const bool partial = st.mask_tile(d, a.scale, j0, cnt);
+        const bool partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt, softcapped ? tanh_tile : nullptr);
         // dP^T = V_tile dout^T.
         BlockGemm<false>(d, v_tile, a.v.sR, 1, st.ot, dst, cnt, dv);
         for (index_t i = 0; i < kBlockQ; i += L) {
@@ -163,7 +172,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         // W = drop P, where drop is the dropout factor 1/(1-p) or 0 of each weight. 0 where the key
         // is masked (dP may be anything there, even NaN) or the weight is 0.
         if (!drop.active && !st.general) {
-          // Masks are key limits only: the tile's lanes at once, W = P.
+          // Masks are key ranges only: the tile's lanes at once, W = P.
           for (index_t jj = 0; jj < kBlockK; ++jj) {
             T* ds = dst + jj * kBlockQ;
             if (jj >= cnt) {
@@ -174,7 +183,8 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
             const V vj = hn::Set(d, static_cast<T>(j0 + jj));
             for (index_t i = 0; i < kBlockQ; i += L) {
               const V w = hn::Load(d, st.s + jj * kBlockQ + i);
-              const auto keep = hn::And(hn::Lt(vj, hn::Load(d, st.end + i)), hn::Ne(w, hn::Zero(d)));
+              const auto in_range = hn::And(hn::Lt(vj, hn::Load(d, st.end + i)), hn::Ge(vj, hn::Load(d, st.begin + i)));
+              const auto keep = hn::And(in_range, hn::Ne(w, hn::Zero(d)));
               hn::Store(hn::IfThenElseZero(keep, ScoreGrad(d, w, hn::Load(d, ds + i), row_dot + i)), d, ds + i);
             }
           }
@@ -187,7 +197,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
               T& ds = dst[jj * kBlockQ + i];  // dP on entry
               T factor = T(1);
               if (drop.active) factor = drop.draw(b * H + h, i0 + i, j >> 2)[static_cast<int>(j & 3)] >= drop.threshold ? keep_scale : T(0);
-              ds = w != T(0) && st.rm[i].allowed(j)
+              ds = w != T(0) && st.allowed(i, j)
                        ? static_cast<T>(static_cast<double>(w) * (static_cast<double>(ds * factor) - row_dot[i]))
                        : T(0);
               pm[i * kBlockK + jj] = w * factor;
@@ -197,6 +207,15 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
           for (index_t jj = cnt; jj < kBlockK; ++jj)
             for (index_t i = 0; i < kBlockQ; ++i) pm[i * kBlockK + jj] = 0, dst[jj * kBlockQ + i] = 0;
         }
+        // Soft-capping: the score was softcap tanh(x / softcap) of x = scale q . k, so the gradient of x
+        // is dS (1 - tanh^2).
+        // Only where dS is not 0: a masked key's tanh may be NaN.
+        if (softcapped)
+          for (index_t e = 0; e < cnt * kBlockQ; e += L) {
+            const V t = hn::Load(d, tanh_tile + e), ds = hn::Load(d, dst + e);
+            const V grad = hn::Mul(ds, hn::NegMulAdd(t, t, hn::Set(d, T(1))));
+            hn::Store(hn::IfThenElseZero(hn::Ne(ds, hn::Zero(d)), grad), d, dst + e);
+          }
         Transpose(dsm, dst);
         // dV^T += dout^T W, dK^T += Q^T dS (scaled at the end), partial dQ^T += K_tile^T dS^T.
         BlockGemm<true>(d, p.dout.row(b, h, i0), 1, p.dout.sR, pm, dvt, dv, rows);

@@ -14,6 +14,7 @@
 #include <hwy/highway.h>
 
 #include "cpu/simd/fused.hpp"
+#include "cpu/simd/tanh-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::fused::HWY_NAMESPACE {
@@ -63,8 +64,29 @@ HWY_INLINE void Axpys(D d, const T* w, const T* HWY_RESTRICT x, index_t xs, T* H
     for (int r = 0; r < R; ++r) o[c] += w[r] * x[r * xs + c];
 }
 
-// One tile of keys [j0, j0 + cnt) for one query row: scores, masks, the online softmax step on the
-// row's running maximum mx and sum, and o += the tile's weighted values. s: kDecodeTile scratch.
+// s[0, cnt) = cap(scale s), with cap(x) = softcap TanhAccurate(x / softcap), or x when softcap is 0.
+template <class D, class T>
+void ScaleAndCap(D d, T* s, index_t cnt, T scale, T softcap) {
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  const auto vscale = hn::Set(d, scale), vcap = hn::Set(d, softcap);
+  const auto vinv = hn::Set(d, softcap != T(0) ? T(1) / softcap : T(0));
+  index_t jj = 0;
+  for (; jj + L <= cnt; jj += L) {
+    auto x = hn::Mul(hn::LoadU(d, s + jj), vscale);
+    if (softcap != T(0)) x = hn::Mul(vcap, TanhAccurate(d, hn::Mul(x, vinv)));
+    hn::StoreU(x, d, s + jj);
+  }
+  if (jj < cnt) {  // the tail through a zero-padded vector
+    HWY_ALIGN T buf[hn::MaxLanes(d)] = {};
+    std::copy(s + jj, s + cnt, buf);
+    ScaleAndCap(d, buf, L, scale, softcap);
+    std::copy(buf, buf + (cnt - jj), s + jj);
+  }
+}
+
+// One tile of keys [j0, j0 + cnt) for one query row: scores (scaled, soft-capped with the fused
+// kernels' tanh), position bias and masks, the online softmax step on the row's running maximum mx
+// and sum, and o += the tile's weighted values. s: kDecodeTile scratch.
 template <class D, class T>
 void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, const T* k0, const T* v0,
                    index_t j0, index_t cnt, index_t bh, index_t i, T* s, T* o, T& mx, double& sum) {
@@ -72,10 +94,11 @@ void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, 
   const T fill = a.mask.seeds_fill ? T(-1e6) : -inf;
   const index_t dv = a.v.C;
   Dots(d, q, k0, a.k.sR, a.q.C, cnt, s);
+  ScaleAndCap(d, s, cnt, a.scale, a.softcap);
   T tile_max = -inf;
   for (index_t jj = 0; jj < cnt; ++jj) {
     const index_t j = j0 + jj;
-    s[jj] = rm.allowed(j) ? s[jj] * a.scale + rm.bias_at(j) : fill;
+    s[jj] = rm.allowed(j) ? s[jj] + rm.bias_at(j) : fill;
     tile_max = std::max(tile_max, s[jj]);
   }
   const T new_max = std::max(mx, tile_max);
@@ -119,22 +142,24 @@ void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chunk) {
   const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
   // The slot of row i of query head h, and the last key a row of the task may attend to.
   auto slot = [&](index_t h, index_t i) { return ((b * H + h) * n + i) * p.chunks + chunk; };
-  index_t end = k0;
+  index_t begin = k1, end = k0;
   for (index_t h = h0; h < h1; ++h)
     for (index_t i = 0; i < n; ++i) {
       const index_t r = slot(h, i);
       std::fill(p.part_out + r * dv, p.part_out + (r + 1) * dv, T(0));
       p.part_max[r] = -std::numeric_limits<T>::infinity();
       p.part_sum[r] = 0;
-      end = std::max(end, a.mask.seeds_fill ? k1 : std::min(k1, a.mask.row(b, h, i).end));
+      const RowMask<T> rm = a.mask.row(b, h, i);
+      begin = std::min(begin, a.mask.seeds_fill ? k0 : std::max(k0, rm.begin));
+      end = std::max(end, a.mask.seeds_fill ? k1 : std::min(k1, rm.end));
     }
   HWY_ALIGN T s[kDecodeTile];  // a row's scores of the tile, then its weights
-  for (index_t j0 = k0; j0 < end; j0 += kDecodeTile) {
+  for (index_t j0 = begin; j0 < end; j0 += kDecodeTile) {
     const index_t cnt = std::min<index_t>(kDecodeTile, end - j0);
     for (index_t h = h0; h < h1; ++h)
       for (index_t i = 0; i < n; ++i) {
         const RowMask<T> rm = a.mask.row(b, h, i);
-        if (!a.mask.seeds_fill && j0 >= rm.end) continue;
+        if (!a.mask.seeds_fill && (j0 >= rm.end || j0 + cnt <= rm.begin)) continue;
         const index_t r = slot(h, i);
         DecodeTileRow(d, a, rm, a.q.row(b, h, i), a.k.row(b, hk, j0), a.v.row(b, hk, j0), j0, cnt, b * H + h, i, s,
                       p.part_out + r * dv, p.part_max[r], p.part_sum[r]);

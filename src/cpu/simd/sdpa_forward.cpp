@@ -33,14 +33,16 @@ void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, voi
   BlockState<T> st(BlockArrays<T>(carve, dq, dv));
 
   PackTransposed(st.qt, a.q, b, h, i0, rows);
-  const index_t keys = st.start(a.mask, b, h, i0, rows);
+  const KeyRange keys = st.start(a.mask, b, h, i0, rows);
   for (index_t c = 0; c < dv * kBlockQ; ++c) st.ot[c] = 0;
 
-  for (index_t j0 = 0; j0 < keys; j0 += kBlockK) {
-    const index_t cnt = std::min<index_t>(kBlockK, keys - j0);
-    // scores^T (cnt, kBlockQ) = K_tile Q^T, then scale and masks.
+  for (index_t j0 = keys.begin; j0 < keys.end; j0 += kBlockK) {
+    const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
+    if (!st.may_attend(j0, cnt)) continue;  // no common segment
+    simd::note_tile();
+    // scores^T (cnt, kBlockQ) = K_tile Q^T, then scale, soft-capping, position bias and masks.
     BlockGemm<false>(d, a.k.row(b, hk, j0), a.k.sR, 1, st.qt, st.s, cnt, dq);
-    const bool partial = st.mask_tile(d, a.scale, j0, cnt);
+    const bool partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt);
     st.softmax_tile(d, cnt);
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
     // out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T.

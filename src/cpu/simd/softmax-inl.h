@@ -14,13 +14,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <utility>
 
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/gemm-inl.h"
+#include "cpu/simd/tanh-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::fused::HWY_NAMESPACE {
@@ -56,6 +59,11 @@ void AccumulateSkippingZeros(T* C, const T* A, index_t a_stride, const T* W, ind
   }
 }
 
+// The keys a block of queries may attend to, [begin, end): tiles outside it are skipped.
+struct KeyRange {
+  index_t begin = 0, end = 0;
+};
+
 // The state of one block of queries while its key tiles stream past, over arrays laid out by the
 // caller (BlockArrays, simd/fused.hpp). Queries past the end of the block (the last block of a head)
 // are padding lanes: every key is masked for them and nothing of them is stored.
@@ -63,65 +71,122 @@ template <class T>
 struct BlockState : BlockArrays<T> {
   // qt (d, kBlockQ) queries transposed; s (kBlockK, kBlockQ) scores, then weights, of the current
   // tile; ot (v, kBlockQ) unnormalised output transposed; max: running row maximum (-inf while a
-  // row has seen no key); alpha: exp(previous max - new max) of the current tile; end: keys
-  // [end, m) are masked (valid lengths and causal), as T for lane compares; sum: running sum of
-  // exp(score - max); tsum: the current tile's part of it; rm: the row masks.
+  // row has seen no key); alpha: exp(previous max - new max) of the current tile; begin, end: keys
+  // outside [begin, end) are masked (valid lengths, causal rule, window), as T for lane compares;
+  // pos: the queries' positions p(i) (ALiBi); sum: running sum of exp(score - max); tsum: the
+  // current tile's part of it; rm: the row masks.
   using BlockArrays<T>::qt, BlockArrays<T>::s, BlockArrays<T>::ot, BlockArrays<T>::max, BlockArrays<T>::alpha,
-      BlockArrays<T>::end, BlockArrays<T>::sum, BlockArrays<T>::tsum, BlockArrays<T>::rm;
-  index_t rows = 0, min_end = 0;
-  bool general = false;  // a keep or additive mask: masks are applied element by element
-  T fill = 0;            // what a masked score becomes: -inf, or -1e6 under the seeds' fill
+      BlockArrays<T>::begin, BlockArrays<T>::end, BlockArrays<T>::pos, BlockArrays<T>::sum, BlockArrays<T>::tsum,
+      BlockArrays<T>::rm;
+  index_t rows = 0, min_end = 0, max_begin = 0;
+  bool elementwise = false;  // a keep or additive mask: every tile is masked element by element
+  bool segments = false;     // segment ids: a tile is masked element by element unless uniform
+  std::int64_t seg_lo = 0, seg_hi = 0;  // the block's query segment ids lie in [seg_lo, seg_hi]
+  SegmentRow seg_k;          // the keys' segment ids
+  T alibi = 0;               // the head's ALiBi slope, 0 for none
+  T fill = 0;                // what a masked score becomes: -inf, or -1e6 under the seeds' fill
+  bool general = false;      // the current tile was masked element by element (mask_tile)
 
   explicit BlockState(const BlockArrays<T>& arrays) : BlockArrays<T>(arrays) {}
 
-  // Starts rows [i0, i0 + count) of (b, h): empty running state, the row masks. Returns how many
-  // keys take part in the block: tiles past the last allowed key of every row are skipped.
-  index_t start(const MaskPlan<T>& mask, index_t b, index_t h, index_t i0, index_t count) {
+  // Starts rows [i0, i0 + count) of (b, h): empty running state, the row masks. Returns the keys
+  // that take part in the block: tiles outside every row's range are skipped.
+  KeyRange start(const MaskPlan<T>& mask, index_t b, index_t h, index_t i0, index_t count) {
     rows = count;
-    general = mask.keep != nullptr || mask.bias != nullptr;
+    elementwise = mask.keep != nullptr || mask.bias != nullptr;
+    segments = !mask.seg_q.empty();
+    seg_k = mask.segments_k(b);
+    alibi = mask.alibi_slope(b, h);
     fill = mask.seeds_fill ? T(-1e6) : -std::numeric_limits<T>::infinity();
-    min_end = mask.m;
-    index_t keys = 0;
+    min_end = mask.m, max_begin = 0;
+    KeyRange range{mask.m, 0};
     for (index_t i = 0; i < kBlockQ; ++i) {
       max[i] = -std::numeric_limits<T>::infinity();
       sum[i] = 0;
-      end[i] = 0;
+      begin[i] = 0, end[i] = 0, pos[i] = 0;
       if (i >= rows) continue;
       rm[i] = mask.row(b, h, i0 + i);
-      end[i] = static_cast<T>(rm[i].end);
-      min_end = std::min(min_end, rm[i].end);
-      keys = std::max(keys, mask.seeds_fill ? mask.m : rm[i].end);
+      begin[i] = static_cast<T>(rm[i].begin), end[i] = static_cast<T>(rm[i].end), pos[i] = static_cast<T>(rm[i].pos);
+      min_end = std::min(min_end, rm[i].end), max_begin = std::max(max_begin, rm[i].begin);
+      range.begin = std::min(range.begin, rm[i].begin), range.end = std::max(range.end, rm[i].end);
+      if (segments) {
+        seg_lo = i == 0 ? rm[i].seg : std::min(seg_lo, rm[i].seg);
+        seg_hi = i == 0 ? rm[i].seg : std::max(seg_hi, rm[i].seg);
+      }
     }
-    return keys;
+    if (mask.seeds_fill) range = {0, mask.m};  // every key takes part in every row
+    return range.begin < range.end ? range : KeyRange{};
   }
 
-  // Scores of keys [j0, j0 + cnt) (raw dot products in s) -> scale * score + additive mask where
-  // allowed, `fill` where masked. Returns whether some row masks a key of the tile outright (its
-  // weight is then exactly 0, and the key's value row may hold anything).
+  // Whether keys [j0, j0 + cnt) may hold a key some row of the block attends to: false when no key
+  // of the tile shares a segment id with the block's queries (their ranges of ids are disjoint).
+  bool may_attend(index_t j0, index_t cnt) const {
+    if (!segments || fill == T(-1e6)) return true;
+    const auto [lo, hi] = key_segments(j0, cnt);
+    return hi >= seg_lo && lo <= seg_hi;
+  }
+
+  // Scores of keys [j0, j0 + cnt) (raw dot products in s) -> cap(scale * score) + ALiBi + additive
+  // mask where allowed, `fill` where masked, with cap(x) = softcap tanh(x / softcap) (the backward's
+  // accurate tanh, so that forward and backward agree bit for bit), or x when softcap is 0; tanh_out
+  // (kBlockK, kBlockQ), when given, receives the tanh. Returns whether some row masks a key of the
+  // tile outright (its weight is then exactly 0, and the key's value row may hold anything).
   template <class D>
-  bool mask_tile(D d, T scale, index_t j0, index_t cnt) {
+  bool mask_tile(D d, T scale, T softcap, index_t j0, index_t cnt, T* tanh_out = nullptr) {
     using V = hn::Vec<D>;
     const index_t L = static_cast<index_t>(hn::Lanes(d));
-    const V vscale = hn::Set(d, scale), vfill = hn::Set(d, fill);
-    if (general) {
-      for (index_t jj = 0; jj < cnt; ++jj) {
-        T* sj = s + jj * kBlockQ;
-        for (index_t i = 0; i < kBlockQ; ++i) {
-          const index_t j = j0 + jj;
-          sj[i] = i < rows && rm[i].allowed(j) ? sj[i] * scale + rm[i].bias_at(j) : fill;
-        }
-      }
-      return fill != T(-1e6);
-    }
+    const V vscale = hn::Set(d, scale), vcap = hn::Set(d, softcap);
+    const V vcap_inv = hn::Set(d, softcap != T(0) ? T(1) / softcap : T(0));
+    general = tile_general(j0, cnt);
+    const bool bounded = max_begin > j0;  // some row's window starts inside or after the tile
     for (index_t jj = 0; jj < cnt; ++jj) {
       T* sj = s + jj * kBlockQ;
       const V vj = hn::Set(d, static_cast<T>(j0 + jj));
       for (index_t i = 0; i < kBlockQ; i += L) {
-        const V x = hn::Mul(hn::Load(d, sj + i), vscale);
-        hn::Store(hn::IfThenElse(hn::Lt(vj, hn::Load(d, end + i)), x, vfill), d, sj + i);
+        V x = hn::Mul(hn::Load(d, sj + i), vscale);
+        if (softcap != T(0)) {
+          const V t = TanhAccurate(d, hn::Mul(x, vcap_inv));
+          if (tanh_out != nullptr) hn::Store(t, d, tanh_out + jj * kBlockQ + i);
+          x = hn::Mul(vcap, t);
+        }
+        if (general) {
+          hn::Store(x, d, sj + i);
+          continue;
+        }
+        hn::Store(bias_and_mask(d, x, vj, i, bounded), d, sj + i);
       }
     }
-    return fill != T(-1e6) && j0 + cnt > min_end;
+    if (general) {
+      for (index_t jj = 0; jj < cnt; ++jj) {
+        T* sj = s + jj * kBlockQ;
+        const index_t j = j0 + jj;
+        for (index_t i = 0; i < kBlockQ; ++i) sj[i] = i < rows && rm[i].allowed(j) ? sj[i] + rm[i].bias_at(j) : fill;
+      }
+      return fill != T(-1e6);
+    }
+    return fill != T(-1e6) && (j0 + cnt > min_end || bounded);
+  }
+
+  // Whether keys [j0, j0 + cnt) must be masked element by element: a keep or additive mask, or
+  // segment ids that differ within the block or the tile.
+  bool tile_general(index_t j0, index_t cnt) const {
+    return elementwise || (segments && fill != T(-1e6) && !uniform_segments(j0, cnt));
+  }
+
+  // Lanes [i, i + Lanes) of key j's scores x (vj = j in every lane) on a tile that is not masked
+  // element by element: ALiBi's bias added, `fill` outside each row's [begin, end) (begin compared
+  // only when `bounded`).
+  template <class D>
+  HWY_INLINE hn::Vec<D> bias_and_mask(D d, hn::Vec<D> x, hn::Vec<D> vj, index_t i, bool bounded) const {
+    if (alibi != T(0)) x = hn::MulAdd(hn::Set(d, -alibi), hn::Abs(hn::Sub(hn::Load(d, pos + i), vj)), x);
+    auto keep = hn::Lt(vj, hn::Load(d, end + i));
+    if (bounded) keep = hn::And(keep, hn::Ge(vj, hn::Load(d, begin + i)));
+    return hn::IfThenElse(keep, x, hn::Set(d, fill));
+  }
+
+  // Whether key j of the current tile is allowed for lane i, as mask_tile decided (for the backward).
+  bool allowed(index_t i, index_t j) const {
+    return general ? rm[i].allowed(j) : static_cast<T>(j) < end[i] && static_cast<T>(j) >= begin[i];
   }
 
   // The online softmax step of one tile: new running maximum, alpha = exp(old max - new max),
@@ -183,6 +248,21 @@ struct BlockState : BlockArrays<T> {
   // ot (v, kBlockQ) += V_tile^T s, skipping zero weights (see AccumulateSkippingZeros).
   void accumulate_skipping_zeros(const T* v0, index_t v_stride, index_t cnt, index_t v, index_t count) {
     AccumulateSkippingZeros(ot, v0, v_stride, s, cnt, v, count);
+  }
+
+ private:
+  // The smallest and largest segment id of keys [j0, j0 + cnt).
+  std::pair<std::int64_t, std::int64_t> key_segments(index_t j0, index_t cnt) const {
+    std::int64_t lo = seg_k[j0], hi = lo;
+    for (index_t j = j0 + 1; j < j0 + cnt; ++j) lo = std::min(lo, seg_k[j]), hi = std::max(hi, seg_k[j]);
+    return {lo, hi};
+  }
+  // Whether every query of the block and every key of the tile have one segment id: the segments
+  // then mask nothing in the tile.
+  bool uniform_segments(index_t j0, index_t cnt) const {
+    if (seg_lo != seg_hi) return false;
+    const auto [lo, hi] = key_segments(j0, cnt);
+    return lo == seg_lo && hi == seg_lo;
   }
 };
 

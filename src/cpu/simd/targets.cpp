@@ -72,6 +72,7 @@ std::atomic<std::int64_t>& chosen() {
 // One cache line per thread slot, so that threads recording at once do not share a line.
 struct alignas(64) Probe {
   std::atomic<std::int64_t> bits{0};
+  std::atomic<std::int64_t> tiles{0};
 };
 Probe probes[kProbeThreads];
 
@@ -95,7 +96,17 @@ void note_ran(std::int64_t bit) {
 std::int64_t ran(int thread) { return probes[std::clamp(thread, 0, kProbeThreads - 1)].bits.load(); }
 
 void reset_ran() {
-  for (Probe& p : probes) p.bits.store(0);
+  for (Probe& p : probes) p.bits.store(0), p.tiles.store(0);
+}
+
+void note_tile() {
+  probes[std::min(omp_get_thread_num(), kProbeThreads - 1)].tiles.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::int64_t tiles() {
+  std::int64_t total = 0;
+  for (const Probe& p : probes) total += p.tiles.load();
+  return total;
 }
 
 }  // namespace cpu::simd
