@@ -59,6 +59,8 @@ struct SegmentIds {
   SegmentIds() = default;
   SegmentIds(TensorView<const std::int64_t> ids) : i64(ids) {}  // NOLINT(google-explicit-constructor)
   SegmentIds(TensorView<const std::int32_t> ids) : i32(ids) {}  // NOLINT(google-explicit-constructor)
+  SegmentIds(TensorView<std::int64_t> ids) : i64(ids) {}        // NOLINT(google-explicit-constructor)
+  SegmentIds(TensorView<std::int32_t> ids) : i32(ids) {}        // NOLINT(google-explicit-constructor)
   bool empty() const { return i64.empty() && i32.empty(); }
 };
 

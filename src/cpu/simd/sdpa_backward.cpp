@@ -136,7 +136,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
       const KeyRange keys = st.start(a.mask, b, h, i0, rows);
       // The chunk's tiles that meet the block's keys (tiles keep their place in the chunk).
       const index_t keys_end = std::min(k1, keys.end);
-      const index_t first = k0 + std::max<index_t>(0, keys.begin - k0) / kBlockK * kBlockK;
+      const index_t first = std::max(k0, keys.begin);
       if (keys_end <= first) continue;
       const index_t row0 = (b * H + h) * n + i0;
       for (index_t i = 0; i < kBlockQ; ++i) {

@@ -59,7 +59,9 @@ void AccumulateSkippingZeros(T* C, const T* A, index_t a_stride, const T* W, ind
   }
 }
 
-// The keys a block of queries may attend to, [begin, end): tiles outside it are skipped.
+// The keys a block of queries may attend to, [begin, end): tiles outside it are skipped. begin is a
+// multiple of kBlockK, so that tiles keep their places (dropout draws four keys at a time from a
+// multiple of 4; the backward's chunks are made of whole tiles).
 struct KeyRange {
   index_t begin = 0, end = 0;
 };
@@ -115,7 +117,9 @@ struct BlockState : BlockArrays<T> {
       }
     }
     if (mask.seeds_fill) range = {0, mask.m};  // every key takes part in every row
-    return range.begin < range.end ? range : KeyRange{};
+    if (range.begin >= range.end) return {};
+    range.begin = range.begin / kBlockK * kBlockK;
+    return range;
   }
 
   // Whether keys [j0, j0 + cnt) may hold a key some row of the block attends to: false when no key
@@ -222,7 +226,7 @@ struct BlockState : BlockArrays<T> {
 
   // Dropout of the tile's weights (after their sum was taken: the softmax is normalised before
   // dropout): a kept weight is scaled by 1/(1-p), a dropped one becomes 0. One Philox call serves
-  // four keys.
+  // four keys: j0 is a multiple of 4.
   void drop_tile(const DropoutPlan& dropout, index_t bh, index_t i0, index_t count, index_t j0, index_t cnt) {
     const T scale = static_cast<T>(dropout.scale);
     for (index_t i = 0; i < count; ++i)
