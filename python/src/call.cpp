@@ -119,6 +119,23 @@ py::array Call::mask(py::handle obj, const char* name) {
              "; a mask is bool (True = the query attends to the key) or float (added to the scores)");
 }
 
+py::array Call::segment_ids(py::handle obj, const char* name) {
+  py::array a = as_array(*this, obj, name, "an array of int32 or int64");
+  if (a.dtype().kind() != 'i' || (a.itemsize() != 4 && a.itemsize() != 8))
+    type_error(std::string(name) + " has dtype " + dtype_text(a) + "; segment ids are int32 or int64");
+  if (a.ndim() > attn::kMaxRank) value_error(std::string(name) + " has shape " + shape_text(a) + "; it must be 2-D");
+  return readable(a, a.itemsize() == 4 ? "int32" : "int64");
+}
+
+py::array Call::same_dtype(py::handle obj, const char* name) {
+  py::array a = as_array(*this, obj, name, "an array of floats");
+  if (a.ndim() > attn::kMaxRank) value_error(std::string(name) + " has shape " + shape_text(a));
+  const char kind = a.dtype().kind();
+  if (kind != 'f' && kind != 'i' && kind != 'u')
+    type_error(std::string(name) + " has dtype " + dtype_text(a) + "; it must hold numbers");
+  return numpy().attr("ascontiguousarray")(a, py::arg("dtype") = dtype_name(*dtype_));
+}
+
 double Call::number(py::handle obj, const char* name) {
   if (obj.is_none() || py::isinstance<py::str>(obj) || py::isinstance<py::bool_>(obj))
     type_error(std::string(name) + " must be a number; got " + type_name(obj));

@@ -64,6 +64,10 @@ class Call {
   py::array lengths(py::handle obj, const char* name);
   // A mask: bool (kept as is) or floating (the call's dtype).
   py::array mask(py::handle obj, const char* name);
+  // Segment ids: int32 or int64, kept as they are.
+  py::array segment_ids(py::handle obj, const char* name);
+  // An array of the call's floating dtype (after the first floating array fixed it).
+  py::array same_dtype(py::handle obj, const char* name);
 
   // Scalars, with TypeError naming the argument for a wrong type.
   double number(py::handle obj, const char* name);

@@ -63,32 +63,85 @@ py::array bmm(py::object a_obj, py::object b_obj, bool transpose_a, bool transpo
   });
 }
 
+// A window argument: None, or a pair (left, right) of integers or None (unbounded).
+std::optional<attn::Window> window_from(Call& call, py::handle obj) {
+  if (obj.is_none()) return std::nullopt;
+  if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj) || py::len(obj) != 2)
+    call.type_error("window must be a pair (left, right) of integers (None or -1: unbounded); got " + str_of(obj));
+  const py::sequence pair = py::reinterpret_borrow<py::sequence>(obj);
+  auto side = [&](py::handle x, const char* name) -> index_t {
+    return x.is_none() ? -1 : std::max<index_t>(-1, call.integer(x, name));
+  };
+  return attn::Window{side(pair[0], "window[0] (left)"), side(pair[1], "window[1] (right)")};
+}
+
+// segment_ids: None, one array for queries and keys (n == m), or a pair (queries' ids, keys' ids).
+struct SegmentArgs {
+  py::array q = no_array(), k = no_array();
+};
+SegmentArgs segments_from(Call& call, py::handle obj) {
+  SegmentArgs s;
+  if (obj.is_none()) return s;
+  if (py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) {
+    const py::sequence pair = py::reinterpret_borrow<py::sequence>(obj);
+    if (py::len(pair) != 2)
+      call.type_error("segment_ids must be an array (B, n), or a pair of arrays (B, n) and (B, m); got a sequence of " +
+                      std::to_string(py::len(pair)));
+    s.q = call.segment_ids(pair[0], "segment_ids[0] (queries)");
+    s.k = call.segment_ids(pair[1], "segment_ids[1] (keys)");
+    return s;
+  }
+  s.q = call.segment_ids(obj, "segment_ids");
+  return s;
+}
+
+attn::SegmentIds segment_view(const py::array& a) {
+  if (!a) return {};
+  if (a.itemsize() == 4) return cview<std::int32_t>(a);
+  return cview<std::int64_t>(a);
+}
+
 py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::object v_obj, py::object valid_lens,
                                         py::object mask, py::object causal, py::object scale,
                                         py::object dropout_p, py::object seed, bool return_weights,
-                                        py::object masked_fill) {
+                                        py::object masked_fill, py::object window, py::object alibi_slopes,
+                                        py::object softcap, py::object segment_ids, bool return_lse) {
   Call call("scaled_dot_product_attention",
-            with_masks({{"queries", "q (queries)"}, {"keys", "k (keys)"}, {"values", "v (values)"}}));
+            with_masks({{"queries", "q (queries)"}, {"keys", "k (keys)"}, {"values", "v (values)"},
+                        {"segment_ids (queries)", "segment_ids (queries)"}, {"alibi_slopes", "alibi_slopes"},
+                        {"softcap", "softcap"}}));
   const py::array q = call.floating(q_obj, "q");
   const py::array k = call.floating(k_obj, "k");
   const py::array v = call.floating(v_obj, "v");
   const MaskArgs m = mask_args(call, valid_lens, mask, causal, masked_fill);
+  const std::optional<attn::Window> win = window_from(call, window);
+  const SegmentArgs segments = segments_from(call, segment_ids);
+  const py::array slopes = alibi_slopes.is_none() ? no_array() : call.same_dtype(alibi_slopes, "alibi_slopes");
   attn::SdpaOptions options;
   if (!scale.is_none()) options.scale = call.number(scale, "scale");
+  if (!softcap.is_none()) options.softcap = call.number(softcap, "softcap");
   options.dropout = {call.number(dropout_p, "dropout_p"), call.seed(seed, "seed")};
-  std::vector<index_t> out_shape = dims(q, 0, -1), weights_shape = dims(q, 0, -1);
+  std::vector<index_t> out_shape = dims(q, 0, -1), weights_shape = dims(q, 0, -1), lse_shape = dims(q, 0, -1);
   out_shape.push_back(dim(v, -1));
   weights_shape.push_back(dim(k, -2));
   return dispatch(call.dtype(), [&](auto tag) -> py::object {
     using T = decltype(tag);
     py::array_t<T> out = new_array<T>(out_shape);
     const py::array weights = return_weights ? py::array(new_array<T>(weights_shape)) : no_array();
+    const py::array lse = return_lse ? py::array(new_array<T>(lse_shape)) : no_array();
     const auto o = view_of<T>(out);
     const auto w = return_weights ? view_of<T>(weights) : attn::TensorView<T>{};
+    const auto l = return_lse ? view_of<T>(lse) : attn::TensorView<T>{};
     const auto qv = cview<T>(q), kv = cview<T>(k), vv = cview<T>(v);
-    const attn::Mask<T> mk = m.mask<T>();
-    call.run([&] { attn::sdpa_forward<T>(o, {}, w, qv, kv, vv, mk, options); });
+    attn::Mask<T> mk = m.mask<T>();
+    mk.window = win;
+    mk.segment_ids_q = segment_view(segments.q);
+    mk.segment_ids_k = segment_view(segments.k);
+    if (slopes) mk.alibi_slopes = cview<T>(slopes);
+    call.run([&] { attn::sdpa_forward<T>(o, l, w, qv, kv, vv, mk, options); });
+    if (return_weights && return_lse) return py::make_tuple(out, weights, lse);
     if (return_weights) return py::make_tuple(out, weights);
+    if (return_lse) return py::make_tuple(out, lse);
     return out;
   });
 }
@@ -186,17 +239,27 @@ transpose_a / transpose_b is set (MXNet's batch_dot). Returns (B, r, c) in the i
   m.def("scaled_dot_product_attention", &scaled_dot_product_attention, arg("q"), arg("k"), arg("v"),
         arg("valid_lens") = py::none(), arg("mask") = py::none(), arg("causal") = false, arg("scale") = py::none(),
         arg("dropout_p") = 0.0, arg("seed") = 0, arg("return_weights") = false, py::kw_only(),
-        arg("masked_fill") = "exclude",
+        arg("masked_fill") = "exclude", arg("window") = py::none(), arg("alibi_slopes") = py::none(),
+        arg("softcap") = py::none(), arg("segment_ids") = py::none(), arg("return_lse") = false,
         R"(dropout(masked_softmax(q k^T * scale)) v: the seeds' DotProductAttention as one function.
 
-q (B, n, d), k (B, m, d), v (B, m, v), or 4-D with a heads axis (B, H, ., .); all float32 or all
-float64. Returns out (B, n, v), or (out, weights) with return_weights=True; weights (B, n, m) are the
-attention weights before dropout (the seeds' attention_weights).
+q (B, n, d), k (B, m, d), v (B, m, v), or 4-D with a heads axis: q (B, H, n, d), k (B, Hk, m, d),
+v (B, Hk, m, v), where H is a multiple of Hk (grouped-query attention: query head h reads key head
+h // (H // Hk); Hk = 1 is multi-query attention). All float32 or all float64. Returns out (B, n, v),
+or (out, weights) with return_weights=True, (out, lse) with return_lse=True, (out, weights, lse) with
+both; weights (B, n, m) are the attention weights before dropout (the seeds' attention_weights), lse
+(B, n) or (B, H, n) each row's log-sum-exp (natural log; -inf for a row with no key).
 valid_lens, mask, causal, masked_fill: as masked_softmax.
 scale: default 1/sqrt(d).
 dropout_p, seed: each weight is dropped with probability dropout_p (the others scaled by
   1/(1 - dropout_p)); the mask is a function of the seed and the position only (Philox4x32-10), so one
-  seed always drops the same weights.)");
+  seed always drops the same weights.
+window: (left, right): query i attends key j only when p(i) - left <= j <= p(i) + right, with
+  p(i) = i, or i + m - n when causal="bottom_right"; None or -1 leaves a side unbounded.
+alibi_slopes: (H,) or (B, H): score += -slope * |p(i) - j| (FlashAttention-2's ALiBi).
+softcap: c > 0: score = c * tanh(score * scale / c) (Gemma 2), before ALiBi and masks.
+segment_ids: int32 or int64 (B, n) when n == m, or a pair ((B, n), (B, m)): a query attends only
+  to the keys of its own segment (packed sequences).)");
 
   m.def("nadaraya_watson", &nadaraya_watson, arg("x_train"), arg("y_train"), arg("x_query"),
         arg("kernel") = "gaussian", arg("width") = 1.0, arg("return_weights") = false,
