@@ -119,6 +119,33 @@ TYPED_TEST(CliTyped, SdpaWithHeadsMaskCausalScaleAndDropoutMatchesTheLibrary) {
   EXPECT_NE(svg.find(">batch 1, head 2</text>"), std::string::npos);
 }
 
+// Grouped-query heads (from the shapes), a bottom-right window, ALiBi, soft-capping, segment ids of
+// queries and keys, and the log-sum-exp written out.
+TYPED_TEST(CliTyped, SdpaVariantsMatchTheLibrary) {
+  using T = TypeParam;
+  ScratchDir dir;
+  const Tensor<T> q = random_tensor<T>({2, 4, 5, 3}, 21), k = random_tensor<T>({2, 2, 9, 3}, 22);
+  const Tensor<T> v = random_tensor<T>({2, 2, 9, 2}, 23), slopes = random_tensor<T>({4}, 24, 0.1, 1);
+  const Tensor<std::int32_t> seg_q({2, 5}, {0, 1, 1, 1, 2, 0, 0, 0, 1, 1});
+  const Tensor<std::int32_t> seg_k({2, 9}, {0, 0, 0, 0, 1, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 1, 1});
+  expect_success(dir.run({"sdpa", "--queries", dir.npy("Q.npy", q), "--keys", dir.npy("K.npy", k), "--values",
+                          dir.npy("V.npy", v), "--causal", "--bottom-right", "--window", "3,-1", "--alibi",
+                          dir.npy("A.npy", slopes), "--softcap", "2.5", "--segment-ids", dir.npy("S.npy", seg_q),
+                          "--key-segment-ids", dir.npy("SK.npy", seg_k), "--out", dir.file("O.npy"), "--lse",
+                          dir.file("LSE.npy")}));
+  Mask<T> mask;
+  mask.causal = Causal::bottom_right;
+  mask.window = Window{3, -1};
+  mask.alibi_slopes = slopes.cview();
+  mask.segment_ids_q = seg_q.cview(), mask.segment_ids_k = seg_k.cview();
+  SdpaOptions options;
+  options.softcap = 2.5;
+  Tensor<T> out({2, 4, 5, 2}), lse({2, 4, 5});
+  sdpa_forward<T>(out.view(), lse.view(), {}, q.cview(), k.cview(), v.cview(), mask, options);
+  expect_identical(dir.load<T>("O.npy"), out, "out");
+  expect_identical(dir.load<T>("LSE.npy"), lse, "lse");
+}
+
 TYPED_TEST(CliTyped, AdditiveMatchesTheLibrary) {
   using T = TypeParam;
   ScratchDir dir;

@@ -178,6 +178,22 @@ TEST_F(CliErrors, ValuesOutOfRangeAreBadUsage) {
          2, {"attn nw: error: ", "width sigma is -1; it must be positive and finite"});
 }
 
+// The flags of the attention variants: a malformed window, slopes, soft-cap or segment ids.
+TEST_F(CliErrors, AttentionVariantFlagsAreChecked) {
+  const std::vector<std::string> out{"--out", "O.npy"};
+  expect(kSdpa + out + std::vector<std::string>{"--window", "3"}, 2, {"--window 3: give L,R"});
+  expect(kSdpa + out + std::vector<std::string>{"--window", "3,x"}, 2, {"--window 3,x: the right bound \"x\" is not an integer"});
+  expect(kSdpa + out + std::vector<std::string>{"--window", "1,2,3"}, 2, {"--window 1,2,3: give L,R"});
+  expect(kSdpa + out + std::vector<std::string>{"--softcap", "0"}, 2, {"softcap is 0; it must be positive and finite"});
+  expect(kSdpa + out + std::vector<std::string>{"--softcap", "-2"}, 2, {"softcap is -2"});
+  expect(kSdpa + out + std::vector<std::string>{"--alibi", "L.npy"}, 2, {"--alibi ", "L.npy: holds int64; it must hold float32 or float64"});
+  expect(kSdpa + out + std::vector<std::string>{"--alibi", "V.npy"}, 2, {"alibi_slopes has shape (2,10,4)", "(H,) = (1,)"});
+  expect(kSdpa + out + std::vector<std::string>{"--segment-ids", "Lf.npy"}, 2, {"--segment-ids ", "Lf.npy: holds float64; segment ids are int32 or int64"});
+  expect(kSdpa + out + std::vector<std::string>{"--segment-ids", "L.npy"}, 2, {"segment_ids (queries) has shape (2,); it must be (B, n) = (2,1)"});
+  expect(kSdpa + out + std::vector<std::string>{"--key-segment-ids", "L.npy"}, 2, {"--key-segment-ids requires --segment-ids"});
+  expect(kSdpa + out + std::vector<std::string>{"--bottom-right"}, 2, {"--bottom-right requires --causal"});
+}
+
 TEST_F(CliErrors, OutputsThatCannotBeWrittenAreAFailedRun) {
   expect({"softmax", "--scores", "S.npy", "--valid-lens", "L.npy", "--out", "/nonexistent-dir/W.npy"}, 1,
          {"attn softmax: error: /nonexistent-dir/W.npy: cannot open for writing"});

@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "attention_flags.hpp"
 #include "attn/sdpa.hpp"
@@ -17,29 +19,107 @@ struct SdpaArgs {
   MaskFlags mask;
   double scale = 0;
   bool has_scale = false;  // --scale was given; otherwise 1/sqrt(d)
+  double softcap = 0;
+  bool has_softcap = false;
+  bool bottom_right = false;
+  std::string window, alibi, segment_ids, key_segment_ids, lse;
   DropoutFlags dropout;
   OutputFlags output;
 };
+
+// --window L,R: two integers, -1 for an unbounded side; a usage error otherwise.
+attn::Window parse_window(const std::string& text) {
+  const auto comma = text.find(',');
+  auto side = [&](const std::string& part, const char* which) -> attn::index_t {
+    std::size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != part.size())
+      throw UsageError("--window " + text + ": the " + which + " bound \"" + part +
+                       "\" is not an integer; give L,R as two integers (-1: unbounded), e.g. --window 256,0");
+    return value < 0 ? -1 : static_cast<attn::index_t>(value);
+  };
+  if (comma == std::string::npos || text.find(',', comma + 1) != std::string::npos)
+    throw UsageError("--window " + text + ": give L,R, two integers separated by a comma (-1: unbounded)");
+  return {side(text.substr(0, comma), "left"), side(text.substr(comma + 1), "right")};
+}
+
+// Segment ids from a file of int32 or int64, kept in their type.
+struct SegmentInput {
+  std::optional<attn::Tensor<std::int32_t>> i32;
+  std::optional<attn::Tensor<std::int64_t>> i64;
+  attn::SegmentIds ids() const {
+    if (i32) return i32->cview();
+    if (i64) return i64->cview();
+    return {};
+  }
+};
+SegmentInput read_segments(const std::string& flag, const std::string& path) {
+  SegmentInput s;
+  if (path.empty()) return s;
+  const NpyInput input = read_input(flag, path);
+  if (input.array.dtype == attn::io::DType::int32) s.i32 = to_tensor<std::int32_t>(input);
+  else if (input.array.dtype == attn::io::DType::int64) s.i64 = to_tensor<std::int64_t>(input);
+  else
+    throw UsageError(input.where() + ": holds " + attn::io::dtype_name(input.array.dtype) +
+                     "; segment ids are int32 or int64");
+  return s;
+}
 
 void run_sdpa(const SdpaArgs& args) {
   Progress progress("sdpa");
   progress.stage("reading inputs");
   const QkvFlags::Inputs in = args.qkv.read();
   const MaskInputs masks = args.mask.read();
-  with_float_type(common_float_type({&in.queries, &in.keys, &in.values}), [&]<class T>() {
+  const std::optional<attn::Window> window =
+      args.window.empty() ? std::nullopt : std::optional<attn::Window>(parse_window(args.window));
+  const SegmentInput seg_q = read_segments("--segment-ids", args.segment_ids);
+  const SegmentInput seg_k = read_segments("--key-segment-ids", args.key_segment_ids);
+  std::optional<NpyInput> alibi;
+  if (!args.alibi.empty()) alibi = read_input("--alibi", args.alibi);
+  std::initializer_list<const NpyInput*> floats = {&in.queries, &in.keys, &in.values};
+  const attn::io::DType dtype = alibi ? common_float_type({&in.queries, &in.keys, &in.values, &*alibi})
+                                      : common_float_type(floats);
+  with_float_type(dtype, [&]<class T>() {
     const attn::Tensor<T> q = to_tensor<T>(in.queries), k = to_tensor<T>(in.keys), v = to_tensor<T>(in.values);
+    const attn::Tensor<T> slopes = alibi ? to_tensor<T>(*alibi) : attn::Tensor<T>();
     // --scale overrides 1/sqrt(d); without --dropout, p = 0 and nothing is dropped.
     attn::SdpaOptions options;
     if (args.has_scale) options.scale = args.scale;
+    if (args.has_softcap) options.softcap = args.softcap;
     options.dropout = args.dropout.dropout();
+    attn::Mask<T> mask = masks.mask<T>();
+    if (args.bottom_right && mask.causal == attn::Causal::top_left) mask.causal = attn::Causal::bottom_right;
+    mask.window = window;
+    mask.segment_ids_q = seg_q.ids();
+    mask.segment_ids_k = seg_k.ids();
+    if (alibi) mask.alibi_slopes = slopes.cview();
     progress.stage("computing");
     // The weights are only computed (and kept in memory) when they are written or drawn.
-    attn::Tensor<T> weights;
-    const attn::Tensor<T> out = as_usage([&] {
-      return attn::scaled_dot_product_attention<T>(q.cview(), k.cview(), v.cview(), masks.mask<T>(), options,
-                                                   args.output.wants_weights() ? &weights : nullptr);
+    const bool wants_weights = args.output.wants_weights();
+    std::vector<attn::index_t> out_shape(q.shape()), lse_shape(q.shape());
+    out_shape.back() = v.shape().back();
+    lse_shape.pop_back();
+    attn::Tensor<T> out(out_shape), lse(args.lse.empty() ? std::vector<attn::index_t>{0} : lse_shape), weights;
+    if (wants_weights) {
+      std::vector<attn::index_t> weights_shape(lse_shape);
+      weights_shape.push_back(k.shape().size() >= 2 ? k.shape()[k.shape().size() - 2] : 0);
+      weights = attn::Tensor<T>(weights_shape);
+    }
+    as_usage([&] {
+      attn::sdpa_forward<T>(out.view(), args.lse.empty() ? attn::TensorView<T>{} : lse.view(),
+                            wants_weights ? weights.view() : attn::TensorView<T>{}, q.cview(), k.cview(), v.cview(),
+                            mask, options);
     });
     args.output.write(out, weights, progress);
+    if (!args.lse.empty()) {
+      progress.stage("writing " + args.lse);
+      write_output(args.lse, lse);
+    }
   });
   progress.done();
 }
@@ -53,6 +133,30 @@ void add_sdpa_command(CLI::App& app) {
   args->mask.add_to(*command);
   CLI::Option* scale = command->add_option("--scale", args->scale, "the scores' factor S instead of 1/sqrt(d)");
   scale->type_name("S");
+  CLI::Option* softcap = command->add_option(
+      "--softcap", args->softcap, "soft-capping: scores become C tanh(score / C) (Gemma 2), C > 0");
+  softcap->type_name("C");
+  command->add_flag("--bottom-right", args->bottom_right,
+                    "align --causal and --window bottom-right: query i sits at position i + m - n (a decoder "
+                    "continuing a cached prefix); with --causal")
+      ->needs("--causal");
+  command->add_option("--window", args->window,
+                      "sliding window: query i attends key j only when p(i) - L <= j <= p(i) + R, p(i) = i (or i + m - n "
+                      "with --bottom-right); -1 leaves a side unbounded")
+      ->type_name("L,R");
+  command->add_option("--alibi", args->alibi,
+                      "ALiBi slopes (H,) or (B,H), the inputs' float type: score += -slope |p(i) - j|")
+      ->type_name("SLOPES.npy");
+  command->add_option("--segment-ids", args->segment_ids,
+                      "packed sequences: segment ids (B,n), int32 or int64; a query attends only to keys of its "
+                      "segment (the keys' ids too when n == m)")
+      ->type_name("S.npy");
+  command->add_option("--key-segment-ids", args->key_segment_ids, "the keys' segment ids (B,m) when n != m")
+      ->type_name("SK.npy")
+      ->needs("--segment-ids");
+  command->add_option("--lse", args->lse,
+                      "also write each query row's log-sum-exp (B,n) or (B,H,n) (-inf for a row with no key)")
+      ->type_name("LSE.npy");
   args->dropout.add_to(*command);
   args->output.add_to(*command, "where to write the output (B,n,v) or (B,H,n,v), the inputs' float type");
   command->footer(
@@ -64,8 +168,9 @@ void add_sdpa_command(CLI::App& app) {
       "  attn sdpa --queries Q.npy --keys K.npy --values V.npy --valid-lens L.npy --out O.npy \\\n"
       "            --weights W.npy --heatmap W.png");
   // CLI11 fills a double whether or not the flag is given; count() tells them apart.
-  command->callback([args, scale] {
+  command->callback([args, scale, softcap] {
     args->has_scale = scale->count() > 0;
+    args->has_softcap = softcap->count() > 0;
     run_sdpa(*args);
   });
 }
