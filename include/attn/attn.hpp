@@ -8,6 +8,7 @@
 #include "attn/dropout.hpp"
 #include "attn/error.hpp"
 #include "attn/mask.hpp"
+#include "attn/multi_head.hpp"
 #include "attn/nadaraya_watson.hpp"
 #include "attn/optim.hpp"
 #include "attn/sdpa.hpp"

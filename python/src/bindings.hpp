@@ -9,5 +9,6 @@ void bind_functions(pybind11::module_& m);  // functions.cpp: masked_softmax, bm
 void bind_layers(pybind11::module_& m);     // layers.cpp: DotProductAttention, AdditiveAttention
 void bind_plot(pybind11::module_& m);       // plot.cpp: show_heatmaps
 void bind_config(pybind11::module_& m);     // config.cpp: SIMD target, threads
+void bind_multi_head(pybind11::module_& m);  // multi_head.cpp: MultiHeadAttention
 
 }  // namespace attn_py

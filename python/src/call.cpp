@@ -258,4 +258,15 @@ MaskArgs mask_args(Call& call, py::handle valid_lens, py::handle mask, py::handl
   return m;
 }
 
+std::optional<attn::Window> window_from(Call& call, py::handle obj) {
+  if (obj.is_none()) return std::nullopt;
+  if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj) || py::len(obj) != 2)
+    call.type_error("window must be a pair (left, right) of integers (None or -1: unbounded); got " + str_of(obj));
+  const py::sequence pair = py::reinterpret_borrow<py::sequence>(obj);
+  auto side = [&](py::handle x, const char* name) -> index_t {
+    return x.is_none() ? -1 : std::max<index_t>(-1, call.integer(x, name));
+  };
+  return attn::Window{side(pair[0], "window[0] (left)"), side(pair[1], "window[1] (right)")};
+}
+
 }  // namespace attn_py

@@ -170,6 +170,8 @@ struct MaskArgs {
 // valid_lens: None or integers; mask: None, bool or floating; causal: a bool, "top_left" or
 // "bottom_right"; masked_fill: "exclude" or "seeds_minus_1e6".
 MaskArgs mask_args(Call& call, py::handle valid_lens, py::handle mask, py::handle causal, py::handle masked_fill);
+// A window argument: None, or a pair (left, right) of integers or None (unbounded).
+std::optional<attn::Window> window_from(Call& call, py::handle window);
 attn::MaskedFill masked_fill_from(Call& call, py::handle masked_fill);
 const char* masked_fill_name(attn::MaskedFill fill);
 

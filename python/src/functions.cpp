@@ -63,18 +63,6 @@ py::array bmm(py::object a_obj, py::object b_obj, bool transpose_a, bool transpo
   });
 }
 
-// A window argument: None, or a pair (left, right) of integers or None (unbounded).
-std::optional<attn::Window> window_from(Call& call, py::handle obj) {
-  if (obj.is_none()) return std::nullopt;
-  if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj) || py::len(obj) != 2)
-    call.type_error("window must be a pair (left, right) of integers (None or -1: unbounded); got " + str_of(obj));
-  const py::sequence pair = py::reinterpret_borrow<py::sequence>(obj);
-  auto side = [&](py::handle x, const char* name) -> index_t {
-    return x.is_none() ? -1 : std::max<index_t>(-1, call.integer(x, name));
-  };
-  return attn::Window{side(pair[0], "window[0] (left)"), side(pair[1], "window[1] (right)")};
-}
-
 // segment_ids: None, one array for queries and keys (n == m), or a pair (queries' ids, keys' ids).
 struct SegmentArgs {
   py::array q = no_array(), k = no_array();

@@ -5,11 +5,7 @@
 // gradient of a loss with respect to the output of the last call, returns a dict of the gradients
 // of every input and parameter: "queries", "keys", "values" (and "W_q", "W_k", "w_v").
 //
-// Modes, as nn.Module: a new layer is in training mode; eval() and train() switch and return the
-// layer. In training mode a call drops weights with probability `dropout`, by a mask that is a
-// function of `seed` and the position only; every training-mode call then advances `seed` by one,
-// so successive calls draw new masks and two layers built with one seed draw the same ones. In
-// eval mode nothing is dropped and `seed` stays.
+// Modes and dropout seeds: layer.hpp.
 //
 // What backward reads: a call keeps references (not copies) to its input arrays as attn read them
 // (the caller's own arrays when they were used without a copy) and to the parameter arrays, with its
@@ -30,6 +26,7 @@
 #include "attn/sdpa.hpp"
 #include "bindings.hpp"
 #include "call.hpp"
+#include "layer.hpp"
 
 namespace attn_py {
 namespace {
@@ -57,29 +54,15 @@ py::array_t<T> like(const py::array& a) {
   return new_array<T>(dims(a));
 }
 
-// What the two layers share: dropout, seed, the mode, the last call's weights and saved inputs.
-class Layer {
+// What the two layers share besides the mode (LayerMode): the last call's weights and saved inputs.
+class Layer : public LayerMode {
  public:
-  Layer(std::string name, py::object dropout, py::object seed, py::object masked_fill) : name_(std::move(name)) {
+  Layer(std::string name, py::object dropout, py::object seed, py::object masked_fill)
+      : LayerMode(std::move(name), dropout, seed) {
     Call call(name_, {});
-    set_dropout(call.number(dropout, "dropout"));
-    seed_ = call.seed(seed, "seed");
     fill_ = masked_fill_from(call, masked_fill);
   }
 
-  double dropout() const { return dropout_; }
-  // p is checked by attn's own dropout check (the one every kernel call runs), here at once.
-  void set_dropout(double p) {
-    Call call(name_, {{"dropout p", "dropout"}});
-    attn::Tensor<bool> probe({1, 1, 1});
-    const attn::TensorView<bool> view = probe.view();
-    call.run([&] { attn::dropout_keep_mask(view, attn::Dropout{p, 0}); });
-    dropout_ = p;
-  }
-  std::uint64_t seed() const { return seed_; }
-  void set_seed(py::object seed) { seed_ = Call(name_, {}).seed(seed, "seed"); }
-
-  bool training = true;
   py::object attention_weights = py::none();
 
  protected:
@@ -92,7 +75,7 @@ class Layer {
     s.dtype = call.dtype();
     if (!valid_lens.is_none()) s.mask.valid_lens = call.lengths(valid_lens, "valid_lens");
     s.mask.fill = fill_;
-    if (training) s.dropout = {dropout_, seed_};
+    s.dropout = call_dropout();
     return s;
   }
 
@@ -112,7 +95,7 @@ class Layer {
       call.run(forward(views, s));
       attention_weights = weights;
       saved_ = std::move(s);
-      if (training) ++seed_;
+      advance();
       return out;
     });
   }
@@ -125,9 +108,6 @@ class Layer {
     return *saved_;
   }
 
-  std::string name_;
-  double dropout_ = 0.0;
-  std::uint64_t seed_ = 0;
   attn::MaskedFill fill_ = attn::MaskedFill::exclude;
   std::optional<Saved> saved_;
 };
@@ -287,17 +267,10 @@ void def_layer(py::class_<L>& c) {
            std::get<3>(call_args), "The same as calling the layer (nn.Module's name for it)")
       .def("backward", &L::backward, arg("grad_out"),
            "The gradients, as a dict of arrays, of sum(output * grad_out) for the output of the last call")
-      .def("train", [](py::object self, bool mode) { py::cast<L&>(self).training = mode; return self; },
-           arg("mode") = true, "Training mode (dropout on) or, with mode=False, eval mode; returns the layer")
-      .def("eval", [](py::object self) { py::cast<L&>(self).training = false; return self; },
-           "Eval mode: no dropout; returns the layer")
-      .def_readonly("training", &L::training, "True in training mode")
       .def_readonly("attention_weights", &L::attention_weights,
                     "The weights (B, n, m) of the last call, before dropout; None before the first call")
-      .def_property("dropout", &L::dropout, &L::set_dropout, "The probability of dropping a weight in training mode")
-      .def_property("seed", &L::seed, &L::set_seed,
-                    "The dropout seed of the next training-mode call (each such call advances it by one)")
       .def("__repr__", &L::repr);
+  def_mode(c);
 }
 
 }  // namespace

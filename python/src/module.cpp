@@ -7,8 +7,8 @@ PYBIND11_MODULE(attn, m) {
   m.doc() = R"(attn: attention scoring functions, computed by the attn C++ library.
 
 The chapter's PyTorch code as NumPy functions and layers: masked_softmax, bmm,
-scaled_dot_product_attention, nadaraya_watson, the layers DotProductAttention and
-AdditiveAttention with their backward passes, and show_heatmaps (SVG or PNG files).
+scaled_dot_product_attention, nadaraya_watson, the layers DotProductAttention,
+AdditiveAttention and MultiHeadAttention with their backward passes, and show_heatmaps (SVG or PNG files).
 
 Arrays are float32 or float64 (all arrays of one call in the same dtype); C-contiguous arrays, and
 any array whose last axis is contiguous, are used without a copy; other layouts are copied. The GIL
@@ -19,4 +19,5 @@ is released while attn computes. A bad argument raises ValueError (shapes, value
   attn_py::bind_layers(m);
   attn_py::bind_plot(m);
   attn_py::bind_config(m);
+  attn_py::bind_multi_head(m);
 }

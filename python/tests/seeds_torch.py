@@ -18,7 +18,8 @@ from torch import nn
 # and seed 001's Nadaraya-Watson estimator, nadaraya_watson(queries, keys, values, kernel, sigma) on
 # (B, n, p), (B, m, p), (B, m, v), returning (out, weights).
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "torch"))
-from make_cases import AdditiveAttention, DotProductAttention, masked_softmax, nadaraya_watson  # noqa: E402,F401
+from make_cases import (AdditiveAttention, DotProductAttention, MultiHeadAttention, masked_softmax,  # noqa: E402,F401
+                        nadaraya_watson)
 
 # ----------------------------------------------------------------------------------------------
 # What attn adds, written in the seeds' style.

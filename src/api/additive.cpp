@@ -2,11 +2,10 @@
 // nn.Linear-style initialisation of its parameters.
 #include "attn/additive.hpp"
 
-#include <Random123/philox.h>
-
 #include <cmath>
 
 #include "api/qkv_checks.hpp"
+#include "core/linear_init.hpp"
 #include "cpu/cpu.hpp"
 #include "ref/ref.hpp"
 
@@ -91,29 +90,8 @@ void additive_attention_backward(TensorView<T> dqueries, TensorView<T> dkeys, Te
 
 // ---- initialisation ----------------------------------------------------------------------------
 
-namespace {
-
-// Fills `t` with U(-bound, bound) from Philox4x32-10 keyed by `seed`. Element e uses the counter
-// (e / 2, stream, tag), so each parameter tensor (its own `stream`) gets an independent sequence
-// and the values do not depend on how the tensor is filled. 53 random bits per value.
-template <class T>
-void fill_uniform(Tensor<T>& t, double bound, std::uint64_t seed, std::uint32_t stream) {
-  constexpr std::uint32_t kTag = 0x41444456;  // "ADDV": keeps these counters apart from dropout's
-  const r123::Philox4x32::key_type key = {{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)}};
-  r123::Philox4x32 philox;
-  for (index_t e = 0; e < t.numel(); ++e) {
-    const auto pair = static_cast<std::uint64_t>(e / 2);
-    const r123::Philox4x32::ctr_type ctr = {
-        {static_cast<std::uint32_t>(pair), static_cast<std::uint32_t>(pair >> 32), stream, kTag}};
-    const auto r = philox(ctr, key);
-    const int lane = static_cast<int>(e % 2) * 2;
-    const std::uint64_t bits = (static_cast<std::uint64_t>(r[lane]) << 32) | r[lane + 1];
-    const double u = (static_cast<double>(bits >> 11) + 0.5) * 0x1p-53;  // in (0, 1)
-    t[e] = static_cast<T>(bound * (2.0 * u - 1.0));
-  }
-}
-
-}  // namespace
+// Keeps these counters apart from dropout's and the other layers' ("ADDV").
+constexpr std::uint32_t kInitTag = 0x41444456;
 
 template <class T>
 AdditiveWeights<T> AdditiveWeights<T>::init(index_t query_size, index_t key_size, index_t hidden_size,
@@ -124,9 +102,9 @@ AdditiveWeights<T> AdditiveWeights<T>::init(index_t query_size, index_t key_size
   if (hidden_size < 1) detail::fail(op, ": hidden_size is ", hidden_size, "; it must be at least 1");
   AdditiveWeights w{Tensor<T>{hidden_size, query_size}, Tensor<T>{hidden_size, key_size}, Tensor<T>{hidden_size}};
   // nn.Linear(fan_in, fan_out) draws its weight from U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
-  fill_uniform(w.w_q, 1.0 / std::sqrt(static_cast<double>(query_size)), seed, 0);
-  fill_uniform(w.w_k, 1.0 / std::sqrt(static_cast<double>(key_size)), seed, 1);
-  fill_uniform(w.w_v, 1.0 / std::sqrt(static_cast<double>(hidden_size)), seed, 2);
+  detail::fill_uniform(w.w_q, 1.0 / std::sqrt(static_cast<double>(query_size)), seed, 0, kInitTag);
+  detail::fill_uniform(w.w_k, 1.0 / std::sqrt(static_cast<double>(key_size)), seed, 1, kInitTag);
+  detail::fill_uniform(w.w_v, 1.0 / std::sqrt(static_cast<double>(hidden_size)), seed, 2, kInitTag);
   return w;
 }
 

@@ -1,12 +1,15 @@
 // cpu building blocks of the scoring functions with a parameter matrix shared by every batch element
-// and head (additive, bilinear): a linear map of every row, and that map's gradient with respect to
-// the matrix. Same contracts as ref/linear.hpp. Every output element is written by one thread with
-// a fixed order of summation, so the results do not depend on the number of threads.
+// and head (additive, bilinear) and of the linear layers: a linear map of every row, and that map's
+// gradient with respect to the matrix, as dense products (simd/matmul.hpp). Same contracts as
+// ref/linear.hpp. Every output element is summed in a fixed order, so the results do not depend on
+// the number of threads.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "core/view4.hpp"
+#include "cpu/simd/matmul.hpp"
 
 namespace attn::cpu {
 
@@ -21,54 +24,38 @@ std::vector<T> dense_matrix(View4<const T> w, bool transpose) {
 
 // x (B, H, R, K), w (1, 1, P, K) or, with transpose_w = false, (1, 1, K, P); out (B, H, R, P):
 //   out[b,h,r,:] = x[b,h,r,:] w^T     (or x[b,h,r,:] w)
-// Rows in parallel (when there is enough work to pay for threads). The matrix is first laid out
-// (K, P) so that each row is a sum of K contiguous axpys over P, which the compiler vectorises
-// without reordering any sum.
+// One dense product per (b, h) (simd/matmul.hpp), every element summed over K in a fixed order.
 template <class T>
 void rows_times(View4<T> out, View4<const T> x, View4<const T> w, bool transpose_w) {
-  const std::vector<T> mat = dense_matrix(w, transpose_w);
-  const T* M = mat.data();
-  const index_t K = x.C, P = out.C;
-  const double work = static_cast<double>(x.B) * static_cast<double>(x.H) * static_cast<double>(x.R) *
-                      static_cast<double>(K) * static_cast<double>(P);
-#pragma omp parallel for collapse(3) schedule(static) if (work >= 65536)
+  // The product takes w as (P, K) rows: as it is, or a transposed copy.
+  std::vector<T> copy;
+  const T* M = w.row(0, 0, 0);
+  index_t ldm = w.sR;
+  if (!transpose_w) copy = dense_matrix(w, true), M = copy.data(), ldm = x.C;
   for (index_t b = 0; b < x.B; ++b)
     for (index_t h = 0; h < x.H; ++h)
-      for (index_t r = 0; r < x.R; ++r) {
-        T* o = out.row(b, h, r);
-        const T* xr = x.row(b, h, r);
-        for (index_t p = 0; p < P; ++p) o[p] = 0;
-        for (index_t c = 0; c < K; ++c) {
-          const T a = xr[c];
-          const T* mc = M + c * P;
-          for (index_t p = 0; p < P; ++p) o[p] += a * mc[p];
-        }
-      }
+      fused::matmul_abt<T>(out.row(b, h, 0), out.sR, x.row(b, h, 0), x.sR, M, ldm, x.R, out.C, x.C, false);
 }
 
 // The gradient of a matrix applied to every row: a (B, H, R, P), x (B, H, R, C), dw (1, 1, P, C),
 //   dw[p, :] = sum over b, h, r of a[b,h,r,p] * x[b,h,r,:]     (written, not accumulated)
-// Parallel over p: each row of dw sums the rows (b, h, r) in order, an axpy over C each. Rows with
-// a = 0 are skipped: a masked key has gradient 0, and whatever its row of x holds (NaN) stays out.
-// Threads only when there is enough work to pay for them.
+// One dense product dw = A^T X over all rows, from transposed copies of a and x. Rows whose a is 0
+// take no part: a masked key has gradient 0, and whatever its row of x holds (NaN) stays out.
 template <class T>
 void sum_outer(View4<T> dw, View4<const T> a, View4<const T> x) {
-  const index_t C = dw.C;
-  const double work = static_cast<double>(a.B) * static_cast<double>(a.H) * static_cast<double>(a.R) *
-                      static_cast<double>(dw.R) * static_cast<double>(C);
-#pragma omp parallel for schedule(static) if (work >= 65536)
-  for (index_t p = 0; p < dw.R; ++p) {
-    T* d = dw.row(0, 0, p);
-    for (index_t c = 0; c < C; ++c) d[c] = 0;
-    for (index_t b = 0; b < a.B; ++b)
-      for (index_t h = 0; h < a.H; ++h)
-        for (index_t r = 0; r < a.R; ++r) {
-          const T s = a.at(b, h, r, p);
-          if (s == T(0)) continue;
-          const T* xr = x.row(b, h, r);
-          for (index_t c = 0; c < C; ++c) d[c] += s * xr[c];
-        }
-  }
+  const index_t P = dw.R, C = dw.C, rows = a.B * a.H * a.R;
+  std::vector<T> at(static_cast<std::size_t>(P * rows)), xt(static_cast<std::size_t>(C * rows));
+  index_t r = 0;
+  for (index_t b = 0; b < a.B; ++b)
+    for (index_t h = 0; h < a.H; ++h)
+      for (index_t i = 0; i < a.R; ++i, ++r) {
+        const T* ar = a.row(b, h, i);
+        const T* xr = x.row(b, h, i);
+        const bool used = std::any_of(ar, ar + P, [](T v) { return v != T(0); });
+        for (index_t p = 0; p < P; ++p) at[static_cast<std::size_t>(p * rows + r)] = ar[p];
+        for (index_t c = 0; c < C; ++c) xt[static_cast<std::size_t>(c * rows + r)] = used ? xr[c] : T(0);
+      }
+  fused::matmul_abt<T>(dw.row(0, 0, 0), dw.sR, at.data(), rows, xt.data(), rows, P, C, rows, false);
 }
 
 // The backward of the two projections of additive attention, qp = queries W_q^T and

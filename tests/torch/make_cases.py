@@ -90,6 +90,47 @@ class DotProductAttention(nn.Module):
         return torch.bmm(self.dropout(self.attention_weights), values)
 
 
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention: the chapter after the seeds' (d2l 11.5), its code but for comments, built
+    on the seeds' DotProductAttention; num_kv_heads (grouped key and value heads, each read by
+    num_heads // num_kv_heads query heads through repeat_interleave) is attn's addition."""
+
+    def __init__(self, num_hiddens, num_heads, dropout, bias=False, num_kv_heads=None, **kwargs):
+        super().__init__()
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.attention = DotProductAttention(dropout)
+        kv_hiddens = self.num_kv_heads * (num_hiddens // num_heads)
+        self.W_q = nn.LazyLinear(num_hiddens, bias=bias)
+        self.W_k = nn.LazyLinear(kv_hiddens, bias=bias)
+        self.W_v = nn.LazyLinear(kv_hiddens, bias=bias)
+        self.W_o = nn.LazyLinear(num_hiddens, bias=bias)
+
+    def forward(self, queries, keys, values, valid_lens):
+        queries = self.transpose_qkv(self.W_q(queries), self.num_heads)
+        keys = self.transpose_qkv(self.W_k(keys), self.num_kv_heads)
+        values = self.transpose_qkv(self.W_v(values), self.num_kv_heads)
+        group = self.num_heads // self.num_kv_heads
+        if group > 1:  # (B * Hk, m, dh) -> (B * H, m, dh), key head j serving query heads j*group ...
+            keys = keys.reshape(-1, self.num_kv_heads, *keys.shape[1:]).repeat_interleave(group, dim=1).flatten(0, 1)
+            values = values.reshape(-1, self.num_kv_heads, *values.shape[1:]).repeat_interleave(group, dim=1).flatten(0, 1)
+        if valid_lens is not None:
+            valid_lens = torch.repeat_interleave(valid_lens, repeats=self.num_heads, dim=0)
+        output = self.attention(queries, keys, values, valid_lens)
+        output_concat = self.transpose_output(output)
+        return self.W_o(output_concat)
+
+    def transpose_qkv(self, X, heads):
+        X = X.reshape(X.shape[0], X.shape[1], heads, -1)
+        X = X.permute(0, 2, 1, 3)
+        return X.reshape(-1, X.shape[2], X.shape[3])
+
+    def transpose_output(self, X):
+        X = X.reshape(-1, self.num_heads, X.shape[1], X.shape[2])
+        X = X.permute(0, 2, 1, 3)
+        return X.reshape(X.shape[0], X.shape[1], -1)
+
+
 # ----------------------------------------------------------------------------------------------
 # attn's other scoring functions, written in the seeds' style.
 

@@ -1,0 +1,127 @@
+"""attn.MultiHeadAttention against the textbook's PyTorch MultiHeadAttention (d2l 11.5, in
+tests/torch/make_cases.py) with the same weights: outputs and the gradients of every input and
+parameter under the error budget, with and without biases, grouped key heads, valid lengths; lazy
+sizing, parameters, modes and errors."""
+import numpy as np
+import pytest
+
+import attn
+import seeds_torch
+from helpers import assert_within_budget, grads, torch, torch_both
+
+PARAMS = ["W_q", "W_k", "W_v", "W_o"]
+pytestmark = pytest.mark.filterwarnings("ignore:Lazy modules are a new feature")  # the textbook's nn.LazyLinear
+
+
+def f32(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def textbook(layer, bias, heads, kv_heads, t):
+    """The textbook's module with attn's layer's weights, in t's dtype."""
+    module = seeds_torch.MultiHeadAttention(layer.num_hiddens, heads, 0.0, bias=bias, num_kv_heads=kv_heads).eval()
+    module.to(t["queries"].dtype)
+    with torch.no_grad():
+        module(t["queries"], t["keys"], t["values"], t["lens"])  # sizes the lazy layers
+    with torch.no_grad():
+        for name in PARAMS:
+            getattr(module, name).weight.copy_(torch.from_numpy(getattr(layer, name)))
+            if bias:
+                getattr(module, name).bias.copy_(torch.from_numpy(getattr(layer, "b_" + name[-1])))
+    return module
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias, heads, kv_heads, lens", [(False, 4, 4, None), (True, 4, 4, "batch"),
+                                                        (False, 6, 2, "query"), (True, 8, 1, "batch")])
+def test_matches_the_textbook(rng, bias, heads, kv_heads, lens, dtype):
+    B, n, m, q, k, v, D = 2, 7, 11, 5, 6, 9, 24
+    arrays = {"queries": f32(rng, B, n, q), "keys": f32(rng, B, m, k), "values": f32(rng, B, m, v),
+              "lens": None if lens is None else rng.integers(1, m + 1, size=(B,) if lens == "batch" else (B, n)),
+              "G": f32(rng, B, n, D)}
+    layer = attn.MultiHeadAttention(D, heads, 0.1, bias=bias, num_kv_heads=kv_heads, seed=3).eval()
+    out = layer(*(arrays[x].astype(dtype) for x in ("queries", "keys", "values")), arrays["lens"])
+    got = {"out": out, **{"d" + name: g for name, g in layer.backward(arrays["G"].astype(dtype)).items()}}
+
+    def run(t):
+        module = textbook(layer, bias, heads, kv_heads, t)
+        o = module(t["queries"], t["keys"], t["values"], t["lens"])
+        named = {"queries": t["queries"], "keys": t["keys"], "values": t["values"]}
+        named.update({name: getattr(module, name).weight for name in PARAMS})
+        if bias:
+            named.update({"b_" + name[-1]: getattr(module, name).bias for name in PARAMS})
+        return {"out": o, **{"d" + x: g for x, g in grads((o * t["G"]).sum(), named).items()}}
+
+    refs = torch_both(run, arrays, requires_grad=("queries", "keys", "values"))
+    assert set(got) == set(refs)
+    for name, (r32, r64) in refs.items():
+        assert got[name].dtype == dtype
+        assert_within_budget(got[name], r32, r64, name)
+
+
+def test_sizes_from_the_first_call_or_the_constructor(rng):
+    layer = attn.MultiHeadAttention(12, 3, 0.0, bias=True)
+    assert layer.W_q is None
+    layer(f32(rng, 1, 2, 5), f32(rng, 1, 3, 4), f32(rng, 1, 3, 7))
+    assert layer.W_q.shape == (12, 5) and layer.W_k.shape == (12, 4) and layer.W_v.shape == (12, 7)
+    assert layer.W_o.shape == (12, 12) and layer.b_k.shape == (12,)
+    sized = attn.MultiHeadAttention(12, 3, 0.0, num_kv_heads=1, query_size=5, key_size=4, value_size=7)
+    assert sized.W_k.shape == (4, 4) and sized.b_q is None
+    assert np.all(np.abs(sized.W_q) <= 1 / np.sqrt(5))
+    # The same seed, the same weights.
+    again = attn.MultiHeadAttention(12, 3, 0.0, num_kv_heads=1, query_size=5, key_size=4, value_size=7)
+    np.testing.assert_array_equal(again.W_o, sized.W_o)
+
+
+def test_parameters_are_assignable_and_updated_in_place(rng):
+    layer = attn.MultiHeadAttention(8, 2, 0.0, query_size=3, key_size=3, value_size=3).eval()
+    x = f32(rng, 2, 4, 3)
+    before = layer(x, x, x)
+    layer.W_o = np.zeros((8, 8), np.float32)
+    np.testing.assert_array_equal(layer(x, x, x), 0)
+    layer.W_o = np.eye(8, dtype=np.float32)
+    g = layer.backward(np.ones((2, 4, 8), np.float32))
+    layer.W_q -= 0.1 * g["W_q"]  # in place: the layer sees it
+    assert not np.array_equal(layer(x, x, x), before)
+    with pytest.raises(ValueError, match="W_k has shape \\(3,3\\) but must be \\(8,3\\)"):
+        layer.W_k = np.zeros((3, 3), np.float32)
+    with pytest.raises(ValueError, match="b_q does not exist: the layer was built with bias=False"):
+        layer.b_q = np.zeros(8, np.float32)
+
+
+def test_dropout_in_training_mode_only(rng):
+    layer = attn.MultiHeadAttention(8, 2, 0.5, query_size=3, key_size=3, value_size=3)
+    x = f32(rng, 1, 6, 3)
+    a, b = layer(x, x, x), layer(x, x, x)  # the seed advances: two masks
+    assert not np.array_equal(a, b)
+    layer.eval()
+    np.testing.assert_array_equal(layer(x, x, x), layer(x, x, x))
+
+
+def test_causal_and_window_reach_every_head(rng):
+    layer = attn.MultiHeadAttention(8, 2, 0.0, query_size=3, key_size=3, value_size=3).eval()
+    x = f32(rng, 1, 6, 3)
+    full = layer(x, x, x)
+    causal = layer(x, x, x, causal=True)
+    np.testing.assert_allclose(causal[:, -1], full[:, -1], rtol=1e-5, atol=1e-6)  # the last query sees every key
+    assert not np.allclose(causal[:, 0], full[:, 0])
+    one = layer(x, x, x, window=(0, 0))  # each query attends only itself
+    x2 = x.copy()
+    x2[:, 3] += 1  # changes query/key/value 3 only
+    np.testing.assert_array_equal(layer(x2, x2, x2, window=(0, 0))[:, :3], one[:, :3])
+
+
+def test_errors_name_the_argument(rng):
+    with pytest.raises(ValueError, match="num_heads is 5; it must divide num_hiddens = 12"):
+        attn.MultiHeadAttention(12, 5, 0.0)
+    with pytest.raises(ValueError, match="num_kv_heads is 4; it must divide num_heads = 6"):
+        attn.MultiHeadAttention(12, 6, 0.0, num_kv_heads=4)
+    with pytest.raises(TypeError, match="query_size, key_size and value_size are given together"):
+        attn.MultiHeadAttention(12, 3, 0.0, query_size=4)
+    layer = attn.MultiHeadAttention(12, 3, 0.0, query_size=4, key_size=4, value_size=4)
+    with pytest.raises(RuntimeError, match="has not been called yet"):
+        layer.backward(np.zeros((1, 2, 12), np.float32))
+    with pytest.raises(ValueError, match="W_q has shape \\(12,4\\) but must be \\(12,5\\)"):
+        layer(f32(rng, 1, 2, 5), f32(rng, 1, 3, 4), f32(rng, 1, 3, 4))
+    with pytest.raises(ValueError, match="queries, keys and values must be 3-D"):
+        layer(f32(rng, 1, 1, 2, 4), f32(rng, 1, 3, 4), f32(rng, 1, 3, 4))
