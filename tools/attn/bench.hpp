@@ -39,5 +39,7 @@ struct BenchCase {
 
 // Every case of the list; `large` adds the n = m = 16384 memory case.
 std::vector<BenchCase> bench_cases(bool large);
+// The cases of the attention variants (bench_variants.cpp), part of bench_cases.
+std::vector<BenchCase> variant_cases();
 
 }  // namespace attn_cli

@@ -300,6 +300,7 @@ std::vector<BenchCase> bench_cases(bool large) {
   cases.push_back(additive_case(2, 512, 512, 128, false));
   cases.push_back(additive_case(2, 512, 512, 128, true));
   cases.push_back(nw_gaussian_1d_case(100000, 100000, 0.1f, 100));
+  for (BenchCase& c : variant_cases()) cases.push_back(std::move(c));
   if (large) cases.push_back(sdpa_forward_case(1, 16384, 16384, 64, MaskKind::none, false));
   return cases;
 }

@@ -135,7 +135,7 @@ void ChunkBlock(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chun
             if (!st.general) s = st.bias_and_mask(d, s, vj, i, bounded);
             const V mx = hn::Load(d, st.max + i);
             const V shift = hn::IfThenZeroElse(hn::Eq(mx, ninf), mx);
-            hn::Store(hn::Mul(hn::Exp(d, hn::Sub(s, shift)), hn::Load(d, st.alpha + i)), d, pk + i);
+            hn::Store(hn::Mul(ExpWeight(d, hn::Sub(s, shift)), hn::Load(d, st.alpha + i)), d, pk + i);
           }
           // dS = P (f dP - D) in float64 as the sdpa kernels (dP - D cancels in a peaked row), 0
           // where the key is masked (dP may be anything there, even NaN); W = f P.

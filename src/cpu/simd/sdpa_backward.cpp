@@ -165,7 +165,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
           const V shift = hn::IfThenZeroElse(hn::Eq(mx, hn::Set(d, -INFINITY)), mx);
           for (index_t jj = 0; jj < cnt; ++jj) {
             T* sj = st.s + jj * kBlockQ + i;
-            hn::Store(hn::Mul(hn::Exp(d, hn::Sub(hn::Load(d, sj), shift)), inv), d, sj);
+            hn::Store(hn::Mul(ExpWeight(d, hn::Sub(hn::Load(d, sj), shift)), inv), d, sj);
           }
         }
         // dS = P (drop dP - D), in float64 as the unfused path (dP - D cancels in a peaked row), and

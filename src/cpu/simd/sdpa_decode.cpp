@@ -14,6 +14,7 @@
 #include <hwy/highway.h>
 
 #include "cpu/simd/fused.hpp"
+#include "cpu/simd/gemm-inl.h"
 #include "cpu/simd/tanh-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -108,8 +109,11 @@ void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, 
   for (index_t c = 0; c < dv; ++c) o[c] *= alpha;
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   index_t jj = 0;
-  for (; jj + L <= cnt; jj += L) hn::Store(hn::Exp(d, hn::Sub(hn::Load(d, s + jj), hn::Set(d, mx))), d, s + jj);
-  for (; jj < cnt; ++jj) s[jj] = std::exp(s[jj] - mx);
+  for (; jj + L <= cnt; jj += L) hn::Store(ExpWeight(d, hn::Sub(hn::Load(d, s + jj), hn::Set(d, mx))), d, s + jj);
+  for (; jj < cnt; ++jj) {
+    const T x = s[jj] - mx;
+    s[jj] = x < (sizeof(T) == 4 ? T(-87.0) : T(-708.0)) ? T(0) : std::exp(x);  // as ExpWeight
+  }
   double tile_sum = 0;
   for (jj = 0; jj < cnt; ++jj) tile_sum += static_cast<double>(s[jj]);
   sum = sum * static_cast<double>(alpha) + tile_sum;

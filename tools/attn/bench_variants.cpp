@@ -1,0 +1,160 @@
+// The cases of `attn bench` for attention as models use it today (bench.hpp): grouped-query heads
+// beside multi-head attention of the same size, a causal sliding window beside full causal
+// attention, ALiBi and soft-capping beside plain attention, packed sequences beside one causal
+// sequence of the same length, and the multi-head attention layer forward and backward. Each pair
+// runs in the same process, so their ratio is measured, not estimated. Inputs uniform in [-1, 1)
+// from fixed seeds, (B, H, n, d) tensors; no unfused baseline (its (n, m) buffers would not fit).
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "bench.hpp"
+
+namespace attn_cli {
+namespace {
+
+using attn::index_t;
+using attn::Tensor;
+
+Tensor<float> uniform(std::vector<index_t> shape, std::uint64_t seed) {
+  Tensor<float> t{std::span<const index_t>(shape)};
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (index_t i = 0; i < t.numel(); ++i) t[i] = u(gen);
+  return t;
+}
+
+std::string shape(std::initializer_list<index_t> dims) {
+  std::string s = "(";
+  for (index_t d : dims) s += (s.size() > 1 ? "," : "") + std::to_string(d);
+  return s + ")";
+}
+
+// One SDPA forward case: queries (B, H, n, d), keys and values (B, Hk, m, d), a mask and options.
+// The mask's tensors (ALiBi slopes, segment ids) are made by prepare() with the inputs.
+struct VariantData {
+  index_t B, H, Hk, n, m, d;
+  attn::Causal causal = attn::Causal::none;
+  std::optional<attn::Window> window;
+  bool alibi = false;
+  index_t documents = 0;  // packed sequences: this many documents of equal length
+  double softcap = 0;
+  Tensor<float> q{}, k{}, v{}, out{}, slopes{};
+  Tensor<std::int32_t> segments{};
+
+  void prepare() {
+    q = uniform({B, H, n, d}, 1), k = uniform({B, Hk, m, d}, 2), v = uniform({B, Hk, m, d}, 3);
+    out = Tensor<float>({B, H, n, d});
+    slopes = Tensor<float>({H});
+    for (index_t h = 0; h < H; ++h) slopes[h] = std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / static_cast<float>(H));
+    segments = Tensor<std::int32_t>({B, n});
+    for (index_t i = 0; i < segments.numel(); ++i)
+      segments[i] = documents > 0 ? static_cast<std::int32_t>(i % n * documents / n) : 0;
+  }
+  void release() {
+    for (Tensor<float>* t : {&q, &k, &v, &out, &slopes}) *t = Tensor<float>();
+    segments = Tensor<std::int32_t>();
+  }
+  void run() const {
+    attn::Mask<float> mask;
+    mask.causal = causal;
+    mask.window = window;
+    if (alibi) mask.alibi_slopes = slopes.cview();
+    if (documents > 0) mask.segment_ids_q = segments.cview();
+    attn::SdpaOptions options;
+    if (softcap > 0) options.softcap = softcap;
+    attn::sdpa_forward<float>(const_cast<Tensor<float>&>(out).view(), {}, {}, q.cview(), k.cview(), v.cview(), mask,
+                              options);
+  }
+  // (query, key) pairs the kernels compute: those of the key tiles of kTile keys (from a multiple of
+  // kTile) each block of kTile queries may attend to, as the fused forward visits them.
+  double pairs_computed() const {
+    constexpr index_t kTile = 64;
+    double pairs = 0;
+    for (index_t i0 = 0; i0 < n; i0 += kTile) {
+      const index_t rows = std::min(kTile, n - i0), last = i0 + rows - 1;
+      index_t lo = 0, hi = m;  // keys [lo, hi)
+      if (causal != attn::Causal::none) hi = std::min(m, last + 1 + (causal == attn::Causal::bottom_right ? m - n : 0));
+      if (window && window->left >= 0) lo = std::max<index_t>(0, i0 - window->left) / kTile * kTile;
+      if (documents > 0) {  // the documents of the block's queries
+        const index_t doc = n / documents;
+        lo = std::max(lo, i0 / doc * doc / kTile * kTile), hi = std::min(hi, (last / doc + 1) * doc);
+      }
+      pairs += static_cast<double>(rows) * static_cast<double>(std::max<index_t>(0, hi - lo + kTile - 1) / kTile * kTile);
+    }
+    return pairs * static_cast<double>(B * H);
+  }
+};
+
+BenchCase variant_case(const std::string& name, const VariantData& data) {
+  auto s = std::make_shared<VariantData>(data);
+  BenchCase c;
+  c.name = name;
+  c.flops = 4.0 * static_cast<double>(data.d) * data.pairs_computed();
+  c.formula = "4 d x (query, key) pairs of the tiles computed";
+  c.prepare = [s] { s->prepare(); };
+  c.run_fused = [s] { s->run(); };
+  c.release = [s] { s->release(); };
+  return c;
+}
+
+// The multi-head attention layer (attn/multi_head.hpp) forward and backward: projections and
+// attention, FLOPs of each counted.
+BenchCase multi_head_case(index_t B, index_t n, index_t D, index_t H) {
+  struct Data {
+    index_t B, n, D, H;
+    Tensor<float> x{}, g{}, out{}, dx{};
+    attn::MultiHeadWeights<float> w{}, dw{};
+    attn::MultiHeadState<float> state{};
+  };
+  auto s = std::make_shared<Data>(Data{B, n, D, H});
+  BenchCase c;
+  c.name = "multi-head forward+backward " + shape({B, n, D, H});
+  // Four projections of 2 B n D^2 FLOPs, twice that backward; attention 12 B n n D.
+  c.flops = 3.0 * 4 * 2 * static_cast<double>(B) * n * D * D + 12.0 * static_cast<double>(B) * n * n * D;
+  c.formula = "24 B n D^2 (projections) + 12 B n^2 D (attention)";
+  c.prepare = [s] {
+    s->x = uniform({s->B, s->n, s->D}, 5), s->g = uniform({s->B, s->n, s->D}, 6);
+    s->out = Tensor<float>({s->B, s->n, s->D}), s->dx = s->out;
+    s->w = attn::MultiHeadWeights<float>::init(s->D, s->D, s->D, s->D, {s->H, s->H}, false, 7);
+    s->dw = s->w;
+  };
+  c.run_fused = [s] {
+    const attn::MultiHeadConfig config{s->H, s->H};
+    attn::multi_head_attention_forward<float>(s->out.view(), &s->state, s->x.cview(), s->x.cview(), s->x.cview(),
+                                              s->w.params(), config);
+    const attn::MultiHeadGrads<float> grads{s->dw.w_q.view(), s->dw.w_k.view(), s->dw.w_v.view(), s->dw.w_o.view(), {}, {}, {}, {}};
+    attn::multi_head_attention_backward<float>(s->dx.view(), {}, {}, grads, s->g.cview(), s->x.cview(), s->x.cview(),
+                                               s->x.cview(), s->w.params(), config, s->state);
+  };
+  c.release = [s] { *s = Data{s->B, s->n, s->D, s->H}; };
+  return c;
+}
+
+}  // namespace
+
+std::vector<BenchCase> variant_cases() {
+  using attn::Causal;
+  std::vector<BenchCase> cases;
+  cases.push_back(variant_case("sdpa forward mha (1,32,2048,2048,128)", {1, 32, 32, 2048, 2048, 128}));
+  cases.push_back(variant_case("sdpa forward gqa 32/8 (1,32,2048,2048,128)", {1, 32, 8, 2048, 2048, 128}));
+  cases.push_back(variant_case("sdpa forward causal (1,16384,16384,64)", {1, 1, 1, 16384, 16384, 64, Causal::top_left}));
+  cases.push_back(variant_case("sdpa forward window 256 causal (1,16384,16384,64)",
+                               {1, 1, 1, 16384, 16384, 64, Causal::top_left, attn::Window{256, 0}}));
+  cases.push_back(variant_case("sdpa forward plain (1,4,2048,2048,64)", {1, 4, 4, 2048, 2048, 64}));
+  cases.push_back(variant_case("sdpa forward alibi (1,4,2048,2048,64)", {1, 4, 4, 2048, 2048, 64, Causal::none,
+                                                                           std::nullopt, true}));
+  cases.push_back(variant_case("sdpa forward softcap 30 (1,4,2048,2048,64)",
+                               {1, 4, 4, 2048, 2048, 64, Causal::none, std::nullopt, false, 0, 30.0}));
+  cases.push_back(variant_case("sdpa forward causal (1,8192,8192,64)", {1, 1, 1, 8192, 8192, 64, Causal::top_left}));
+  cases.push_back(variant_case("sdpa forward packed 16 docs causal (1,8192,8192,64)",
+                               {1, 1, 1, 8192, 8192, 64, Causal::top_left, std::nullopt, false, 16}));
+  cases.push_back(multi_head_case(4, 512, 512, 8));
+  return cases;
+}
+
+}  // namespace attn_cli
