@@ -31,7 +31,7 @@ struct Variant {
   const char* name;
   index_t B, H, Hk, n, m, d, v;
   Causal causal = Causal::none;
-  std::optional<Window> window;
+  std::optional<Window> window = std::nullopt;
   bool alibi = false;
   double softcap = 0;
   bool segments = false;

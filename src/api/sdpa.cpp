@@ -5,6 +5,7 @@
 
 #include "api/checks.hpp"
 #include "cpu/cpu.hpp"
+#include "cpu/simd/fused.hpp"
 #include "ref/ref.hpp"
 
 namespace attn {
@@ -118,6 +119,56 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
   ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, g, o, l, c.plan);
 }
 
+// ---- score_mod and mask_mod (attn/flex.hpp): the same checks, the hook in the plan, the cpu
+// backend's fused kernels whatever the backend --------------------------------------------------
+
+namespace detail {
+
+template <class T>
+void flex_forward(TensorView<T> out, TensorView<T> lse, TensorView<const T> queries, TensorView<const T> keys,
+                  TensorView<const T> values, const Mask<T>& mask, const SdpaOptions& options, const ScoreHook<T>& hook) {
+  const char* op = "flex_attention_forward";
+  SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
+  if (c.m > cpu::fused::kMaxKeys)
+    fail(op, ": keys has ", c.m, " rows; flex attention takes at most ", cpu::fused::kMaxKeys, " keys");
+  const View4<T> o = require_tensor(out, op, "out", c.rank);
+  require_shape(out, caller_dims(c.rank, c.B, c.H, c.n, c.dv), op, "out", "(B, n, v) from queries and values");
+  const View4<T> l = lse_view(lse, c, op);
+  require_no_aliasing<T>(op, {{"out", out}, {"lse", lse}}, {{"queries", queries}, {"keys", keys}, {"values", values}});
+  c.plan.hook = &hook;
+  cpu::sdpa_forward<T>(o, l, {}, c.plan);
+}
+
+template <class T>
+void flex_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
+                   TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
+                   TensorView<const T> out, TensorView<const T> lse, const Mask<T>& mask, const SdpaOptions& options,
+                   const ScoreHook<T>& hook) {
+  const char* op = "flex_attention_backward";
+  SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
+  if (c.m > cpu::fused::kMaxKeys)
+    fail(op, ": keys has ", c.m, " rows; flex attention takes at most ", cpu::fused::kMaxKeys, " keys");
+  const auto out_dims = caller_dims(c.rank, c.B, c.H, c.n, c.dv);
+  const View4<const T> g = require_tensor(dout, op, "dout", c.rank);
+  require_shape(dout, out_dims, op, "dout", "the shape of flex_attention_forward's out");
+  const View4<const T> o = optional_tensor(out, op, "out", c.rank);
+  if (!out.empty()) require_shape(out, out_dims, op, "out", "flex_attention_forward's out, (B, n, v)");
+  const View4<const T> l = lse_view(lse, c, op);
+  const View4<T> dq = optional_tensor(dqueries, op, "dqueries", c.rank);
+  const View4<T> dk = optional_tensor(dkeys, op, "dkeys", c.rank);
+  const View4<T> dv = optional_tensor(dvalues, op, "dvalues", c.rank);
+  if (!dqueries.empty()) require_shape(dqueries, {queries.shape().begin(), queries.shape().end()}, op, "dqueries", "the shape of queries");
+  if (!dkeys.empty()) require_shape(dkeys, {keys.shape().begin(), keys.shape().end()}, op, "dkeys", "the shape of keys");
+  if (!dvalues.empty()) require_shape(dvalues, {values.shape().begin(), values.shape().end()}, op, "dvalues", "the shape of values");
+  require_no_aliasing<T>(op, {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}},
+                         {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"out", out},
+                          {"lse", lse}});
+  c.plan.hook = &hook;
+  cpu::sdpa_backward<T>(dq, dk, dv, g, o, l, c.plan);
+}
+
+}  // namespace detail
+
 template <class T>
 Tensor<T> scaled_dot_product_attention(TensorView<const T> queries, TensorView<const T> keys,
                                        TensorView<const T> values, const Mask<T>& mask, const SdpaOptions& options,
@@ -139,6 +190,17 @@ Tensor<T> scaled_dot_product_attention(TensorView<const T> queries, TensorView<c
                               const Mask<T>&, const SdpaOptions&);                                                  \
   template Tensor<T> scaled_dot_product_attention(TensorView<const T>, TensorView<const T>, TensorView<const T>,    \
                                                   const Mask<T>&, const SdpaOptions&, Tensor<T>*);
+ATTN_INSTANTIATE(float)
+ATTN_INSTANTIATE(double)
+#undef ATTN_INSTANTIATE
+
+#define ATTN_INSTANTIATE(T)                                                                                        \
+  template void detail::flex_forward(TensorView<T>, TensorView<T>, TensorView<const T>, TensorView<const T>,      \
+                                     TensorView<const T>, const Mask<T>&, const SdpaOptions&, const ScoreHook<T>&); \
+  template void detail::flex_backward(TensorView<T>, TensorView<T>, TensorView<T>, TensorView<const T>,            \
+                                      TensorView<const T>, TensorView<const T>, TensorView<const T>,               \
+                                      TensorView<const T>, TensorView<const T>, const Mask<T>&, const SdpaOptions&, \
+                                      const ScoreHook<T>&);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 #undef ATTN_INSTANTIATE

@@ -3,6 +3,7 @@
 // src/api/sdpa.cpp, in the manner of FlashAttention's params struct. Kernels trust it.
 #pragma once
 
+#include "attn/flex.hpp"
 #include "core/dropout_plan.hpp"
 #include "core/mask_plan.hpp"
 #include "core/view4.hpp"
@@ -24,8 +25,16 @@ struct SdpaPlan {
   // bias and masks; 0 = none.
   T softcap = 0;
   DropoutPlan dropout;
+  // The caller's score_mod and mask_mod (attn/flex.hpp), called on every tile; null for none.
+  const detail::ScoreHook<T>* hook = nullptr;
 
   index_t kv_head(index_t h) const { return h / group; }
+  // Whether the block mask of the hook leaves key tile j0 / kFlexBlock of query block i0 / kFlexBlock live.
+  bool tile_live(index_t b, index_t h, index_t i0, index_t j0) const {
+    if (hook == nullptr || hook->live == nullptr) return true;
+    const index_t block = i0 / detail::kFlexBlock, tile = j0 / detail::kFlexBlock;
+    return hook->live[((b * q.H + h) * hook->live_blocks + block) * hook->live_tiles + tile] != 0;
+  }
 };
 
 }  // namespace attn

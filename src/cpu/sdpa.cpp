@@ -54,10 +54,10 @@ void decode(const fused::SdpaForward<T>& f) {
         const T* oc = p.part_out + (r * chunks + c) * dv;
         for (index_t k = 0; k < dv; ++k) o[k] += e * oc[k];
       }
-    const T inv = sum > 0 ? static_cast<T>(1.0 / sum) : T(0);
+    const T inv = fused::row_inv_sum<T>(sum);
     for (index_t k = 0; k < dv; ++k) o[k] *= inv;
     if (!f.lse.empty())
-      f.lse.at(bh / H, bh % H, i, 0) = sum > 0 ? top + static_cast<T>(std::log(sum)) : -std::numeric_limits<T>::infinity();
+      f.lse.at(bh / H, bh % H, i, 0) = fused::row_lse(top, sum);
   }
 }
 
@@ -83,7 +83,7 @@ struct BackwardBuffers {
 // on the thread count.
 template <class T>
 void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T>& plan) {
-  if (!weights.empty() || plan.k.R > fused::kMaxKeys || backend() == Backend::unfused)
+  if (plan.hook == nullptr && (!weights.empty() || plan.k.R > fused::kMaxKeys || backend() == Backend::unfused))
     return unfused::sdpa_forward<T>(out, lse, weights, plan);
   const fused::SdpaForward<T> p{out, lse, &plan, simd::current()};
   if (plan.q.R <= fused::kDecodeRows) return decode(p);
@@ -103,7 +103,7 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T
 template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> out,
                    View4<const T> lse, const SdpaPlan<T>& plan) {
-  if (plan.k.R > fused::kMaxKeys || backend() == Backend::unfused)
+  if (plan.hook == nullptr && (plan.k.R > fused::kMaxKeys || backend() == Backend::unfused))
     return unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, out, lse, plan);
   const index_t B = plan.q.B, H = plan.q.H, Hk = plan.k.H, n = plan.q.R, m = plan.k.R, d = plan.q.C, dv = plan.v.C;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
@@ -117,6 +117,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   fused::SdpaBackward<T> p{dqueries,    dkeys,         dvalues,          dout,       out,   lse,
                            &plan,       buf->row_max,  buf->row_inv,     buf->row_dot, buf->dq_partial,
                            chunk_keys,  chunks,        simd::current()};
+  if (plan.hook != nullptr && plan.hook->begin_parts != nullptr) plan.hook->begin_parts(plan.hook->ctx, B * Hk * chunks);
   if (out.empty()) {  // D_i = dout_i . out_i needs the forward's output: recompute it, and lse with it
     const View4<T> o = dense_view4(buf->out, B, H, n, dv);
     const View4<T> l = dense_view4(buf->lse, B, H, n, 1);

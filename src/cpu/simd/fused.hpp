@@ -6,12 +6,15 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <limits>
 
 #include "core/dropout_plan.hpp"
 #include "core/mask_plan.hpp"
 #include "core/sdpa_plan.hpp"
 #include "core/view4.hpp"
+
 #include "cpu/scratch.hpp"
 #include "cpu/simd/dispatch.hpp"
 
@@ -25,6 +28,20 @@ inline constexpr index_t kBlockK = 64;
 static_assert(kBlockK == kBlockQ, "the backward transposes square (kBlockK, kBlockQ) tiles");
 // The fused kernels compare key indices in T lanes; beyond 2^24 keys a float no longer holds them.
 inline constexpr index_t kMaxKeys = index_t(1) << 24;
+
+// A finished row's 1/sum and lse from its maximum and sum of weights: an empty row (sum 0) gets 0
+// and -inf; a row whose sum is NaN (a score_mod returned NaN, or NaN in an attended key) gets NaN in
+// both, as PyTorch's math gives.
+template <class T>
+inline T row_inv_sum(double sum) {
+  return sum > 0 ? static_cast<T>(1.0 / sum) : sum == 0 ? T(0) : std::numeric_limits<T>::quiet_NaN();
+}
+template <class T>
+inline T row_lse(T max, double sum) {
+  return sum > 0    ? max + static_cast<T>(std::log(sum))
+         : sum == 0 ? -std::numeric_limits<T>::infinity()
+                    : std::numeric_limits<T>::quiet_NaN();
+}
 
 // The arrays of one block of queries while its key tiles stream past (BlockState in
 // simd/softmax-inl.h works on them): queries transposed (d, kBlockQ), scores or weights of a key
@@ -154,7 +171,7 @@ void sum_chunk_partials(T* out, const T* partials, index_t bh, index_t i, index_
 }
 
 // Pass 2's work space for query size d, value size v and chunks of chunk_keys keys: a block's
-// arrays, then D (float64) of its rows, four (kBlockK, kBlockQ) tiles, and dK^T, dV^T of every key
+// arrays, then D (float64) of its rows, five (kBlockK, kBlockQ) tiles, and dK^T, dV^T of every key
 // tile of the chunk.
 template <class T>
 struct SdpaChunkArrays {
@@ -164,12 +181,13 @@ struct SdpaChunkArrays {
   T* dst;                // (kBlockK, kBlockQ): dP^T, then dS^T
   T* dsm;                // (kBlockQ, kBlockK): dS
   T* softcap_tanh;       // (kBlockK, kBlockQ): tanh of the soft-capped scores
+  T* raw;                // (kBlockK, kBlockQ): the scores before the caller's score_mod
   T* dk_chunk;           // (chunk_keys / kBlockK) x (d, kBlockK): dK^T of each tile
   T* dv_chunk;           // (chunk_keys / kBlockK) x (v, kBlockK): dV^T of each tile
 
   SdpaChunkArrays(Carve& c, index_t d, index_t v, index_t chunk_keys)
       : block(c, d, v), row_dot(c.take<double>(kBlockQ)), pm(c.take<T>(kBlockQ * kBlockK)),
-        dst(c.take<T>(kBlockK * kBlockQ)), dsm(c.take<T>(kBlockQ * kBlockK)), softcap_tanh(c.take<T>(kBlockK * kBlockQ)),
+        dst(c.take<T>(kBlockK * kBlockQ)), dsm(c.take<T>(kBlockQ * kBlockK)), softcap_tanh(c.take<T>(kBlockK * kBlockQ)), raw(c.take<T>(kBlockK * kBlockQ)),
         dk_chunk(c.take<T>(static_cast<std::size_t>(d * chunk_keys))),
         dv_chunk(c.take<T>(static_cast<std::size_t>(v * chunk_keys))) {}
 };

@@ -131,12 +131,14 @@ HWY_INLINE void AddWide(D d, DW dw, hn::Vec<D> v, hn::Vec<DW>& lo, hn::Vec<DW>& 
 // ln of the smallest normal: -87.3 in float, -708.4 in double). A subnormal weight changes no sum by
 // a representable amount, but arithmetic on subnormals is microcoded on x86 cores: ALiBi's biases
 // put most of a long row's weights there, and made the forward 2.4x slower. The argument is
-// clamped first, so that exp never forms a subnormal either.
+// clamped first, so that exp never forms a subnormal either; a NaN stays NaN (it must reach the
+// row's sum, as PyTorch's softmax lets it).
 template <class D>
 HWY_INLINE hn::Vec<D> ExpWeight(D d, hn::Vec<D> x) {
   using T = hn::TFromD<D>;
   const auto lowest = hn::Set(d, sizeof(T) == 4 ? T(-87.0) : T(-708.0));
-  return hn::IfThenZeroElse(hn::Lt(x, lowest), hn::Exp(d, hn::Max(x, lowest)));
+  const auto w = hn::IfThenZeroElse(hn::Lt(x, lowest), hn::Exp(d, hn::Max(x, lowest)));
+  return hn::IfThenElse(hn::IsNaN(x), x, w);
 }
 
 // The float64 tag AddWide accumulates in: half the lanes of a float vector (one on the scalar

@@ -78,11 +78,12 @@ void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void
   } else {
     Carve carve(work);
     BlockState<T> st(BlockArrays<T>(carve, a.q.C, 0));
+    st.hook = a.hook;
     PackTransposed(st.qt, a.q, b, h, i0, rows);
     const KeyRange keys = st.start(a.mask, b, h, i0, rows);
     for (index_t j0 = keys.begin; j0 < keys.end; j0 += kBlockK) {
       const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
-      if (!st.may_attend(j0, cnt)) continue;  // no common segment
+      if (!st.may_attend(j0, cnt) || !a.tile_live(b, h, i0, j0)) continue;  // no common segment, or mask_mod
       simd::note_tile();
       BlockGemm<false>(d, a.k.row(b, a.kv_head(h), j0), a.k.sR, 1, st.qt, st.s, cnt, a.q.C);
       st.mask_tile(d, a.scale, a.softcap, j0, cnt);
@@ -115,9 +116,11 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
   Carve carve(work);
   const SdpaChunkArrays<T> arrays(carve, dq, dv, p.chunk_keys);
   BlockState<T> st(arrays.block);
+  st.hook = a.hook;
   double* row_dot = arrays.row_dot;
   T *pm = arrays.pm, *dst = arrays.dst, *dsm = arrays.dsm, *dk_chunk = arrays.dk_chunk, *dv_chunk = arrays.dv_chunk;
   T* tanh_tile = arrays.softcap_tanh;  // (kBlockK, kBlockQ): the soft-capping's tanh of the tile
+  T* raw_tile = arrays.raw;            // (kBlockK, kBlockQ): the scores before score_mod
   const bool softcapped = a.softcap != T(0);
   const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
   std::fill(dk_chunk, dk_chunk + dq * p.chunk_keys, T(0));
@@ -149,7 +152,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
       T* part_blk = part + blk * dq * kBlockQ;
       for (index_t j0 = first; j0 < keys_end; j0 += kBlockK) {
         const index_t cnt = std::min<index_t>(kBlockK, k1 - j0);
-        if (!st.may_attend(j0, cnt)) continue;  // no common segment
+        if (!st.may_attend(j0, cnt) || !a.tile_live(b, h, i0, j0)) continue;  // no common segment, or mask_mod
         simd::note_tile();
         T* dkt = dk_chunk + (j0 - k0) * dq;  // this tile's dK^T (d, kBlockK)
         T* dvt = dv_chunk + (j0 - k0) * dv;
@@ -157,7 +160,8 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         const T* v_tile = a.v.row(b, hk, j0);
         // P^T = exp(masked scores - max) / sum, exactly the forward's weights.
         BlockGemm<false>(d, k_tile, a.k.sR, 1, st.qt, st.s, cnt, dq);
-        const bool partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt, softcapped ? tanh_tile : nullptr);
+        const bool partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt, softcapped ? tanh_tile : nullptr,
+                                          a.hook != nullptr ? raw_tile : nullptr);
         // dP^T = V_tile dout^T.
         BlockGemm<false>(d, v_tile, a.v.sR, 1, st.ot, dst, cnt, dv);
         for (index_t i = 0; i < kBlockQ; i += L) {
@@ -207,6 +211,11 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
           for (index_t jj = cnt; jj < kBlockK; ++jj)
             for (index_t i = 0; i < kBlockQ; ++i) pm[i * kBlockK + jj] = 0, dst[jj * kBlockQ + i] = 0;
         }
+        // score_mod: dS is the gradient of the modified score; the hook takes its share for score_mod's
+        // parameters (this chunk task's part) and turns it into the gradient of the score before it.
+        if (a.hook != nullptr)
+          a.hook->backward(a.hook->ctx, (b * a.k.H + hk) * p.chunks + chunk, dst, raw_tile, kBlockQ, b, h, i0, rows,
+                           j0, cnt);
         // Soft-capping: the score was softcap tanh(x / softcap) of x = scale q . k, so the gradient of x
         // is dS (1 - tanh^2).
         // Only where dS is not 0: a masked key's tanh may be NaN.

@@ -96,6 +96,7 @@ void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, 
   const index_t dv = a.v.C;
   Dots(d, q, k0, a.k.sR, a.q.C, cnt, s);
   ScaleAndCap(d, s, cnt, a.scale, a.softcap);
+  if (a.hook != nullptr) a.hook->modify(a.hook->ctx, s, 1, bh / a.q.H, bh % a.q.H, i, 1, j0, cnt);
   T tile_max = -inf;
   for (index_t jj = 0; jj < cnt; ++jj) {
     const index_t j = j0 + jj;

@@ -31,6 +31,7 @@ void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, voi
   const index_t rows = std::min<index_t>(kBlockQ, n - i0);
   Carve carve(work);
   BlockState<T> st(BlockArrays<T>(carve, dq, dv));
+  st.hook = a.hook;
 
   PackTransposed(st.qt, a.q, b, h, i0, rows);
   const KeyRange keys = st.start(a.mask, b, h, i0, rows);
@@ -38,7 +39,7 @@ void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, voi
 
   for (index_t j0 = keys.begin; j0 < keys.end; j0 += kBlockK) {
     const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
-    if (!st.may_attend(j0, cnt)) continue;  // no common segment
+    if (!st.may_attend(j0, cnt) || !a.tile_live(b, h, i0, j0)) continue;  // no common segment, or mask_mod
     simd::note_tile();
     // scores^T (cnt, kBlockQ) = K_tile Q^T, then scale, soft-capping, position bias and masks.
     BlockGemm<false>(d, a.k.row(b, hk, j0), a.k.sR, 1, st.qt, st.s, cnt, dq);
@@ -55,15 +56,14 @@ void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, voi
     }
   }
 
-  // out = out^T / sum, lse = max + log(sum); an empty row gets 0 and -inf.
+  // out = out^T / sum, lse = max + log(sum); an empty row gets 0 and -inf (row_lse).
   for (index_t i = 0; i < rows; ++i) {
     const double sum = st.sum[i];
-    const T inv = sum > 0 ? static_cast<T>(1.0 / sum) : T(0);
+    const T inv = row_inv_sum<T>(sum);
     T* o = p.out.row(b, h, i0 + i);
     for (index_t c = 0; c < dv; ++c) o[c] = st.ot[c * kBlockQ + i] * inv;
     if (!p.lse.empty())
-      p.lse.at(b, h, i0 + i, 0) = sum > 0 ? st.max[i] + static_cast<T>(std::log(sum))
-                                          : -std::numeric_limits<T>::infinity();
+      p.lse.at(b, h, i0 + i, 0) = row_lse(st.max[i], sum);
   }
 }
 

@@ -100,13 +100,15 @@ struct BlockState : BlockArrays<T> {
   T alibi = 0;               // the head's ALiBi slope, 0 for none
   T fill = 0;                // what a masked score becomes: -inf, or -1e6 under the seeds' fill
   bool general = false;      // the current tile was masked element by element (mask_tile)
+  const detail::ScoreHook<T>* hook = nullptr;  // the caller's score_mod and mask_mod; set by the caller
+  index_t b = 0, h = 0, i0 = 0;                // the block: rows [i0, i0 + rows) of (b, h)
 
   explicit BlockState(const BlockArrays<T>& arrays) : BlockArrays<T>(arrays) {}
 
   // Starts rows [i0, i0 + count) of (b, h): empty running state, the row masks. Returns the keys
   // that take part in the block: tiles outside every row's range are skipped.
-  KeyRange start(const MaskPlan<T>& mask, index_t b, index_t h, index_t i0, index_t count) {
-    rows = count;
+  KeyRange start(const MaskPlan<T>& mask, index_t batch, index_t head, index_t first, index_t count) {
+    b = batch, h = head, i0 = first, rows = count;
     elementwise = mask.keep != nullptr || mask.bias != nullptr;
     segments = !mask.seg_q.empty();
     seg_k = mask.segments_k(b);
@@ -142,18 +144,20 @@ struct BlockState : BlockArrays<T> {
     return hi >= seg_lo && lo <= seg_hi;
   }
 
-  // Scores of keys [j0, j0 + cnt) (raw dot products in s) -> cap(scale * score) + ALiBi + additive
-  // mask where allowed, `fill` where masked, with cap(x) = softcap tanh(x / softcap) (the backward's
-  // accurate tanh, so that forward and backward agree bit for bit), or x when softcap is 0; tanh_out
-  // (kBlockK, kBlockQ), when given, receives the tanh. Returns whether some row masks a key of the
-  // tile outright (its weight is then exactly 0, and the key's value row may hold anything).
+  // Scores of keys [j0, j0 + cnt) (raw dot products in s) -> mod(cap(scale * score)) + ALiBi +
+  // additive mask where allowed, `fill` where masked, with cap(x) = softcap tanh(x / softcap) (the
+  // backward's accurate tanh, so that forward and backward agree bit for bit), or x when softcap is
+  // 0, and mod the hook's score_mod (masking where its mask_mod says so), or none. tanh_out and
+  // raw_out (kBlockK, kBlockQ), when given, receive the tanh and cap(scale * score). Returns whether
+  // some row masks a key of the tile outright (its weight is then exactly 0, and the key's value row
+  // may hold anything).
   template <class D>
-  bool mask_tile(D d, T scale, T softcap, index_t j0, index_t cnt, T* tanh_out = nullptr) {
+  bool mask_tile(D d, T scale, T softcap, index_t j0, index_t cnt, T* tanh_out = nullptr, T* raw_out = nullptr) {
     using V = hn::Vec<D>;
     const index_t L = static_cast<index_t>(hn::Lanes(d));
     const V vscale = hn::Set(d, scale), vcap = hn::Set(d, softcap);
     const V vcap_inv = hn::Set(d, softcap != T(0) ? T(1) / softcap : T(0));
-    general = tile_general(j0, cnt);
+    general = tile_general(j0, cnt) || hook != nullptr;
     const bool bounded = max_begin > j0;  // some row's window starts inside or after the tile
     for (index_t jj = 0; jj < cnt; ++jj) {
       T* sj = s + jj * kBlockQ;
@@ -172,13 +176,17 @@ struct BlockState : BlockArrays<T> {
         hn::Store(bias_and_mask(d, x, vj, i, bounded), d, sj + i);
       }
     }
+    if (hook != nullptr) {
+      if (raw_out != nullptr) std::copy(s, s + cnt * kBlockQ, raw_out);
+      hook->modify(hook->ctx, s, kBlockQ, b, h, i0, rows, j0, cnt);
+    }
     if (general) {
       for (index_t jj = 0; jj < cnt; ++jj) {
         T* sj = s + jj * kBlockQ;
         const index_t j = j0 + jj;
         for (index_t i = 0; i < kBlockQ; ++i) sj[i] = i < rows && rm[i].allowed(j) ? sj[i] + rm[i].bias_at(j) : fill;
       }
-      return fill != T(-1e6);
+      return fill != T(-1e6) || hook != nullptr;
     }
     return fill != T(-1e6) && (j0 + cnt > min_end || bounded);
   }
