@@ -93,6 +93,16 @@ struct KeepAll {
 
 namespace detail {
 
+// The caller's functors are compiled in the caller's file, for the compiler's baseline (SSE2 on
+// x86-64) unless the caller asks for more; the loops that call them per tile are therefore cloned
+// for AVX-512 and AVX2 and the CPU's best picked at load time (GCC's target_clones), so that a
+// score_mod vectorises as the kernels around it do.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTN_FLEX_NO_CLONES)
+#define ATTN_FLEX_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ATTN_FLEX_CLONES
+#endif
+
 // What the fused kernels call, type-erased: the caller's functors behind function pointers, one
 // call per tile. A tile is `cnt` keys j0 .. j0 + cnt - 1 by `rows` queries i0 .. i0 + rows - 1, its
 // scores s[jj * lanes + r] for key j0 + jj and query i0 + r (lanes >= rows).
@@ -113,6 +123,7 @@ struct ScoreHook {
   // of kFlexBlock x kFlexBlock: live[((b H + h) blocks + block) tiles + tile]; empty: every tile.
   const std::uint8_t* live = nullptr;
   index_t live_blocks = 0, live_tiles = 0;
+  bool masks = true;  // false: mask_mod keeps every pair (KeepAll)
 };
 
 inline constexpr index_t kFlexBlock = 64;  // the fused kernels' query block and key tile
@@ -151,19 +162,23 @@ struct FlexContext {
   const MaskMod& mask_mod;
   using Grad = typename GradOf<ScoreMod, T>::type;
   std::vector<Grad> parts;
+  static constexpr bool masks = !std::is_same_v<MaskMod, KeepAll>;
 
-  static void modify(const void* ctx, T* s, index_t lanes, index_t b, index_t h, index_t i0, index_t rows, index_t j0,
+  ATTN_FLEX_CLONES static void modify(const void* ctx, T* s, index_t lanes, index_t b, index_t h, index_t i0, index_t rows, index_t j0,
                      index_t cnt) {
     const auto& c = *static_cast<const FlexContext*>(ctx);
     for (index_t jj = 0; jj < cnt; ++jj) {
       T* sj = s + jj * lanes;
       for (index_t r = 0; r < rows; ++r) {
         const index_t i = i0 + r, j = j0 + jj;
-        sj[r] = c.mask_mod(b, h, i, j) ? static_cast<T>(c.score_mod(sj[r], b, h, i, j)) : -INFINITY;
+        if constexpr (masks)
+          sj[r] = c.mask_mod(b, h, i, j) ? static_cast<T>(c.score_mod(sj[r], b, h, i, j)) : -INFINITY;
+        else
+          sj[r] = static_cast<T>(c.score_mod(sj[r], b, h, i, j));
       }
     }
   }
-  static void backward(const void* ctx, index_t part, T* ds, const T* raw, index_t lanes, index_t b, index_t h,
+  ATTN_FLEX_CLONES static void backward(const void* ctx, index_t part, T* ds, const T* raw, index_t lanes, index_t b, index_t h,
                        index_t i0, index_t rows, index_t j0, index_t cnt) {
     const auto& c = *static_cast<const FlexContext*>(ctx);
     for (index_t jj = 0; jj < cnt; ++jj)
@@ -209,6 +224,7 @@ ScoreHook<T> hook_of(const Ctx& ctx, const std::vector<std::uint8_t>& live, inde
   hook.live = live.data();
   hook.live_blocks = (n + kFlexBlock - 1) / kFlexBlock;
   hook.live_tiles = (m + kFlexBlock - 1) / kFlexBlock;
+  hook.masks = Ctx::masks;
   return hook;
 }
 

@@ -1,10 +1,11 @@
 // The cases of `attn bench` for attention as models use it today (bench.hpp): grouped-query heads
 // beside multi-head attention of the same size, a causal sliding window beside full causal
-// attention, ALiBi and soft-capping beside plain attention, packed sequences beside one causal
+// attention, ALiBi and soft-capping beside plain attention, ALiBi as a flex_attention score_mod beside the built-in, packed sequences beside one causal
 // sequence of the same length, and the multi-head attention layer forward and backward. Each pair
 // runs in the same process, so their ratio is measured, not estimated. Inputs uniform in [-1, 1)
 // from fixed seeds, (B, H, n, d) tensors; no unfused baseline (its (n, m) buffers would not fit).
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <random>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/flex.hpp"
 #include "bench.hpp"
 
 namespace attn_cli {
@@ -30,7 +32,10 @@ Tensor<float> uniform(std::vector<index_t> shape, std::uint64_t seed) {
 
 std::string shape(std::initializer_list<index_t> dims) {
   std::string s = "(";
-  for (index_t d : dims) s += (s.size() > 1 ? "," : "") + std::to_string(d);
+  for (index_t d : dims) {
+    if (s.size() > 1) s += ',';
+    s += std::to_string(d);
+  }
   return s + ")";
 }
 
@@ -39,10 +44,11 @@ std::string shape(std::initializer_list<index_t> dims) {
 struct VariantData {
   index_t B, H, Hk, n, m, d;
   attn::Causal causal = attn::Causal::none;
-  std::optional<attn::Window> window;
+  std::optional<attn::Window> window = std::nullopt;
   bool alibi = false;
   index_t documents = 0;  // packed sequences: this many documents of equal length
   double softcap = 0;
+  bool alibi_functor = false;  // ALiBi as a flex_attention score_mod instead of the built-in option
   Tensor<float> q{}, k{}, v{}, out{}, slopes{};
   Tensor<std::int32_t> segments{};
 
@@ -59,7 +65,21 @@ struct VariantData {
     for (Tensor<float>* t : {&q, &k, &v, &out, &slopes}) *t = Tensor<float>();
     segments = Tensor<std::int32_t>();
   }
+  // ALiBi written as a user's score_mod (attn/flex.hpp), n == m.
+  struct AlibiScore {
+    const float* slopes;
+    template <class S>
+    S operator()(S score, index_t, index_t h, index_t i, index_t j) const {
+      return score - slopes[h] * static_cast<float>(std::abs(i - j));
+    }
+  };
+
   void run() const {
+    if (alibi_functor) {
+      attn::flex_attention_forward<float>(const_cast<Tensor<float>&>(out).view(), {}, q.cview(), k.cview(), v.cview(),
+                                          AlibiScore{slopes.data()});
+      return;
+    }
     attn::Mask<float> mask;
     mask.causal = causal;
     mask.window = window;
@@ -148,6 +168,9 @@ std::vector<BenchCase> variant_cases() {
   cases.push_back(variant_case("sdpa forward plain (1,4,2048,2048,64)", {1, 4, 4, 2048, 2048, 64}));
   cases.push_back(variant_case("sdpa forward alibi (1,4,2048,2048,64)", {1, 4, 4, 2048, 2048, 64, Causal::none,
                                                                            std::nullopt, true}));
+  VariantData alibi_functor{1, 4, 4, 2048, 2048, 64};
+  alibi_functor.alibi_functor = true;
+  cases.push_back(variant_case("flex forward alibi score_mod (1,4,2048,2048,64)", alibi_functor));
   cases.push_back(variant_case("sdpa forward softcap 30 (1,4,2048,2048,64)",
                                {1, 4, 4, 2048, 2048, 64, Causal::none, std::nullopt, false, 0, 30.0}));
   cases.push_back(variant_case("sdpa forward causal (1,8192,8192,64)", {1, 1, 1, 8192, 8192, 64, Causal::top_left}));

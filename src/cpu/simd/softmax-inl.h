@@ -157,8 +157,9 @@ struct BlockState : BlockArrays<T> {
     const index_t L = static_cast<index_t>(hn::Lanes(d));
     const V vscale = hn::Set(d, scale), vcap = hn::Set(d, softcap);
     const V vcap_inv = hn::Set(d, softcap != T(0) ? T(1) / softcap : T(0));
-    general = tile_general(j0, cnt) || hook != nullptr;
-    const bool bounded = max_begin > j0;  // some row's window starts inside or after the tile
+    general = tile_general(j0, cnt);
+    const bool modified = hook != nullptr;  // bias and masks follow score_mod: a second pass
+    const bool bounded = max_begin > j0;    // some row's window starts inside or after the tile
     for (index_t jj = 0; jj < cnt; ++jj) {
       T* sj = s + jj * kBlockQ;
       const V vj = hn::Set(d, static_cast<T>(j0 + jj));
@@ -169,26 +170,29 @@ struct BlockState : BlockArrays<T> {
           if (tanh_out != nullptr) hn::Store(t, d, tanh_out + jj * kBlockQ + i);
           x = hn::Mul(vcap, t);
         }
-        if (general) {
-          hn::Store(x, d, sj + i);
-          continue;
-        }
-        hn::Store(bias_and_mask(d, x, vj, i, bounded), d, sj + i);
+        hn::Store(general || modified ? x : bias_and_mask(d, x, vj, i, bounded), d, sj + i);
       }
     }
-    if (hook != nullptr) {
+    if (modified) {
       if (raw_out != nullptr) std::copy(s, s + cnt * kBlockQ, raw_out);
       hook->modify(hook->ctx, s, kBlockQ, b, h, i0, rows, j0, cnt);
+      if (!general)
+        for (index_t jj = 0; jj < cnt; ++jj) {
+          T* sj = s + jj * kBlockQ;
+          const V vj = hn::Set(d, static_cast<T>(j0 + jj));
+          for (index_t i = 0; i < kBlockQ; i += L) hn::Store(bias_and_mask(d, hn::Load(d, sj + i), vj, i, bounded), d, sj + i);
+        }
     }
+    const bool hook_masks = modified && hook->masks;  // mask_mod may mask a key of the tile
     if (general) {
       for (index_t jj = 0; jj < cnt; ++jj) {
         T* sj = s + jj * kBlockQ;
         const index_t j = j0 + jj;
         for (index_t i = 0; i < kBlockQ; ++i) sj[i] = i < rows && rm[i].allowed(j) ? sj[i] + rm[i].bias_at(j) : fill;
       }
-      return fill != T(-1e6) || hook != nullptr;
+      return fill != T(-1e6) || hook_masks;
     }
-    return fill != T(-1e6) && (j0 + cnt > min_end || bounded);
+    return (fill != T(-1e6) && (j0 + cnt > min_end || bounded)) || hook_masks;
   }
 
   // Whether keys [j0, j0 + cnt) must be masked element by element: a keep or additive mask, or
