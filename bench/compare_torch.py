@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Times the seeds' PyTorch DotProductAttention and AdditiveAttention (Debian's python3-torch, 2
-threads) on the cases of `attn bench` and prints the ratio against attn's fused kernels from
+"""Times the seeds' PyTorch DotProductAttention and AdditiveAttention and the textbook's
+MultiHeadAttention built on them (Debian's python3-torch, 2 threads) on the cases of `attn bench` and prints the ratio against attn's fused kernels from
 `attn bench --json`.
 
     /usr/bin/python3 bench/compare_torch.py build/attn [--seconds 1] [--filter additive]
@@ -24,7 +24,7 @@ import torch
 # The seeds' code (d2l's masked_softmax with its -1e6 fill, DotProductAttention, AdditiveAttention)
 # has one home, tests/torch/make_cases.py, the parity tests' oracle, and is imported from there.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "torch"))
-from make_cases import AdditiveAttention, DotProductAttention  # noqa: E402
+from make_cases import AdditiveAttention, DotProductAttention, MultiHeadAttention  # noqa: E402
 
 
 def median_seconds(f, budget):
@@ -45,7 +45,12 @@ def torch_case(name, budget):
         print(f"{name:44s} skipped: the seeds' Nadaraya-Watson forms the (n, m) weight matrix, "
               "1e5 x 1e5 float32 = 40 GB", flush=True)
         return None
-    B, n, m, d = (int(x) for x in name[name.index("(") + 1:name.index(")")].split(","))
+    dims = [int(x) for x in name[name.index("(") + 1:name.index(")")].split(",")]
+    if name.startswith("multi-head"):
+        return multi_head_case(*dims, budget)
+    if len(dims) != 4:  # the variants' (B, H, n, m, d) cases: the seeds have no heads, windows or biases
+        return None
+    B, n, m, d = dims
     if name.startswith("additive"):
         return additive_case(B, n, m, d, "backward" in name, budget)
     q, k, v = (torch.rand(B, r, d) * 2 - 1 for r in (n, m, m))
@@ -79,6 +84,21 @@ def additive_case(B, n, m, h, backward, budget):
         return median_seconds(step, budget)
     with torch.no_grad():
         return median_seconds(lambda: attention.eval()(q, k, v, None), budget)
+
+
+def multi_head_case(B, n, D, H, budget):
+    """The textbook's MultiHeadAttention (the chapter after the seeds', on their DotProductAttention),
+    forward and backward, queries = keys = values = x (B, n, D), no bias or mask, as attn bench's case."""
+    x = (torch.rand(B, n, D) * 2 - 1).requires_grad_()
+    g = torch.rand(B, n, D)
+    layer = MultiHeadAttention(D, H, 0.0)
+    layer(x, x, x, None)  # sizes the lazy layers
+
+    def step():
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+        layer.train()(x, x, x, None).backward(g)
+    return median_seconds(step, budget)
 
 
 def main():
