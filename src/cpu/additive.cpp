@@ -9,6 +9,7 @@
 #include "attn/config.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/linear.hpp"
+#include "cpu/key_padding.hpp"
 #include "cpu/scratch.hpp"
 #include "cpu/simd/additive.hpp"
 #include "cpu/unfused.hpp"
@@ -78,9 +79,11 @@ struct BackwardBuffers {
 template <class T>
 void additive_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys,
                       View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
-                      const MaskPlan<T>& mask, const DropoutPlan& dropout) {
+                      const MaskPlan<T>& given_mask, const DropoutPlan& dropout) {
   if (!weights.empty() || keys.R > fused::kMaxKeys || backend() == Backend::unfused)
-    return unfused::additive_forward<T>(out, weights, queries, keys, values, w_q, w_k, w_v, mask, dropout);
+    return unfused::additive_forward<T>(out, weights, queries, keys, values, w_q, w_k, w_v, given_mask, dropout);
+  MaskPlan<T> mask = given_mask;
+  const KeyPaddingAsLengths<T> lengths(mask);
   const simd::Target simd = simd::current();
   const index_t B = queries.B, H = queries.H, m = keys.R, h = w_q.R;
   const bool threads = terms<T>(queries, m, h) >= kParallelTerms;
@@ -100,10 +103,12 @@ template <class T>
 void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<T> dw_q, View4<T> dw_k,
                        View4<T> dw_v, View4<const T> dout, View4<const T> queries, View4<const T> keys,
                        View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
-                       const MaskPlan<T>& mask, const DropoutPlan& dropout) {
+                       const MaskPlan<T>& given_mask, const DropoutPlan& dropout) {
   if (keys.R > fused::kMaxKeys || backend() == Backend::unfused)
     return unfused::additive_backward<T>(dqueries, dkeys, dvalues, dw_q, dw_k, dw_v, dout, queries, keys, values, w_q,
-                                         w_k, w_v, mask, dropout);
+                                         w_k, w_v, given_mask, dropout);
+  MaskPlan<T> mask = given_mask;
+  const KeyPaddingAsLengths<T> lengths(mask);
   const simd::Target simd = simd::current();
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, h = w_q.R;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;

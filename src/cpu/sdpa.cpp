@@ -8,6 +8,7 @@
 
 #include "attn/config.hpp"
 #include "cpu/cpu.hpp"
+#include "cpu/key_padding.hpp"
 #include "cpu/scratch.hpp"
 #include "cpu/simd/fused.hpp"
 #include "cpu/unfused.hpp"
@@ -82,9 +83,11 @@ struct BackwardBuffers {
 // differ in cost. Every row is computed by one block in a fixed key order, so results do not depend
 // on the thread count.
 template <class T>
-void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T>& plan) {
-  if (plan.hook == nullptr && (!weights.empty() || plan.k.R > fused::kMaxKeys || backend() == Backend::unfused))
-    return unfused::sdpa_forward<T>(out, lse, weights, plan);
+void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T>& given) {
+  if (given.hook == nullptr && (!weights.empty() || given.k.R > fused::kMaxKeys || backend() == Backend::unfused))
+    return unfused::sdpa_forward<T>(out, lse, weights, given);
+  SdpaPlan<T> plan = given;
+  const KeyPaddingAsLengths<T> lengths(plan.mask);
   const fused::SdpaForward<T> p{out, lse, &plan, simd::current()};
   if (plan.q.R <= fused::kDecodeRows) return decode(p);
   const index_t B = plan.q.B, H = plan.q.H, n = plan.q.R;
@@ -102,9 +105,11 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T
 // the chunks are summed in chunk order, so results do not depend on the number of threads.
 template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> out,
-                   View4<const T> lse, const SdpaPlan<T>& plan) {
-  if (plan.hook == nullptr && (plan.k.R > fused::kMaxKeys || backend() == Backend::unfused))
-    return unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, out, lse, plan);
+                   View4<const T> lse, const SdpaPlan<T>& given) {
+  if (given.hook == nullptr && (given.k.R > fused::kMaxKeys || backend() == Backend::unfused))
+    return unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, out, lse, given);
+  SdpaPlan<T> plan = given;
+  const KeyPaddingAsLengths<T> lengths(plan.mask);
   const index_t B = plan.q.B, H = plan.q.H, Hk = plan.k.H, n = plan.q.R, m = plan.k.R, d = plan.q.C, dv = plan.v.C;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tiles = std::max<index_t>(1, (m + fused::kBlockK - 1) / fused::kBlockK);

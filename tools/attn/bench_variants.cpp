@@ -5,6 +5,7 @@
 // runs in the same process, so their ratio is measured, not estimated. Inputs uniform in [-1, 1)
 // from fixed seeds, (B, H, n, d) tensors; no unfused baseline (its (n, m) buffers would not fit).
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -49,8 +50,17 @@ struct VariantData {
   index_t documents = 0;  // packed sequences: this many documents of equal length
   double softcap = 0;
   bool alibi_functor = false;  // ALiBi as a flex_attention score_mod instead of the built-in option
-  Tensor<float> q{}, k{}, v{}, out{}, slopes{};
+  // Masks given as tensors (issue "masks at full speed"): keys [0, valid) as lengths or as a bool
+  // key-padding mask (1, 1, 1, m); a bool causal mask (1, 1, n, m); a bool mask (1, 1, n, m) whose
+  // 64 x 64 tiles alternate between all kept and all masked (a checkerboard: half of them empty); an
+  // additive float mask (1, 1, n, m) of values in [-1, 0).
+  enum class Given { none, lengths, key_padding, causal_tensor, block_sparse, additive };
+  Given given = Given::none;
+  index_t valid = 0;
+  Tensor<float> q{}, k{}, v{}, out{}, slopes{}, bias{};
   Tensor<std::int32_t> segments{};
+  Tensor<std::int64_t> lens{};
+  Tensor<bool> keep{};
 
   void prepare() {
     q = uniform({B, H, n, d}, 1), k = uniform({B, Hk, m, d}, 2), v = uniform({B, Hk, m, d}, 3);
@@ -60,10 +70,26 @@ struct VariantData {
     segments = Tensor<std::int32_t>({B, n});
     for (index_t i = 0; i < segments.numel(); ++i)
       segments[i] = documents > 0 ? static_cast<std::int32_t>(i % n * documents / n) : 0;
+    lens = Tensor<std::int64_t>({B});
+    for (index_t b = 0; b < B; ++b) lens[b] = valid;
+    if (given == Given::key_padding) {
+      keep = Tensor<bool>({1, 1, 1, m});
+      for (index_t j = 0; j < m; ++j) keep[j] = j < valid;
+    } else if (given == Given::causal_tensor || given == Given::block_sparse) {
+      keep = Tensor<bool>({1, 1, n, m});
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < m; ++j)
+          keep[i * m + j] = given == Given::causal_tensor ? j <= i : (i / 64 + j / 64) % 2 == 0;
+    } else if (given == Given::additive) {
+      bias = uniform({1, 1, n, m}, 4);
+      for (index_t e = 0; e < bias.numel(); ++e) bias[e] = (bias[e] - 1.0f) / 2.0f;
+    }
   }
   void release() {
-    for (Tensor<float>* t : {&q, &k, &v, &out, &slopes}) *t = Tensor<float>();
+    for (Tensor<float>* t : {&q, &k, &v, &out, &slopes, &bias}) *t = Tensor<float>();
     segments = Tensor<std::int32_t>();
+    lens = Tensor<std::int64_t>();
+    keep = Tensor<bool>();
   }
   // ALiBi written as a user's score_mod (attn/flex.hpp), n == m.
   struct AlibiScore {
@@ -85,6 +111,9 @@ struct VariantData {
     mask.window = window;
     if (alibi) mask.alibi_slopes = slopes.cview();
     if (documents > 0) mask.segment_ids_q = segments.cview();
+    if (given == Given::lengths) mask.valid_lens = lens.cview();
+    if (keep.numel() > 0) mask.keep = keep.cview();
+    if (bias.numel() > 0) mask.additive = bias.cview();
     attn::SdpaOptions options;
     if (softcap > 0) options.softcap = softcap;
     attn::sdpa_forward<float>(const_cast<Tensor<float>&>(out).view(), {}, {}, q.cview(), k.cview(), v.cview(), mask,
@@ -98,13 +127,18 @@ struct VariantData {
     for (index_t i0 = 0; i0 < n; i0 += kTile) {
       const index_t rows = std::min(kTile, n - i0), last = i0 + rows - 1;
       index_t lo = 0, hi = m;  // keys [lo, hi)
-      if (causal != attn::Causal::none) hi = std::min(m, last + 1 + (causal == attn::Causal::bottom_right ? m - n : 0));
+      if (causal != attn::Causal::none || given == Given::causal_tensor)
+        hi = std::min(m, last + 1 + (causal == attn::Causal::bottom_right ? m - n : 0));
+      if (given == Given::lengths || given == Given::key_padding) hi = std::min(hi, valid);
       if (window && window->left >= 0) lo = std::max<index_t>(0, i0 - window->left) / kTile * kTile;
       if (documents > 0) {  // the documents of the block's queries
         const index_t doc = n / documents;
         lo = std::max(lo, i0 / doc * doc / kTile * kTile), hi = std::min(hi, (last / doc + 1) * doc);
       }
-      pairs += static_cast<double>(rows) * static_cast<double>(std::max<index_t>(0, hi - lo + kTile - 1) / kTile * kTile);
+      const double tiles = static_cast<double>(std::max<index_t>(0, hi - lo + kTile - 1) / kTile);
+      // The checkerboard: of a block's tiles, those of its parity (half, rounded by the first tile's).
+      const double live = given == Given::block_sparse ? std::floor((tiles + (i0 / kTile % 2 == 0 ? 1 : 0)) / 2) : tiles;
+      pairs += static_cast<double>(rows) * live * kTile;
     }
     return pairs * static_cast<double>(B * H);
   }
@@ -176,6 +210,19 @@ std::vector<BenchCase> variant_cases() {
   cases.push_back(variant_case("sdpa forward causal (1,8192,8192,64)", {1, 1, 1, 8192, 8192, 64, Causal::top_left}));
   cases.push_back(variant_case("sdpa forward packed 16 docs causal (1,8192,8192,64)",
                                {1, 1, 1, 8192, 8192, 64, Causal::top_left, std::nullopt, false, 16}));
+  // Masks given as tensors beside the same attention without them or with their built-in form.
+  const auto masked = [&](const std::string& what, VariantData::Given given, attn::Causal causal = attn::Causal::none) {
+    VariantData data{1, 4, 4, 2048, 2048, 128, causal};
+    data.given = given, data.valid = 1500;
+    cases.push_back(variant_case("sdpa forward " + what + " (1,4,2048,2048,128)", data));
+  };
+  masked("no mask", VariantData::Given::none);
+  masked("valid_lens 1500", VariantData::Given::lengths);
+  masked("bool key padding 1500", VariantData::Given::key_padding);
+  masked("causal=True", VariantData::Given::none, Causal::top_left);
+  masked("bool causal tensor", VariantData::Given::causal_tensor);
+  masked("bool block-sparse half", VariantData::Given::block_sparse);
+  masked("additive float mask", VariantData::Given::additive);
   cases.push_back(multi_head_case(4, 512, 512, 8));
   return cases;
 }

@@ -132,7 +132,7 @@ void ChunkBlock(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chun
           }
           for (index_t i = g; i < g + G; i += L) {
             V s = hn::Load(d, pk + i);
-            if (!st.general) s = st.bias_and_mask(d, s, vj, i, bounded);
+            if (!st.general) s = st.bias_and_mask(d, s, vj, jj, i, bounded);
             const V mx = hn::Load(d, st.max + i);
             const V shift = hn::IfThenZeroElse(hn::Eq(mx, ninf), mx);
             hn::Store(hn::Mul(ExpWeight(d, hn::Sub(s, shift)), hn::Load(d, st.alpha + i)), d, pk + i);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <type_traits>
 
 #include "core/dropout_plan.hpp"
 #include "core/mask_plan.hpp"
@@ -60,11 +61,21 @@ struct BlockArrays {
   double* sum;    // (kBlockQ)
   double* tsum;   // (kBlockQ)
   RowMask<T>* rm; // (kBlockQ)
+  // The keep-mask of the current tile as bits, one word of T's size per query lane per kWordKeys keys:
+  // bit jj % kWordKeys of keep_words[(jj / kWordKeys) kBlockQ + i] is key jj of query lane i.
+  using Word = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  static constexpr index_t kWordKeys = 8 * sizeof(Word);
+  Word* keep_words;  // (kBlockK / kWordKeys, kBlockQ)
+  // The additive mask's offsets of the block's rows (row i0 + min(i, rows - 1)), for gathers.
+  std::make_signed_t<Word>* bias_rows;  // (kBlockQ)
+  T* bias_t;                            // (kBlockK, kBlockQ): the current tile's additive mask transposed
 
   BlockArrays(Carve& c, index_t d, index_t v)
       : qt(c.take<T>(tile(d))), s(c.take<T>(tile(kBlockK))), ot(c.take<T>(tile(v))), max(c.take<T>(kBlockQ)),
         alpha(c.take<T>(kBlockQ)), begin(c.take<T>(kBlockQ)), end(c.take<T>(kBlockQ)), pos(c.take<T>(kBlockQ)),
-        sum(c.take<double>(kBlockQ)), tsum(c.take<double>(kBlockQ)), rm(c.take<RowMask<T>>(kBlockQ)) {}
+        sum(c.take<double>(kBlockQ)), tsum(c.take<double>(kBlockQ)), rm(c.take<RowMask<T>>(kBlockQ)),
+        keep_words(c.take<Word>(kBlockK / kWordKeys * kBlockQ)),
+        bias_rows(c.take<std::make_signed_t<Word>>(kBlockQ)), bias_t(c.take<T>(tile(kBlockK))) {}
 
   // Elements of a (rows, kBlockQ) array.
   static std::size_t tile(index_t rows) { return static_cast<std::size_t>(rows) * kBlockQ; }

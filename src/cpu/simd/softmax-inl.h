@@ -15,7 +15,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include <hwy/contrib/math/math-inl.h>
@@ -92,8 +94,16 @@ struct BlockState : BlockArrays<T> {
   using BlockArrays<T>::qt, BlockArrays<T>::s, BlockArrays<T>::ot, BlockArrays<T>::max, BlockArrays<T>::alpha,
       BlockArrays<T>::begin, BlockArrays<T>::end, BlockArrays<T>::pos, BlockArrays<T>::sum, BlockArrays<T>::tsum,
       BlockArrays<T>::rm;
+  using typename BlockArrays<T>::Word;
+  using BlockArrays<T>::kWordKeys, BlockArrays<T>::keep_words, BlockArrays<T>::bias_rows, BlockArrays<T>::bias_t;
   index_t rows = 0, min_end = 0, max_begin = 0;
-  bool elementwise = false;  // a keep or additive mask: every tile is masked element by element
+  bool elementwise = false;  // a keep or additive mask the SIMD path cannot take: every tile masked element by element
+  // Keep-masks and additive masks on the SIMD path: may_attend looks at each tile's part of them
+  // first. A tile they mask entirely is skipped; one they leave whole (all kept, bias all 0) takes
+  // the unmasked path; otherwise tile_keep (the keep bits apply) and tile_bias (the bias is added).
+  bool has_keep = false, has_bias = false, keep_rows_shared = false, bias_rows_shared = false;
+  index_t keep_stride = 0, bias_stride = 0, tile_j0 = 0;
+  bool tile_keep = false, tile_bias = false, tile_bias_masks = false;  // tile_bias_masks: some entry -inf
   bool segments = false;     // segment ids: a tile is masked element by element unless uniform
   std::int64_t seg_lo = 0, seg_hi = 0;  // the block's query segment ids lie in [seg_lo, seg_hi]
   SegmentRow seg_k;          // the keys' segment ids
@@ -109,7 +119,15 @@ struct BlockState : BlockArrays<T> {
   // that take part in the block: tiles outside every row's range are skipped.
   KeyRange start(const MaskPlan<T>& mask, index_t batch, index_t head, index_t first, index_t count) {
     b = batch, h = head, i0 = first, rows = count;
-    elementwise = mask.keep != nullptr || mask.bias != nullptr;
+    has_keep = mask.keep != nullptr, has_bias = mask.bias != nullptr;
+    keep_rows_shared = has_keep && mask.keep_s[2] == 0, bias_rows_shared = has_bias && mask.bias_s[2] == 0;
+    keep_stride = mask.keep_s[3], bias_stride = mask.bias_s[3];
+    // The seeds' -1e6 fill gives masked keys a weight: element by element. So does a bias whose row
+    // offsets a gather's signed lanes cannot hold.
+    constexpr index_t kMaxOffset = std::numeric_limits<std::make_signed_t<Word>>::max() / kBlockQ;
+    elementwise = (has_keep || has_bias) && (mask.seeds_fill || (has_bias && mask.bias_s[2] > kMaxOffset));
+    for (index_t i = 0; i < kBlockQ; ++i)
+      bias_rows[i] = static_cast<std::make_signed_t<Word>>(std::min(i, count - 1) * mask.bias_s[2]);
     segments = !mask.seg_q.empty();
     seg_k = mask.segments_k(b);
     alibi = mask.alibi_slope(b, h);
@@ -137,11 +155,19 @@ struct BlockState : BlockArrays<T> {
   }
 
   // Whether keys [j0, j0 + cnt) may hold a key some row of the block attends to: false when no key
-  // of the tile shares a segment id with the block's queries (their ranges of ids are disjoint).
-  bool may_attend(index_t j0, index_t cnt) const {
-    if (!segments || fill == T(-1e6)) return true;
-    const auto [lo, hi] = key_segments(j0, cnt);
-    return hi >= seg_lo && lo <= seg_hi;
+  // of the tile shares a segment id with the block's queries (their ranges of ids are disjoint), or
+  // when the keep-mask or additive mask (-inf) excludes every key of the tile. Looks at the tile's
+  // part of those masks for mask_tile: call it before mask_tile for every tile.
+  bool may_attend(index_t j0, index_t cnt) {
+    tile_j0 = j0, tile_keep = false, tile_bias = false, tile_bias_masks = false;
+    if (segments && fill != T(-1e6)) {
+      const auto [lo, hi] = key_segments(j0, cnt);
+      if (hi < seg_lo || lo > seg_hi) return false;
+    }
+    if (elementwise) return true;
+    if (has_keep && !look_at_keep(j0, cnt)) return false;
+    if (has_bias && !look_at_bias(j0, cnt)) return false;
+    return true;
   }
 
   // Scores of keys [j0, j0 + cnt) (raw dot products in s) -> mod(cap(scale * score)) + ALiBi +
@@ -170,7 +196,7 @@ struct BlockState : BlockArrays<T> {
           if (tanh_out != nullptr) hn::Store(t, d, tanh_out + jj * kBlockQ + i);
           x = hn::Mul(vcap, t);
         }
-        hn::Store(general || modified ? x : bias_and_mask(d, x, vj, i, bounded), d, sj + i);
+        hn::Store(general || modified ? x : bias_and_mask(d, x, vj, jj, i, bounded), d, sj + i);
       }
     }
     if (modified) {
@@ -180,7 +206,8 @@ struct BlockState : BlockArrays<T> {
         for (index_t jj = 0; jj < cnt; ++jj) {
           T* sj = s + jj * kBlockQ;
           const V vj = hn::Set(d, static_cast<T>(j0 + jj));
-          for (index_t i = 0; i < kBlockQ; i += L) hn::Store(bias_and_mask(d, hn::Load(d, sj + i), vj, i, bounded), d, sj + i);
+          for (index_t i = 0; i < kBlockQ; i += L)
+            hn::Store(bias_and_mask(d, hn::Load(d, sj + i), vj, jj, i, bounded), d, sj + i);
         }
     }
     const bool hook_masks = modified && hook->masks;  // mask_mod may mask a key of the tile
@@ -192,23 +219,36 @@ struct BlockState : BlockArrays<T> {
       }
       return fill != T(-1e6) || hook_masks;
     }
-    return (fill != T(-1e6) && (j0 + cnt > min_end || bounded)) || hook_masks;
+    return (fill != T(-1e6) && (j0 + cnt > min_end || bounded || tile_keep || tile_bias_masks)) || hook_masks;
   }
 
-  // Whether keys [j0, j0 + cnt) must be masked element by element: a keep or additive mask, or
+  // Whether keys [j0, j0 + cnt) must be masked element by element: a keep or additive mask the SIMD
+  // path cannot take (elementwise), or
   // segment ids that differ within the block or the tile.
   bool tile_general(index_t j0, index_t cnt) const {
     return elementwise || (segments && fill != T(-1e6) && !uniform_segments(j0, cnt));
   }
 
-  // Lanes [i, i + Lanes) of key j's scores x (vj = j in every lane) on a tile that is not masked
-  // element by element: ALiBi's bias added, `fill` outside each row's [begin, end) (begin compared
-  // only when `bounded`).
+  // Lanes [i, i + Lanes) of key j = tile_j0 + jj's scores x (vj = j in every lane) on a tile that is
+  // not masked element by element: ALiBi's bias and the additive mask added, `fill` outside each
+  // row's [begin, end) (begin compared only when `bounded`) and where the keep-mask says so.
   template <class D>
-  HWY_INLINE hn::Vec<D> bias_and_mask(D d, hn::Vec<D> x, hn::Vec<D> vj, index_t i, bool bounded) const {
+  HWY_INLINE hn::Vec<D> bias_and_mask(D d, hn::Vec<D> x, hn::Vec<D> vj, index_t jj, index_t i, bool bounded) const {
     if (alibi != T(0)) x = hn::MulAdd(hn::Set(d, -alibi), hn::Abs(hn::Sub(hn::Load(d, pos + i), vj)), x);
+    if (tile_bias) {
+      const T* key = rm[0].bias + (tile_j0 + jj) * bias_stride;  // row i0's
+      const hn::RebindToSigned<D> di;
+      x = hn::Add(x, bias_rows_shared  ? hn::Set(d, *key)
+                     : bias_stride == 1 ? hn::Load(d, bias_t + jj * kBlockQ + i)  // look_at_bias transposed it
+                                        : hn::GatherIndex(d, key, hn::Load(di, bias_rows + i)));
+    }
     auto keep = hn::Lt(vj, hn::Load(d, end + i));
     if (bounded) keep = hn::And(keep, hn::Ge(vj, hn::Load(d, begin + i)));
+    if (tile_keep) {
+      const hn::RebindToUnsigned<D> du;
+      const auto words = hn::Load(du, keep_words + (jj / kWordKeys) * kBlockQ + i);
+      keep = hn::And(keep, hn::RebindMask(d, hn::TestBit(words, hn::Set(du, Word(1) << (jj % kWordKeys)))));
+    }
     return hn::IfThenElse(keep, x, hn::Set(d, fill));
   }
 
@@ -279,6 +319,80 @@ struct BlockState : BlockArrays<T> {
   }
 
  private:
+  // Bits of the keys [0, cnt) of a keep-mask row read with `stride` (bit jj: key jj kept).
+  static std::uint64_t RowKeepBits(const bool* row, index_t stride, index_t cnt) {
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(row);
+    std::uint64_t bits = 0;
+    index_t jj = 0;
+#if HWY_TARGET != HWY_SCALAR
+    if (stride == 1) {  // whole vectors of bytes -> their mask bits
+      const hn::ScalableTag<std::uint8_t> du8;
+      const index_t N = static_cast<index_t>(hn::Lanes(du8));  // a multiple of 8, at most 64
+      for (; jj + N <= cnt; jj += N) {
+        std::uint8_t packed[8] = {};
+        hn::StoreMaskBits(du8, hn::Ne(hn::LoadU(du8, bytes + jj), hn::Zero(du8)), packed);
+        std::uint64_t w = 0;
+        std::memcpy(&w, packed, static_cast<std::size_t>(N / 8));
+        bits |= w << jj;
+      }
+    }
+#endif
+    for (; jj < cnt; ++jj) bits |= static_cast<std::uint64_t>(bytes[jj * stride] != 0) << jj;
+    return bits;
+  }
+
+  // The keep-mask's part of the tile as bits (keep_words); false when it keeps no key of the block's
+  // rows. tile_keep: some key of some row is masked.
+  bool look_at_keep(index_t j0, index_t cnt) {
+    const std::uint64_t valid = cnt >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << cnt) - 1;
+    std::uint64_t bits[kBlockQ] = {};  // rows past the block's keep no key
+    std::uint64_t all = valid, any = 0;
+    for (index_t i = 0; i < rows; ++i) {
+      bits[i] = keep_rows_shared && i > 0 ? bits[0] : RowKeepBits(rm[i].keep + j0 * keep_stride, keep_stride, cnt);
+      all &= bits[i], any |= bits[i];
+    }
+    tile_keep = (all & valid) != valid;
+    if (tile_keep)
+      for (index_t k = 0; k < kBlockK / kWordKeys; ++k)
+        for (index_t i = 0; i < kBlockQ; ++i) keep_words[k * kBlockQ + i] = static_cast<Word>(bits[i] >> (k * kWordKeys));
+    return any != 0;
+  }
+
+  // Whether the additive mask's part of the tile has an entry that is not -inf (false: the tile is
+  // masked); tile_bias: some entry is not 0 (a tile of zeros adds nothing and is not read again);
+  // tile_bias_masks: some entry is -inf (a weight of exactly 0).
+  bool look_at_bias(index_t j0, index_t cnt) {
+    const hn::ScalableTag<T> d;
+    const index_t L = static_cast<index_t>(hn::Lanes(d));
+    const auto zero = hn::Zero(d), ninf = hn::Set(d, -std::numeric_limits<T>::infinity());
+    auto nonzero = zero, finite = zero, masks = zero;  // lanes: some entry was not 0, not -inf, -inf
+    bool tail_nonzero = false, tail_finite = false, tail_masks = false;
+    for (index_t i = 0; i < (bias_rows_shared ? 1 : rows); ++i) {
+      const T* row = rm[i].bias + j0 * bias_stride;
+      index_t jj = 0;
+      if (bias_stride == 1)
+        for (; jj + L <= cnt; jj += L) {
+          const auto v = hn::LoadU(d, row + jj);
+          nonzero = hn::Or(nonzero, hn::VecFromMask(d, hn::Ne(v, zero)));
+          finite = hn::Or(finite, hn::VecFromMask(d, hn::Ne(v, ninf)));
+          masks = hn::Or(masks, hn::VecFromMask(d, hn::Eq(v, ninf)));
+        }
+      for (; jj < cnt; ++jj) {
+        const T v = row[jj * bias_stride];
+        tail_nonzero = tail_nonzero || v != T(0);
+        tail_finite = tail_finite || v != -std::numeric_limits<T>::infinity();
+        tail_masks = tail_masks || v == -std::numeric_limits<T>::infinity();
+      }
+    }
+    tile_bias = tail_nonzero || !hn::AllFalse(d, hn::MaskFromVec(nonzero));
+    if (tile_bias && !bias_rows_shared && bias_stride == 1) {  // rows past the block's: 0 (they are masked)
+      TransposeInto(bias_t, kBlockQ, rm[0].bias + j0, rm[std::min<index_t>(1, rows - 1)].bias - rm[0].bias, rows, cnt);
+      for (index_t jj = 0; jj < cnt; ++jj) std::fill(bias_t + jj * kBlockQ + rows, bias_t + (jj + 1) * kBlockQ, T(0));
+    }
+    tile_bias_masks = tail_masks || !hn::AllFalse(d, hn::MaskFromVec(masks));
+    return tail_finite || !hn::AllFalse(d, hn::MaskFromVec(finite));
+  }
+
   // The smallest and largest segment id of keys [j0, j0 + cnt).
   std::pair<std::int64_t, std::int64_t> key_segments(index_t j0, index_t cnt) const {
     std::int64_t lo = seg_k[j0], hi = lo;
