@@ -7,7 +7,8 @@
 //   - a boolean keep-mask, broadcastable to (B, H, n, m) by NumPy rules (dimensions aligned on the
 //     right, size-1 dimensions repeated). true = the query may attend to the key (the convention of
 //     torch.nn.functional.scaled_dot_product_attention). A key-padding mask of shape (B, m) is
-//     passed as a (B, 1, 1, m) view.
+//     passed as a (B, 1, 1, m) view. Masks are read through their strides, any of them 0 (a
+//     broadcast made by PyTorch's expand) and the last one included (a transposed mask): no copy.
 //   - an additive float mask, broadcastable the same way, added to the scores before the softmax;
 //     -inf entries exclude a key.
 //   - a causal mask: query i sees keys j <= i (top_left), or j <= i + m - n (bottom_right, the

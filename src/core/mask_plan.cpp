@@ -20,7 +20,7 @@ std::string scores_shape(index_t B, index_t H, index_t n, index_t m, int rank) {
 template <class U>
 void broadcast_strides(const TensorView<U>& t, index_t B, index_t H, index_t n, index_t m, int rank, const char* op,
                        const char* name, index_t out[4]) {
-  detail::to_view4(t, op, name, 1, 4);  // strides, contiguity, overflow
+  detail::to_view4(t, op, name, 1, 4, /*any_last_stride=*/true);  // strides, overflow
   const index_t target4[] = {B, H, n, m};
   const index_t target3[] = {B, n, m};
   const index_t* target = rank == 4 ? target4 : target3;

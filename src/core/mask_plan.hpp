@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 
 #include "attn/mask.hpp"
 
@@ -37,8 +38,11 @@ struct RowMask {
   index_t pos = 0;                 // the query's position p(i)
   bool seeds_fill = false;         // MaskedFill::seeds_minus_1e6
 
+  // Whether key j is attended. A -inf additive entry masks its key as a false keep entry does (the
+  // score, NaN or not, is never read), except under the seeds' fill, which adds it as a number.
   bool allowed(index_t j) const {
-    return j >= begin && j < end && (keep == nullptr || keep[j * keep_stride]) && (seg_k.empty() || seg_k[j] == seg);
+    return j >= begin && j < end && (keep == nullptr || keep[j * keep_stride]) && (seg_k.empty() || seg_k[j] == seg) &&
+           (bias == nullptr || seeds_fill || bias[j * bias_stride] != -std::numeric_limits<T>::infinity());
   }
   // The bias of key j: the additive mask's and ALiBi's.
   T bias_at(index_t j) const {

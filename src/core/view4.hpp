@@ -39,10 +39,12 @@ void fill_zero(View4<T> x) {
 namespace detail {
 
 // The checks every tensor argument passes: a rank in [min_rank, max_rank], non-negative strides,
-// a contiguous last dimension, and offsets that fit in index_t. Throws attn::Error naming
-// `op` and `name`. Returns the canonical view (nullptr data for an empty optional argument).
+// a contiguous last dimension (unless `any_last_stride`: masks are read through every stride), and
+// offsets that fit in index_t. Throws attn::Error naming `op` and `name`. Returns the canonical
+// view (nullptr data for an empty optional argument; its last stride is 1 whatever t's).
 template <class T>
-View4<T> to_view4(const TensorView<T>& t, const char* op, const char* name, int min_rank = 3, int max_rank = 4) {
+View4<T> to_view4(const TensorView<T>& t, const char* op, const char* name, int min_rank = 3, int max_rank = 4,
+                  bool any_last_stride = false) {
   if (t.empty()) return {};
   if (t.rank() < min_rank || t.rank() > max_rank) {
     if (min_rank == max_rank) fail(op, ": ", name, " has shape ", t.shape_string(), "; it must have ", min_rank, " dimensions");
@@ -59,7 +61,7 @@ View4<T> to_view4(const TensorView<T>& t, const char* op, const char* name, int 
         fail(op, ": ", name, " with shape ", t.shape_string(), " spans more elements than a 64-bit index holds");
     }
   }
-  if (t.rank() > 0 && t.dim(-1) > 1 && t.stride(-1) != 1)
+  if (!any_last_stride && t.rank() > 0 && t.dim(-1) > 1 && t.stride(-1) != 1)
     fail(op, ": ", name, " has stride ", t.stride(-1), " in its last dimension; it must be 1 (contiguous)");
   View4<T> v;
   v.data = t.data();

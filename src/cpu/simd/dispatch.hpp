@@ -42,9 +42,13 @@ void reset_ran();
 
 // The tile counter: the SDPA kernels count every (query block, key tile) pair they compute, so a test
 // can prove that tiles a window or segment ids exclude are skipped, not only masked. tiles() is the
-// count over all threads since reset_ran().
+// count over all threads since reset_ran(). The forward also counts the tiles it masks (some key of
+// some row masked, or a bias added): masked_tiles() proves that a tile a mask leaves whole takes the
+// unmasked path.
 void note_tile();
+void note_masked_tile();
 std::int64_t tiles();
+std::int64_t masked_tiles();
 
 }  // namespace attn::cpu::simd
 

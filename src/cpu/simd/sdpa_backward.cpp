@@ -149,6 +149,14 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
       }
       PackTransposed(st.qt, a.q, b, h, i0, rows);
       PackTransposed(st.ot, p.dout, b, h, i0, rows);
+      // A row with no key to attend (1/sum = 0) has dS = 0, but its query was never read by the
+      // forward and may hold anything (NaN, Inf): zeroed in Q^T, and dK takes Q^T from there.
+      bool dead_rows = false;
+      for (index_t i = 0; i < rows; ++i)
+        if (st.alpha[i] == T(0)) {
+          dead_rows = true;
+          for (index_t c = 0; c < dq; ++c) st.qt[c * kBlockQ + i] = T(0);
+        }
       T* part_blk = part + blk * dq * kBlockQ;
       for (index_t j0 = first; j0 < keys_end; j0 += kBlockK) {
         const index_t cnt = std::min<index_t>(kBlockK, k1 - j0);
@@ -228,7 +236,11 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         Transpose(dsm, dst);
         // dV^T += dout^T W, dK^T += Q^T dS (scaled at the end), partial dQ^T += K_tile^T dS^T.
         BlockGemm<true>(d, p.dout.row(b, h, i0), 1, p.dout.sR, pm, dvt, dv, rows);
-        BlockGemm<true>(d, a.q.row(b, h, i0), 1, a.q.sR, dsm, dkt, dq, rows);
+        if (dead_rows) {
+          BlockGemm<true>(d, st.qt, kBlockQ, 1, dsm, dkt, dq, rows);
+        } else {
+          BlockGemm<true>(d, a.q.row(b, h, i0), 1, a.q.sR, dsm, dkt, dq, rows);
+        }
         if (partial && !rows_finite(k_tile, a.k.sR, cnt, dq)) {
           AccumulateSkippingZeros(part_blk, k_tile, a.k.sR, dst, cnt, dq, rows);
         } else {

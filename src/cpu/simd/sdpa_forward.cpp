@@ -44,6 +44,7 @@ void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, voi
     // scores^T (cnt, kBlockQ) = K_tile Q^T, then scale, soft-capping, position bias and masks.
     BlockGemm<false>(d, a.k.row(b, hk, j0), a.k.sR, 1, st.qt, st.s, cnt, dq);
     const bool partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt);
+    if (partial || st.tile_bias) simd::note_masked_tile();
     st.softmax_tile(d, cnt);
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
     // out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T.

@@ -235,14 +235,17 @@ struct BlockState : BlockArrays<T> {
   template <class D>
   HWY_INLINE hn::Vec<D> bias_and_mask(D d, hn::Vec<D> x, hn::Vec<D> vj, index_t jj, index_t i, bool bounded) const {
     if (alibi != T(0)) x = hn::MulAdd(hn::Set(d, -alibi), hn::Abs(hn::Sub(hn::Load(d, pos + i), vj)), x);
+    auto keep = hn::Lt(vj, hn::Load(d, end + i));
     if (tile_bias) {
       const T* key = rm[0].bias + (tile_j0 + jj) * bias_stride;  // row i0's
       const hn::RebindToSigned<D> di;
-      x = hn::Add(x, bias_rows_shared  ? hn::Set(d, *key)
-                     : bias_stride == 1 ? hn::Load(d, bias_t + jj * kBlockQ + i)  // look_at_bias transposed it
-                                        : hn::GatherIndex(d, key, hn::Load(di, bias_rows + i)));
+      const auto bias = bias_rows_shared    ? hn::Set(d, *key)
+                        : bias_stride == 1 ? hn::Load(d, bias_t + jj * kBlockQ + i)  // look_at_bias transposed it
+                                           : hn::GatherIndex(d, key, hn::Load(di, bias_rows + i));
+      x = hn::Add(x, bias);
+      // -inf masks its key (a NaN score there is never read), as RowMask::allowed says.
+      if (tile_bias_masks) keep = hn::And(keep, hn::Ne(bias, hn::Set(d, -std::numeric_limits<T>::infinity())));
     }
-    auto keep = hn::Lt(vj, hn::Load(d, end + i));
     if (bounded) keep = hn::And(keep, hn::Ge(vj, hn::Load(d, begin + i)));
     if (tile_keep) {
       const hn::RebindToUnsigned<D> du;

@@ -73,6 +73,7 @@ std::atomic<std::int64_t>& chosen() {
 struct alignas(64) Probe {
   std::atomic<std::int64_t> bits{0};
   std::atomic<std::int64_t> tiles{0};
+  std::atomic<std::int64_t> masked_tiles{0};
 };
 Probe probes[kProbeThreads];
 
@@ -96,16 +97,26 @@ void note_ran(std::int64_t bit) {
 std::int64_t ran(int thread) { return probes[std::clamp(thread, 0, kProbeThreads - 1)].bits.load(); }
 
 void reset_ran() {
-  for (Probe& p : probes) p.bits.store(0), p.tiles.store(0);
+  for (Probe& p : probes) p.bits.store(0), p.tiles.store(0), p.masked_tiles.store(0);
 }
 
 void note_tile() {
   probes[std::min(omp_get_thread_num(), kProbeThreads - 1)].tiles.fetch_add(1, std::memory_order_relaxed);
 }
 
+void note_masked_tile() {
+  probes[std::min(omp_get_thread_num(), kProbeThreads - 1)].masked_tiles.fetch_add(1, std::memory_order_relaxed);
+}
+
 std::int64_t tiles() {
   std::int64_t total = 0;
   for (const Probe& p : probes) total += p.tiles.load();
+  return total;
+}
+
+std::int64_t masked_tiles() {
+  std::int64_t total = 0;
+  for (const Probe& p : probes) total += p.masked_tiles.load();
   return total;
 }
 
