@@ -48,8 +48,8 @@ build build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/sanitize --output-on-failure -j "$jobs"
 # ThreadSanitizer needs clang++ and LLVM's libomp (CMakeLists.txt, ATTN_TSAN): only the suites of
-# threaded code are built and run (tests/CMakeLists.txt, threaded_tests: the SIMD kernels' on every
-# SIMD target, all at 1 and 2 threads).
+# threaded code are built and run (tests/CMakeLists.txt, threaded_tests: the SIMD kernels' on the
+# best SIMD target, as the threading is the same on every target; all at 1 and 2 threads).
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DATTN_TSAN=ON \
   -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build/tsan -j "$jobs" --target threaded_tests
