@@ -15,8 +15,10 @@
 #pragma once
 
 #include <optional>
+#include <type_traits>
 
 #include "attn/dropout.hpp"
+#include "attn/half.hpp"
 #include "attn/mask.hpp"
 #include "attn/tensor.hpp"
 
@@ -47,6 +49,30 @@ template <class T>
 void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
                    TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
                    TensorView<const T> out, TensorView<const T> lse, const Mask<T>& mask = {},
+                   const SdpaOptions& options = {});
+
+// 16-bit attention (attn/half.hpp): queries, keys, values, out and the gradients in bfloat16 or
+// float16, lse, masks and options in float32. Accumulation is in float32: the inputs are widened to
+// float32 on entry, the float32 fused kernels run (every mask, variant and dropout), and the results
+// are rounded once to the 16-bit type. (Kernels that read 16-bit tiles directly, and AVX512-BF16 dot
+// products, are not built yet.) Shapes and errors as above.
+template <class H>
+concept Half16 = std::is_same_v<H, bfloat16> || std::is_same_v<H, float16>;
+
+template <Half16 H>
+void sdpa_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
+                  TensorView<const H> values, const Mask<float>& mask = {}, const SdpaOptions& options = {});
+
+// A decoder reading a 16-bit cache: float32 queries, out and lse, 16-bit keys and values.
+template <Half16 H>
+void sdpa_forward(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
+                  TensorView<const H> keys, TensorView<const H> values, const Mask<float>& mask = {},
+                  const SdpaOptions& options = {});
+
+template <Half16 H>
+void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dvalues, TensorView<const H> dout,
+                   TensorView<const H> queries, TensorView<const H> keys, TensorView<const H> values,
+                   TensorView<const H> out, TensorView<const float> lse, const Mask<float>& mask = {},
                    const SdpaOptions& options = {});
 
 // Convenience: returns out; fills *weights when not null.

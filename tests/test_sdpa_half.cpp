@@ -1,0 +1,255 @@
+// 16-bit scaled dot-product attention (attn/sdpa.hpp, bfloat16 and float16): forward, lse and
+// every gradient against the float64 reference on the inputs rounded to the 16-bit type, within
+// twice the error of the float32 reference whose results are rounded to that type (FlashAttention's
+// rule), with every mask and variant, dropout, grouped heads, 3-D and strided tensors, decoding;
+// float32 queries over 16-bit keys and values (a decoder's cache); bad input named as in float32.
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/half.hpp"
+#include "attn/sdpa.hpp"
+#include "support/testing.hpp"
+
+namespace attn {
+namespace {
+
+using testing::convert;
+using testing::random_tensor;
+
+template <class H>
+H round_to(float f) {
+  if constexpr (std::is_same_v<H, bfloat16>) return to_bfloat16(f);
+  else return to_float16(f);
+}
+
+template <class H>
+Tensor<H> to_half(const Tensor<float>& t) {
+  Tensor<H> h(t.shape());
+  for (index_t i = 0; i < t.numel(); ++i) h.data()[i] = round_to<H>(t.data()[i]);
+  return h;
+}
+
+template <class H>
+Tensor<float> to_single(const Tensor<H>& t) {
+  Tensor<float> f(t.shape());
+  for (index_t i = 0; i < t.numel(); ++i) f.data()[i] = to_float(t.data()[i]);
+  return f;
+}
+
+// The same values rounded to H and back: what the 16-bit call sees.
+template <class H>
+Tensor<float> rounded(const Tensor<float>& t) {
+  return to_single(to_half<H>(t));
+}
+
+struct Case {
+  const char* name;
+  index_t B, H, Hk, n, m, d, dv;
+  bool three_d = false;
+  Causal causal = Causal::none;
+  bool lens = false, additive = false, keep = false;
+  std::optional<Window> window{};
+  bool alibi = false;
+  double softcap = 0;
+  bool segments = false;
+  double dropout = 0;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+std::vector<index_t> dims(const Case& c, index_t heads, index_t rows, index_t cols) {
+  if (c.three_d) return {c.B, rows, cols};
+  return {c.B, heads, rows, cols};
+}
+
+// The masks and options of a case (owning their tensors).
+struct Masks {
+  Tensor<std::int64_t> lens;
+  Tensor<float> bias, slopes;
+  Tensor<bool> keep;
+  Tensor<std::int32_t> ids;
+  Mask<float> mask;
+  SdpaOptions options;
+  explicit Masks(const Case& c) {
+    if (c.lens) {
+      lens = Tensor<std::int64_t>({c.B});
+      for (index_t b = 0; b < c.B; ++b) lens[b] = (b * 37 + c.m / 2) % (c.m + 1);
+      mask.valid_lens = lens.view();
+    }
+    if (c.additive) {
+      bias = random_tensor<float>({c.n, c.m}, 71, -2, 1);
+      mask.additive = bias.view();
+    }
+    if (c.keep) {
+      keep = Tensor<bool>({c.n, c.m});
+      for (index_t e = 0; e < keep.numel(); ++e) keep[e] = (e * 7) % 5 != 0;
+      mask.keep = keep.view();
+    }
+    if (c.alibi) {
+      slopes = random_tensor<float>({c.H}, 72, 0.05, 0.5);
+      mask.alibi_slopes = slopes.view();
+    }
+    if (c.segments) {
+      ids = Tensor<std::int32_t>({c.B, c.n});
+      for (index_t e = 0; e < ids.numel(); ++e) ids[e] = static_cast<std::int32_t>(e % c.n / 29);
+      mask.segment_ids_q = ids.view();
+    }
+    mask.causal = c.causal;
+    mask.window = c.window;
+    if (c.softcap > 0) options.softcap = c.softcap;
+    options.dropout = {c.dropout, 99};
+  }
+};
+
+struct Inputs {
+  Tensor<float> q, k, v, g;  // float32 values; each run rounds them as its precision needs
+};
+
+Inputs make_inputs(const Case& c, std::uint64_t seed) {
+  return {random_tensor<float>(dims(c, c.H, c.n, c.d), seed, -2, 2), random_tensor<float>(dims(c, c.Hk, c.m, c.d), seed + 1, -2, 2),
+          random_tensor<float>(dims(c, c.Hk, c.m, c.dv), seed + 2), random_tensor<float>(dims(c, c.H, c.n, c.dv), seed + 3)};
+}
+
+// out, lse, dq, dk, dv of the float32 or float64 API (backend as set) on `in`; the backward is given
+// `out_for_backward` (the forward's out in the precision the caller keeps it) or recomputes it.
+template <class T>
+std::vector<Tensor<T>> run_wide(const Case& c, const Inputs& in, const Tensor<float>* out_for_backward) {
+  const Masks masks(c);
+  Mask<T> mask;
+  Tensor<T> bias = convert<T>(masks.bias), slopes = convert<T>(masks.slopes);
+  mask.valid_lens = masks.mask.valid_lens, mask.keep = masks.mask.keep, mask.segment_ids_q = masks.mask.segment_ids_q;
+  if (c.additive) mask.additive = bias.view();
+  if (c.alibi) mask.alibi_slopes = slopes.view();
+  mask.causal = c.causal, mask.window = c.window;
+  const Tensor<T> q = convert<T>(in.q), k = convert<T>(in.k), v = convert<T>(in.v), g = convert<T>(in.g);
+  Tensor<T> out(dims(c, c.H, c.n, c.dv)), lse(c.three_d ? std::vector<index_t>{c.B, c.n} : std::vector<index_t>{c.B, c.H, c.n});
+  sdpa_forward<T>(out.view(), lse.view(), {}, q.view(), k.view(), v.view(), mask, masks.options);
+  Tensor<T> dq(q.shape()), dk(k.shape()), dv(v.shape());
+  const Tensor<T> given = out_for_backward != nullptr ? convert<T>(*out_for_backward) : Tensor<T>();
+  sdpa_backward<T>(dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(),
+                   out_for_backward != nullptr ? given.view() : TensorView<const T>(), {}, mask, masks.options);
+  return {out, lse, dq, dk, dv};
+}
+
+template <class H>
+class SdpaHalf : public ::testing::TestWithParam<Case> {};
+
+template <class H>
+void expect_within_16_bit_rule(const Case& c) {
+  Inputs in = make_inputs(c, 11);
+  in = {rounded<H>(in.q), rounded<H>(in.k), rounded<H>(in.v), rounded<H>(in.g)};
+  const Masks masks(c);
+  // Ours: the 16-bit API on the cpu backend.
+  const Tensor<H> q = to_half<H>(in.q), k = to_half<H>(in.k), v = to_half<H>(in.v), g = to_half<H>(in.g);
+  Tensor<H> out(dims(c, c.H, c.n, c.dv));
+  Tensor<float> lse(c.three_d ? std::vector<index_t>{c.B, c.n} : std::vector<index_t>{c.B, c.H, c.n});
+  Tensor<H> dq(q.shape()), dk(k.shape()), dv(v.shape());
+  {
+    ScopedBackend cpu(Backend::cpu);
+    sdpa_forward<H>(out.view(), lse.view(), q.view(), k.view(), v.view(), masks.mask, masks.options);
+    sdpa_backward<H>(dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(), lse.view(),
+                     masks.mask, masks.options);
+  }
+  // The float64 oracle on the rounded inputs, and the float32 reference rounded to H (its backward
+  // given its own forward's out rounded to H, as ours is given ours).
+  std::vector<Tensor<double>> oracle;
+  std::vector<Tensor<float>> low;
+  {
+    ScopedBackend reference(Backend::reference);
+    oracle = run_wide<double>(c, in, nullptr);
+    const std::vector<Tensor<float>> first = run_wide<float>(c, in, nullptr);
+    const Tensor<float> out_low = rounded<H>(first[0]);
+    low = run_wide<float>(c, in, &out_low);
+    for (std::size_t t = 0; t < low.size(); ++t)
+      if (t != 1) low[t] = rounded<H>(low[t]);  // lse stays float32
+  }
+  const std::vector<Tensor<float>> ours{to_single(out), lse, to_single(dq), to_single(dk), to_single(dv)};
+  const char* names[] = {"out", "lse", "dqueries", "dkeys", "dvalues"};
+  for (std::size_t t = 0; t < ours.size(); ++t)
+    EXPECT_TRUE(testing::within_error_budget(ours[t], low[t], oracle[t], 2.0, 1e-6)) << names[t];
+}
+
+const Case kCases[] = {
+    {"plain", 2, 3, 3, 70, 90, 24, 16},
+    {"three_d", 2, 1, 1, 67, 131, 17, 9, true},
+    {"causal_lengths_additive", 2, 2, 2, 70, 130, 24, 16, false, Causal::bottom_right, true, true},
+    {"keep_mask", 1, 2, 2, 80, 80, 16, 8, false, Causal::none, false, false, true},
+    {"gqa_window_alibi_softcap_segments", 2, 4, 2, 90, 90, 32, 16, false, Causal::top_left, false, false, false,
+     Window{30, 4}, true, 5.0, true},
+    {"decode", 2, 4, 1, 2, 700, 32, 16, false, Causal::bottom_right},
+    {"dropout", 1, 2, 2, 70, 70, 16, 8, false, Causal::none, false, false, false, std::nullopt, false, 0, false, 0.2},
+};
+
+using SdpaBfloat16 = SdpaHalf<bfloat16>;
+using SdpaFloat16 = SdpaHalf<float16>;
+TEST_P(SdpaBfloat16, WithinTheSixteenBitRule) { expect_within_16_bit_rule<bfloat16>(GetParam()); }
+TEST_P(SdpaFloat16, WithinTheSixteenBitRule) { expect_within_16_bit_rule<float16>(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Cases, SdpaBfloat16, ::testing::ValuesIn(kCases), [](const auto& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, SdpaFloat16, ::testing::ValuesIn(kCases), [](const auto& i) { return std::string(i.param.name); });
+
+// float32 queries over a 16-bit cache: exactly the float32 call on the widened keys and values.
+TEST(SdpaHalfCache, Float32QueriesOverSixteenBitKeysAndValues) {
+  const Tensor<float> q = random_tensor<float>({2, 4, 1, 64}, 3), k32 = random_tensor<float>({2, 2, 900, 64}, 4);
+  const Tensor<float> v32 = random_tensor<float>({2, 2, 900, 32}, 5);
+  Mask<float> mask;
+  mask.causal = Causal::bottom_right;
+  for (const bool bf16 : {true, false}) {
+    Tensor<float> out({2, 4, 1, 32}), lse({2, 4, 1}), expected({2, 4, 1, 32}), expected_lse({2, 4, 1});
+    if (bf16) {
+      const Tensor<bfloat16> k = to_half<bfloat16>(k32), v = to_half<bfloat16>(v32);
+      sdpa_forward<bfloat16>(out.view(), lse.view(), q.view(), k.view(), v.view(), mask);
+      sdpa_forward<float>(expected.view(), expected_lse.view(), {}, q.view(), rounded<bfloat16>(k32).view(),
+                          rounded<bfloat16>(v32).view(), mask);
+    } else {
+      const Tensor<float16> k = to_half<float16>(k32), v = to_half<float16>(v32);
+      sdpa_forward<float16>(out.view(), lse.view(), q.view(), k.view(), v.view(), mask);
+      sdpa_forward<float>(expected.view(), expected_lse.view(), {}, q.view(), rounded<float16>(k32).view(),
+                          rounded<float16>(v32).view(), mask);
+    }
+    EXPECT_EQ(out.values(), expected.values()) << (bf16 ? "bfloat16" : "float16");
+    EXPECT_EQ(lse.values(), expected_lse.values());
+  }
+}
+
+// Strided 16-bit tensors (heads interleaved: (B, n, H, d) memory read as (B, H, n, d)) give what
+// contiguous copies give.
+TEST(SdpaHalfStrides, InterleavedHeadsAreReadThroughStrides) {
+  const index_t B = 2, H = 3, n = 40, d = 16;
+  const Tensor<bfloat16> mem = to_half<bfloat16>(random_tensor<float>({B, n, H, d}, 8));
+  const TensorView<const bfloat16> strided(mem.data(), {B, H, n, d}, {n * H * d, d, H * d, 1});
+  Tensor<bfloat16> contiguous({B, H, n, d});
+  for (index_t b = 0; b < B; ++b)
+    for (index_t h = 0; h < H; ++h)
+      for (index_t i = 0; i < n; ++i)
+        for (index_t c = 0; c < d; ++c) contiguous(b, h, i, c) = strided(b, h, i, c);
+  Tensor<bfloat16> out_a({B, H, n, d}), out_b({B, H, n, d});
+  Tensor<bfloat16> strided_out_mem({B, n, H, d});
+  const TensorView<bfloat16> strided_out(strided_out_mem.data(), {B, H, n, d}, {n * H * d, d, H * d, 1});
+  sdpa_forward<bfloat16>(strided_out, {}, strided, strided, strided);
+  sdpa_forward<bfloat16>(out_b.view(), {}, contiguous.view(), contiguous.view(), contiguous.view());
+  for (index_t b = 0; b < B; ++b)
+    for (index_t h = 0; h < H; ++h)
+      for (index_t i = 0; i < n; ++i)
+        for (index_t c = 0; c < d; ++c) ASSERT_EQ(strided_out(b, h, i, c).bits, out_b(b, h, i, c).bits);
+}
+
+TEST(SdpaHalfBadInput, ArgumentsAreNamedAsInFloat32) {
+  const Tensor<float16> q({2, 3, 5, 4}), k({2, 3, 7, 4}), v({2, 3, 7, 6}), k_bad({2, 3, 7, 5});
+  Tensor<float16> out({2, 3, 5, 6}), out_bad({2, 3, 5, 5});
+  testing::expect_error([&] { sdpa_forward<float16>(out.view(), {}, q.view(), k_bad.view(), v.view()); },
+                        {"sdpa_forward: keys has shape (2,3,7,5) but must be (2,3,7,4)"});
+  testing::expect_error([&] { sdpa_forward<float16>(out_bad.view(), {}, q.view(), k.view(), v.view()); },
+                        {"sdpa_forward: out has shape (2,3,5,5)", "(2,3,5,6)"});
+  SdpaOptions bad_dropout;
+  bad_dropout.dropout = {1.5, 0};
+  testing::expect_error([&] { sdpa_forward<float16>(out.view(), {}, q.view(), k.view(), v.view(), {}, bad_dropout); },
+                        {"dropout"});
+  const TensorView<const float16> no_data(nullptr, {2, 3, 5, 4});
+  testing::expect_error([&] { sdpa_forward<float16>(out.view(), {}, no_data, k.view(), v.view()); },
+                        {"queries has shape (2,3,5,4) but no data"});
+}
+
+}  // namespace
+}  // namespace attn
