@@ -122,7 +122,7 @@ class DotProductAttention : public Layer {
   py::object forward(py::object queries, py::object keys, py::object values, py::object valid_lens) {
     Call call(name_, {});
     return run_forward(call, inputs(call, queries, keys, values, valid_lens), [](const auto& v, const Saved& s) {
-      const attn::SdpaOptions options{std::nullopt, s.dropout};
+      const attn::SdpaOptions options{std::nullopt, s.dropout, std::nullopt};
       return [v, options] { attn::sdpa_forward(v.out, {}, v.weights, v.queries, v.keys, v.values, v.mask, options); };
     });
   }
@@ -139,7 +139,7 @@ class DotProductAttention : public Layer {
       const auto dqv = view_of<T>(dq), dkv = view_of<T>(dk), dvv = view_of<T>(dv);
       const auto gv = cview<T>(g), q = cview<T>(s.queries), k = cview<T>(s.keys), v = cview<T>(s.values);
       const attn::Mask<T> mask = s.mask.mask<T>();
-      const attn::SdpaOptions options{std::nullopt, s.dropout};
+      const attn::SdpaOptions options{std::nullopt, s.dropout, std::nullopt};
       call.run([&] { attn::sdpa_backward<T>(dqv, dkv, dvv, gv, q, k, v, {}, {}, mask, options); });
       return py::dict(py::arg("queries") = dq, py::arg("keys") = dk, py::arg("values") = dv);
     });

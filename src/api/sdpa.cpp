@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "api/checks.hpp"
+#include "api/decode_rows.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/simd/fused.hpp"
 #include "ref/ref.hpp"
@@ -118,6 +119,24 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
                                   {"lse", lse}});
   ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, g, o, l, c.plan);
 }
+
+// ---- keys and values read in place as 16-bit or int8 rows (fused::KvRows) ------------------------
+
+namespace detail {
+
+void sdpa_decode_rows(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
+                      TensorView<const float> key_shape, TensorView<const float> value_shape,
+                      const cpu::fused::KvRows& keys, const cpu::fused::KvRows& values, const Mask<float>& mask,
+                      const SdpaOptions& options, const char* op) {
+  const SdpaCall<float> c = check_inputs(queries, key_shape, value_shape, mask, options, op);
+  const View4<float> o = require_tensor(out, op, "out", c.rank);
+  require_shape(out, caller_dims(c.rank, c.B, c.H, c.n, c.dv), op, "out", "(B, n, v) from queries and values");
+  const View4<float> l = lse_view(lse, c, op);
+  require_no_aliasing<float>(op, {{"out", out}, {"lse", lse}}, {{"queries", queries}});
+  cpu::sdpa_decode_rows(o, l, c.plan, keys, values);
+}
+
+}  // namespace detail
 
 // ---- score_mod and mask_mod (attn/flex.hpp): the same checks, the hook in the plan, the cpu
 // backend's fused kernels whatever the backend --------------------------------------------------

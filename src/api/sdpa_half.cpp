@@ -4,6 +4,8 @@
 // one is named as in float32.
 #include <vector>
 
+#include "api/decode_rows.hpp"
+#include "attn/config.hpp"
 #include "attn/error.hpp"
 #include "attn/sdpa.hpp"
 
@@ -65,21 +67,56 @@ Tensor<float> like(const TensorView<H>& t) {
 TensorView<float> view_or_empty(Tensor<float>& t) { return t.rank() == 0 ? TensorView<float>() : t.view(); }
 TensorView<const float> cview_or_empty(const Tensor<float>& t) { return t.rank() == 0 ? TensorView<const float>() : t.view(); }
 
+
+// A float view with t's shape and strides, for the checks only (never read).
+template <class H>
+TensorView<const float> shape_view(const TensorView<const H>& t) {
+  std::vector<index_t> strides(static_cast<std::size_t>(t.rank()));
+  for (int i = 0; i < t.rank(); ++i) strides[static_cast<std::size_t>(i)] = t.stride(i);
+  return TensorView<const float>(reinterpret_cast<const float*>(t.data()), t.shape(), strides);
+}
+
+// A 16-bit tensor (B, m, c) or (B, Hk, m, c) as the decode path's rows.
+template <class H>
+cpu::fused::KvRows rows_of(const TensorView<const H>& t) {
+  cpu::fused::KvRows r;
+  r.type = std::is_same_v<H, bfloat16> ? cpu::fused::KvType::bf16 : cpu::fused::KvType::f16;
+  r.data = t.data();
+  const bool heads = t.rank() == 4;
+  r.sB = t.stride(0), r.sH = heads ? t.stride(1) : 0, r.sR = t.stride(heads ? 2 : 1);
+  return r;
+}
+
+// Whether the decode path reads the 16-bit keys and values in place: few queries, the cpu backend.
+bool decodes_in_place(const TensorView<const float>& queries) {
+  return backend() == Backend::cpu && queries.rank() >= 3 && queries.dim(-2) <= cpu::fused::kDecodeRows;
+}
+
 }  // namespace
 
 template <Half16 H>
 void sdpa_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
                   TensorView<const H> values, const Mask<float>& mask, const SdpaOptions& options) {
-  const Tensor<float> q = widen(queries, "queries"), k = widen(keys, "keys"), v = widen(values, "values");
+  const Tensor<float> q = widen(queries, "queries");
   Tensor<float> o = like(out);
-  sdpa_forward<float>(view_or_empty(o), lse, {}, cview_or_empty(q), cview_or_empty(k), cview_or_empty(v), mask, options);
+  if (decodes_in_place(cview_or_empty(q))) {  // the queries widened, the keys and values read in place
+    sdpa_forward<H>(view_or_empty(o), lse, cview_or_empty(q), keys, values, mask, options);
+  } else {
+    const Tensor<float> k = widen(keys, "keys"), v = widen(values, "values");
+    sdpa_forward<float>(view_or_empty(o), lse, {}, cview_or_empty(q), cview_or_empty(k), cview_or_empty(v), mask,
+                        options);
+  }
   narrow(o, out, "out");
 }
+
 
 template <Half16 H>
 void sdpa_forward(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
                   TensorView<const H> keys, TensorView<const H> values, const Mask<float>& mask,
                   const SdpaOptions& options) {
+  if (decodes_in_place(queries) && !keys.empty() && !values.empty() && keys.rank() >= 3 && values.rank() >= 3)
+    return detail::sdpa_decode_rows(out, lse, queries, shape_view(keys), shape_view(values), rows_of(keys),
+                                    rows_of(values), mask, options, "sdpa_forward");
   const Tensor<float> k = widen(keys, "keys"), v = widen(values, "values");
   sdpa_forward<float>(out, lse, {}, queries, cview_or_empty(k), cview_or_empty(v), mask, options);
 }

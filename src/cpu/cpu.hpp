@@ -13,4 +13,12 @@ namespace attn::cpu {
 
 #include "core/kernels.inc"  // IWYU pragma: export
 
+namespace fused {
+struct KvRows;
+}
+// The decode path (a few queries per head) over keys and values read in place as 16-bit or int8
+// rows of a tensor or of a KV cache's blocks (fused::KvRows); the plan's k and v give only shapes.
+void sdpa_decode_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>& plan, const fused::KvRows& keys,
+                      const fused::KvRows& values);
+
 }  // namespace attn::cpu

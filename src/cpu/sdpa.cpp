@@ -30,13 +30,13 @@ struct DecodeBuffers {
 // The decode path (simd/fused.hpp): key chunks sized from the shape alone (about 16 tasks over all
 // key heads, at least 256 keys each), partial results merged per row in chunk order.
 template <class T>
-void decode(const fused::SdpaForward<T>& f) {
+void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr, const fused::KvRows* values = nullptr) {
   const SdpaPlan<T>& a = *f.plan;
   const index_t B = a.q.B, H = a.q.H, Hk = a.k.H, n = a.q.R, m = a.k.R, dv = a.v.C;
   const index_t chunks = std::clamp<index_t>((16 + B * Hk - 1) / (B * Hk), 1, std::max<index_t>(1, m / 256));
   const index_t chunk_keys = std::max<index_t>(1, (m + chunks - 1) / chunks);
   Scratch<DecodeBuffers<T>> buf(static_cast<std::size_t>(B * H * n * chunks), dv);
-  const fused::SdpaDecode<T> p{f, chunk_keys, chunks, buf->part_out, buf->part_max, buf->part_sum};
+  const fused::SdpaDecode<T> p{f, chunk_keys, chunks, buf->part_out, buf->part_max, buf->part_sum, keys, values};
 #pragma omp parallel for schedule(dynamic, 1) if (B * Hk * chunks > 1)
   for (index_t t = 0; t < B * Hk * chunks; ++t)
     fused::sdpa_decode_chunk<T>(p, t / chunks / Hk, t / chunks % Hk, t % chunks);
@@ -78,6 +78,14 @@ struct BackwardBuffers {
 };
 
 }  // namespace
+
+// The decode path over keys and values read in place as 16-bit or int8 rows.
+void sdpa_decode_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>& given, const fused::KvRows& keys,
+                      const fused::KvRows& values) {
+  SdpaPlan<float> plan = given;
+  const KeyPaddingAsLengths<float> lengths(plan.mask);
+  decode(fused::SdpaForward<float>{out, lse, &plan, simd::current()}, &keys, &values);
+}
 
 // Forward: blocks of kBlockQ queries of one (b, h), dynamically scheduled because causal blocks
 // differ in cost. Every row is computed by one block in a fixed key order, so results do not depend

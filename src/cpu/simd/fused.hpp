@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 
@@ -116,6 +117,28 @@ inline constexpr index_t kDecodeRows = 4;  // queries per head up to which the d
 // measured bandwidth with 64-key tiles, 87% with 256, 89-90% with 512 to 4096.
 inline constexpr index_t kDecodeTile = 512;
 
+// Key or value rows the decode path reads in place of the plan's float tensors (whose shapes it
+// still uses): bfloat16, float16 or int8 elements, in a tensor (strides sB, sH, sR) or in the blocks
+// of a KV cache (sequence b's j-th key in block table[b * table_stride + j / block_size], at row
+// j % block_size of head hk: offset block * block_elems + hk * sH + (j % block_size) * sR). int8 rows
+// carry one float scale per 32 elements: scales[offset / 32] scales elements [offset, offset + 32).
+enum class KvType : int { bf16, f16, i8 };
+struct KvRows {
+  KvType type = KvType::bf16;
+  const void* data = nullptr;
+  index_t sB = 0, sH = 0, sR = 0;
+  const std::int32_t* table = nullptr;
+  index_t table_stride = 0, block_size = 0, block_elems = 0;
+  const float* scales = nullptr;
+
+  index_t offset(index_t b, index_t hk, index_t j) const {
+    if (table == nullptr) return b * sB + hk * sH + j * sR;
+    return static_cast<index_t>(table[b * table_stride + j / block_size]) * block_elems + hk * sH + j % block_size * sR;
+  }
+  // Rows from j on that lie one after another (sR apart): to the end of j's block.
+  index_t run(index_t j) const { return table == nullptr ? std::numeric_limits<index_t>::max() : block_size - j % block_size; }
+};
+
 template <class T>
 struct SdpaDecode {
   SdpaForward<T> f;
@@ -123,6 +146,8 @@ struct SdpaDecode {
   T* part_out;         // (B, H, n, chunks, v)
   T* part_max;         // (B, H, n, chunks)
   double* part_sum;    // (B, H, n, chunks)
+  const KvRows* keys = nullptr;    // when given (float only), read instead of the plan's k and v data
+  const KvRows* values = nullptr;
 };
 
 // Keys of chunk `chunk` of key head hk of batch b for every query row of the heads that read it: the

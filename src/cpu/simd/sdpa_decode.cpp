@@ -1,7 +1,10 @@
 // Fused scaled dot-product attention for a few queries (simd/fused.hpp, decode), compiled once per
 // SIMD target: per query row and tile of kDecodeTile keys, dot products along d (each key row read
 // front to back), masks, an online softmax step, and the weighted sum of the value rows whose
-// weight is not 0 (a masked or dropped key's value row is never read).
+// weight is not 0 (a masked or dropped key's value row is never read). Keys and values are the plan's
+// tensors, or (float queries only) bfloat16, float16 or int8 rows of a tensor or of a KV cache's
+// blocks, widened to float as they are loaded (half-inl.h): bound by reading them, the 16-bit ones
+// take half the float32 time.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -15,54 +18,122 @@
 
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/gemm-inl.h"
+#include "cpu/simd/half-inl.h"
 #include "cpu/simd/tanh-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::fused::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using simd::HWY_NAMESPACE::LoadWide;
+using simd::HWY_NAMESPACE::Wide;
+
+// The rows of one tile of keys (or values): row jj at rows + jj * stride, elements E (the queries'
+// type, or bfloat16, float16 or int8 widened to float); int8 rows scaled by one float per 32
+// elements, row jj's at scales + jj * scale_stride.
+template <class E>
+struct TileRows {
+  const E* rows;
+  index_t stride;
+  const float* scales = nullptr;
+  index_t scale_stride = 0;
+  const E* row(index_t jj) const { return rows + jj * stride; }
+  const float* scale(index_t jj) const { return scales + jj * scale_stride; }
+};
 
 // q . k over dim elements: four independent FMA chains along the row, so that their latency
 // overlaps while the row is read front to back (a stream the hardware prefetcher follows).
-template <class D, class T>
-HWY_INLINE T Dot(D d, const T* HWY_RESTRICT q, const T* HWY_RESTRICT k, index_t dim) {
+template <class D, class T, class E>
+HWY_INLINE T Dot(D d, const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, index_t dim) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
   index_t c = 0;
   for (; c + 4 * L <= dim; c += 4 * L) {
-    a0 = hn::MulAdd(hn::LoadU(d, q + c), hn::LoadU(d, k + c), a0);
-    a1 = hn::MulAdd(hn::LoadU(d, q + c + L), hn::LoadU(d, k + c + L), a1);
-    a2 = hn::MulAdd(hn::LoadU(d, q + c + 2 * L), hn::LoadU(d, k + c + 2 * L), a2);
-    a3 = hn::MulAdd(hn::LoadU(d, q + c + 3 * L), hn::LoadU(d, k + c + 3 * L), a3);
+    a0 = hn::MulAdd(hn::LoadU(d, q + c), LoadWide(d, k + c), a0);
+    a1 = hn::MulAdd(hn::LoadU(d, q + c + L), LoadWide(d, k + c + L), a1);
+    a2 = hn::MulAdd(hn::LoadU(d, q + c + 2 * L), LoadWide(d, k + c + 2 * L), a2);
+    a3 = hn::MulAdd(hn::LoadU(d, q + c + 3 * L), LoadWide(d, k + c + 3 * L), a3);
   }
-  for (; c + L <= dim; c += L) a0 = hn::MulAdd(hn::LoadU(d, q + c), hn::LoadU(d, k + c), a0);
+  for (; c + L <= dim; c += L) a0 = hn::MulAdd(hn::LoadU(d, q + c), LoadWide(d, k + c), a0);
   T t = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-  for (; c < dim; ++c) t += q[c] * k[c];
+  for (; c < dim; ++c) t += q[c] * Wide(k[c]);
   return t;
 }
 
-// s[0, cnt) = q . k_j for keys j of the tile starting at k0 (row stride ks), d elements each.
-// Rows one after another: reading four rows side by side was measured 40% slower (keys alone,
-// one thread, (32,1,8192,128): 14.2 ms against 10.1 ms).
-template <class D, class T>
-void Dots(D d, const T* q, const T* k0, index_t ks, index_t dim, index_t cnt, T* s) {
-  for (index_t j = 0; j < cnt; ++j) s[j] = Dot(d, q, k0 + j * ks, dim);
+// The same over int8 elements, each 32 of them scaled by their float (dim a multiple of 32).
+template <class D>
+HWY_INLINE float DotScaled(D d, const float* HWY_RESTRICT q, const std::int8_t* HWY_RESTRICT k, const float* scales,
+                           index_t dim) {
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d);
+  for (index_t g = 0; g < dim; g += 32) {
+    const auto sc = hn::Set(d, scales[g / 32]);
+    for (index_t c = g; c < g + 32; c += 2 * L) {
+      a0 = hn::MulAdd(hn::Mul(hn::LoadU(d, q + c), sc), LoadWide(d, k + c), a0);
+      if (c + L < g + 32) a1 = hn::MulAdd(hn::Mul(hn::LoadU(d, q + c + L), sc), LoadWide(d, k + c + L), a1);
+    }
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+}
+
+// s[0, cnt) = q . k_j for the tile's keys, d elements each. Rows one after another: reading four
+// rows side by side was measured 40% slower (keys alone, one thread, (32,1,8192,128): 14.2 ms
+// against 10.1 ms).
+template <class D, class T, class E>
+void Dots(D d, const T* q, const TileRows<E>& k, index_t dim, index_t cnt, T* s) {
+  for (index_t j = 0; j < cnt; ++j) {
+    if constexpr (std::is_same_v<E, std::int8_t>) {
+      s[j] = DotScaled(d, q, k.row(j), k.scale(j), dim);
+    } else {
+      s[j] = Dot(d, q, k.row(j), dim);
+    }
+  }
 }
 
 // o[0, v) += sum_r w[r] x_r[0, v) for R rows x_r (row stride xs): o is read and written once for
 // all R rows.
-template <int R, class D, class T>
-HWY_INLINE void Axpys(D d, const T* w, const T* HWY_RESTRICT x, index_t xs, T* HWY_RESTRICT o, index_t v) {
+template <int R, class D, class T, class E>
+HWY_INLINE void Axpys(D d, const T* w, const E* HWY_RESTRICT x, index_t xs, T* HWY_RESTRICT o, index_t v) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   hn::Vec<D> wv[R];
   for (int r = 0; r < R; ++r) wv[r] = hn::Set(d, w[r]);
   index_t c = 0;
   for (; c + L <= v; c += L) {
     auto acc = hn::LoadU(d, o + c);
-    for (int r = 0; r < R; ++r) acc = hn::MulAdd(wv[r], hn::LoadU(d, x + r * xs + c), acc);
+    for (int r = 0; r < R; ++r) acc = hn::MulAdd(wv[r], LoadWide(d, x + r * xs + c), acc);
     hn::StoreU(acc, d, o + c);
   }
   for (; c < v; ++c)
-    for (int r = 0; r < R; ++r) o[c] += w[r] * x[r * xs + c];
+    for (int r = 0; r < R; ++r) o[c] += w[r] * Wide(x[r * xs + c]);
+}
+
+// o[0, v) += w x[0, v) for one int8 row, each 32 elements scaled by their float (v a multiple of 32).
+template <class D>
+HWY_INLINE void AxpyScaled(D d, float w, const std::int8_t* HWY_RESTRICT x, const float* scales, float* HWY_RESTRICT o,
+                           index_t v) {
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  for (index_t g = 0; g < v; g += 32) {
+    const auto ws = hn::Set(d, w * scales[g / 32]);
+    for (index_t c = g; c < g + 32; c += L) hn::StoreU(hn::MulAdd(ws, LoadWide(d, x + c), hn::LoadU(d, o + c)), d, o + c);
+  }
+}
+
+// o += the tile's value rows by their weights w[0, cnt), two at a time where both are not 0 (a row
+// whose weight is 0 is never read: a masked or dropped key's value may be anything). Measured at one
+// thread, (32,1,8192,128): rows one at a time 26.5 ms, two 18.4 ms, four 23.3 ms, eight 22.9 ms.
+template <class D, class T, class E>
+void AccumulateValues(D d, const T* w, const TileRows<E>& vals, index_t cnt, T* o, index_t dv) {
+  for (index_t jj = 0; jj < cnt;) {
+    if constexpr (std::is_same_v<E, std::int8_t>) {
+      if (w[jj] != T(0)) AxpyScaled(d, w[jj], vals.row(jj), vals.scale(jj), o, dv);
+      ++jj;
+    } else if (jj + 2 <= cnt && w[jj] != T(0) && w[jj + 1] != T(0)) {
+      Axpys<2>(d, w + jj, vals.row(jj), vals.stride, o, dv);
+      jj += 2;
+    } else {
+      if (w[jj] != T(0)) Axpys<1>(d, w + jj, vals.row(jj), vals.stride, o, dv);
+      ++jj;
+    }
+  }
 }
 
 // s[0, cnt) = cap(scale s), with cap(x) = softcap TanhAccurate(x / softcap), or x when softcap is 0.
@@ -88,13 +159,13 @@ void ScaleAndCap(D d, T* s, index_t cnt, T scale, T softcap) {
 // One tile of keys [j0, j0 + cnt) for one query row: scores (scaled, soft-capped with the fused
 // kernels' tanh), position bias and masks, the online softmax step on the row's running maximum mx
 // and sum, and o += the tile's weighted values. s: kDecodeTile scratch.
-template <class D, class T>
-void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, const T* k0, const T* v0,
-                   index_t j0, index_t cnt, index_t bh, index_t i, T* s, T* o, T& mx, double& sum) {
+template <class D, class T, class E>
+void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, const TileRows<E>& keys,
+                   const TileRows<E>& vals, index_t j0, index_t cnt, index_t bh, index_t i, T* s, T* o, T& mx,
+                   double& sum) {
   const T inf = std::numeric_limits<T>::infinity();
   const T fill = a.mask.seeds_fill ? T(-1e6) : -inf;
-  const index_t dv = a.v.C;
-  Dots(d, q, k0, a.k.sR, a.q.C, cnt, s);
+  Dots(d, q, keys, a.q.C, cnt, s);
   ScaleAndCap(d, s, cnt, a.scale, a.softcap);
   if (a.hook != nullptr) a.hook->modify(a.hook->ctx, s, 1, bh / a.q.H, bh % a.q.H, i, 1, j0, cnt);
   T tile_max = -inf;
@@ -107,7 +178,7 @@ void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, 
   if (new_max == -inf) return;  // every key so far masked
   const T alpha = std::exp(mx - new_max);
   mx = new_max;
-  for (index_t c = 0; c < dv; ++c) o[c] *= alpha;
+  for (index_t c = 0; c < a.v.C; ++c) o[c] *= alpha;
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   index_t jj = 0;
   for (; jj + L <= cnt; jj += L) hn::Store(ExpWeight(d, hn::Sub(hn::Load(d, s + jj), hn::Set(d, mx))), d, s + jj);
@@ -121,25 +192,32 @@ void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, 
   const DropoutPlan& drop = a.dropout;
   if (drop.active)
     for (jj = 0; jj < cnt; ++jj) s[jj] = drop.keep(bh, i, j0 + jj) ? s[jj] * static_cast<T>(drop.scale) : T(0);
-  // o += the value rows by their weights, two at a time where both are not 0 (a row whose weight
-  // is 0 is never read: a masked or dropped key's value may be anything). Measured at one thread,
-  // (32,1,8192,128): rows one at a time 26.5 ms, two 18.4 ms, four 23.3 ms, eight 22.9 ms.
-  for (jj = 0; jj < cnt;) {
-    if (jj + 2 <= cnt && s[jj] != T(0) && s[jj + 1] != T(0)) {
-      Axpys<2>(d, s + jj, v0 + jj * a.v.sR, a.v.sR, o, dv);
-      jj += 2;
-    } else {
-      if (s[jj] != T(0)) Axpys<1>(d, s + jj, v0 + jj * a.v.sR, a.v.sR, o, dv);
-      ++jj;
-    }
-  }
+  AccumulateValues(d, s, vals, cnt, o, a.v.C);
 }
+
+// The tile of rows from key j0 on of (b, hk): the plan's tensor, or KvRows of element type E.
+template <class T>
+TileRows<T> tile_of(const View4<const T>& x, index_t b, index_t hk, index_t j0) {
+  return {x.row(b, hk, j0), x.sR};
+}
+template <class E>
+TileRows<E> tile_of(const KvRows& x, index_t b, index_t hk, index_t j0) {
+  const index_t at = x.offset(b, hk, j0);
+  const float* scales = x.scales != nullptr ? x.scales + at / 32 : nullptr;
+  return {static_cast<const E*>(x.data) + at, x.sR, scales, x.sR / 32};
+}
+template <class T>
+index_t run_of(const View4<const T>&, index_t) {
+  return std::numeric_limits<index_t>::max();
+}
+inline index_t run_of(const KvRows& x, index_t j) { return x.run(j); }
 
 // Tiles outer, query rows inner: each tile of keys and values is read from memory once and serves
 // every row of every query head of the key head's group from the cache. A row's running state lives
-// in its slot of the partial results.
-template <class T>
-void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chunk) {
+// in its slot of the partial results. Keys and values from `ks` and `vs` (the plan's tensors or
+// KvRows of elements E); a tile ends where their rows stop being one run (a cache block's end).
+template <class E, class T, class Source>
+void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chunk, const Source& ks, const Source& vs) {
   simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
   const SdpaPlan<T>& a = *p.f.plan;
@@ -159,17 +237,32 @@ void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chunk) {
       end = std::max(end, a.mask.seeds_fill ? k1 : std::min(k1, rm.end));
     }
   HWY_ALIGN T s[kDecodeTile];  // a row's scores of the tile, then its weights
-  for (index_t j0 = begin; j0 < end; j0 += kDecodeTile) {
-    const index_t cnt = std::min<index_t>(kDecodeTile, end - j0);
+  for (index_t j0 = begin, cnt = 0; j0 < end; j0 += cnt) {
+    cnt = std::min({kDecodeTile, end - j0, run_of(ks, j0), run_of(vs, j0)});
+    const TileRows<E> keys = tile_of<E>(ks, b, hk, j0), vals = tile_of<E>(vs, b, hk, j0);
     for (index_t h = h0; h < h1; ++h)
       for (index_t i = 0; i < n; ++i) {
         const RowMask<T> rm = a.mask.row(b, h, i);
         if (!a.mask.seeds_fill && (j0 >= rm.end || j0 + cnt <= rm.begin)) continue;
         const index_t r = slot(h, i);
-        DecodeTileRow(d, a, rm, a.q.row(b, h, i), a.k.row(b, hk, j0), a.v.row(b, hk, j0), j0, cnt, b * H + h, i, s,
-                      p.part_out + r * dv, p.part_max[r], p.part_sum[r]);
+        DecodeTileRow(d, a, rm, a.q.row(b, h, i), keys, vals, j0, cnt, b * H + h, i, s, p.part_out + r * dv,
+                      p.part_max[r], p.part_sum[r]);
       }
   }
+}
+
+template <class T>
+void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chunk) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.keys != nullptr) {
+      switch (p.keys->type) {
+        case KvType::bf16: return DecodeChunkFrom<bfloat16>(p, b, hk, chunk, *p.keys, *p.values);
+        case KvType::f16: return DecodeChunkFrom<float16>(p, b, hk, chunk, *p.keys, *p.values);
+        case KvType::i8: return DecodeChunkFrom<std::int8_t>(p, b, hk, chunk, *p.keys, *p.values);
+      }
+    }
+  }
+  DecodeChunkFrom<T>(p, b, hk, chunk, p.f.plan->k, p.f.plan->v);
 }
 
 void DecodeChunkF32(const SdpaDecode<float>& p, index_t b, index_t hk, index_t c) { DecodeChunk(p, b, hk, c); }
