@@ -3,9 +3,12 @@
 // the fraction of the measured limit, extra memory and the speed-up (--json for machines).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "attn/tensor.hpp"
 
 namespace CLI {
 class App;
@@ -37,9 +40,14 @@ struct BenchCase {
   std::function<double()> check;
 };
 
+// Values uniform in [-1, 1) from a fixed seed: every case's inputs.
+attn::Tensor<float> uniform(std::vector<attn::index_t> shape, std::uint64_t seed);
+
 // Every case of the list; `large` adds the n = m = 16384 memory case.
 std::vector<BenchCase> bench_cases(bool large);
 // The cases of the attention variants (bench_variants.cpp), part of bench_cases.
 std::vector<BenchCase> variant_cases();
+// The 16-bit cases (bench_half.cpp), part of bench_cases.
+std::vector<BenchCase> half_cases();
 
 }  // namespace attn_cli

@@ -15,18 +15,19 @@
 #include "cpu/nw_windowed.hpp"
 
 namespace attn_cli {
+
+attn::Tensor<float> uniform(std::vector<attn::index_t> shape, std::uint64_t seed) {
+  attn::Tensor<float> t{std::span<const attn::index_t>(shape)};
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (attn::index_t i = 0; i < t.numel(); ++i) t[i] = u(gen);
+  return t;
+}
+
 namespace {
 
 using attn::index_t;
 using attn::Tensor;
-
-Tensor<float> uniform(std::vector<index_t> shape, std::uint64_t seed) {
-  Tensor<float> t{std::span<const index_t>(shape)};
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (index_t i = 0; i < t.numel(); ++i) t[i] = u(gen);
-  return t;
-}
 
 double max_abs(const Tensor<float>& t) {
   double m = 0;
@@ -301,6 +302,7 @@ std::vector<BenchCase> bench_cases(bool large) {
   cases.push_back(additive_case(2, 512, 512, 128, true));
   cases.push_back(nw_gaussian_1d_case(100000, 100000, 0.1f, 100));
   for (BenchCase& c : variant_cases()) cases.push_back(std::move(c));
+  for (BenchCase& c : half_cases()) cases.push_back(std::move(c));
   if (large) cases.push_back(sdpa_forward_case(1, 16384, 16384, 64, MaskKind::none, false));
   return cases;
 }

@@ -23,14 +23,6 @@ namespace {
 using attn::index_t;
 using attn::Tensor;
 
-Tensor<float> uniform(std::vector<index_t> shape, std::uint64_t seed) {
-  Tensor<float> t{std::span<const index_t>(shape)};
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (index_t i = 0; i < t.numel(); ++i) t[i] = u(gen);
-  return t;
-}
-
 std::string shape(std::initializer_list<index_t> dims) {
   std::string s = "(";
   for (index_t d : dims) {
