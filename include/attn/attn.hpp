@@ -7,6 +7,8 @@
 #include "attn/config.hpp"
 #include "attn/dropout.hpp"
 #include "attn/error.hpp"
+#include "attn/half.hpp"
+#include "attn/kv_cache.hpp"
 #include "attn/mask.hpp"
 #include "attn/multi_head.hpp"
 #include "attn/nadaraya_watson.hpp"

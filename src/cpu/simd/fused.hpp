@@ -118,25 +118,32 @@ inline constexpr index_t kDecodeRows = 4;  // queries per head up to which the d
 inline constexpr index_t kDecodeTile = 512;
 
 // Key or value rows the decode path reads in place of the plan's float tensors (whose shapes it
-// still uses): bfloat16, float16 or int8 elements, in a tensor (strides sB, sH, sR) or in the blocks
-// of a KV cache (sequence b's j-th key in block table[b * table_stride + j / block_size], at row
-// j % block_size of head hk: offset block * block_elems + hk * sH + (j % block_size) * sR). int8 rows
-// carry one float scale per 32 elements: scales[offset / 32] scales elements [offset, offset + 32).
-enum class KvType : int { bf16, f16, i8 };
+// still uses): float, bfloat16, float16 or int8 elements, in a tensor (strides sB, sH, sR) or in the
+// blocks of a KV cache (sequence b's j-th key in block blocks[b * table_stride + j / block_size], at
+// row j % block_size of head hk: hk * sH + (j % block_size) * sR elements in). int8 rows carry one
+// float scale per 32 elements, at the same place divided by 32 in `scales` (or scale_blocks).
+enum class KvType : int { f32, bf16, f16, i8 };
 struct KvRows {
-  KvType type = KvType::bf16;
+  KvType type = KvType::f32;
   const void* data = nullptr;
-  index_t sB = 0, sH = 0, sR = 0;
-  const std::int32_t* table = nullptr;
-  index_t table_stride = 0, block_size = 0, block_elems = 0;
   const float* scales = nullptr;
+  index_t sB = 0, sH = 0, sR = 0;
+  const void* const* blocks = nullptr;
+  const float* const* scale_blocks = nullptr;
+  index_t table_stride = 0, block_size = 0;
 
-  index_t offset(index_t b, index_t hk, index_t j) const {
-    if (table == nullptr) return b * sB + hk * sH + j * sR;
-    return static_cast<index_t>(table[b * table_stride + j / block_size]) * block_elems + hk * sH + j % block_size * sR;
+  // Elements of row j of (b, hk), and its scales (int8).
+  template <class E>
+  const E* row(index_t b, index_t hk, index_t j) const {
+    if (blocks == nullptr) return static_cast<const E*>(data) + b * sB + hk * sH + j * sR;
+    return static_cast<const E*>(blocks[b * table_stride + j / block_size]) + hk * sH + j % block_size * sR;
+  }
+  const float* scale_row(index_t b, index_t hk, index_t j) const {
+    if (blocks == nullptr) return scales + (b * sB + hk * sH + j * sR) / 32;
+    return scale_blocks[b * table_stride + j / block_size] + (hk * sH + j % block_size * sR) / 32;
   }
   // Rows from j on that lie one after another (sR apart): to the end of j's block.
-  index_t run(index_t j) const { return table == nullptr ? std::numeric_limits<index_t>::max() : block_size - j % block_size; }
+  index_t run(index_t j) const { return blocks == nullptr ? std::numeric_limits<index_t>::max() : block_size - j % block_size; }
 };
 
 template <class T>

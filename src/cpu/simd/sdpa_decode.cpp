@@ -202,9 +202,8 @@ TileRows<T> tile_of(const View4<const T>& x, index_t b, index_t hk, index_t j0) 
 }
 template <class E>
 TileRows<E> tile_of(const KvRows& x, index_t b, index_t hk, index_t j0) {
-  const index_t at = x.offset(b, hk, j0);
-  const float* scales = x.scales != nullptr ? x.scales + at / 32 : nullptr;
-  return {static_cast<const E*>(x.data) + at, x.sR, scales, x.sR / 32};
+  const float* scales = x.type == KvType::i8 ? x.scale_row(b, hk, j0) : nullptr;
+  return {x.row<E>(b, hk, j0), x.sR, scales, x.sR / 32};
 }
 template <class T>
 index_t run_of(const View4<const T>&, index_t) {
@@ -256,6 +255,7 @@ void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chunk) {
   if constexpr (std::is_same_v<T, float>) {
     if (p.keys != nullptr) {
       switch (p.keys->type) {
+        case KvType::f32: return DecodeChunkFrom<float>(p, b, hk, chunk, *p.keys, *p.values);
         case KvType::bf16: return DecodeChunkFrom<bfloat16>(p, b, hk, chunk, *p.keys, *p.values);
         case KvType::f16: return DecodeChunkFrom<float16>(p, b, hk, chunk, *p.keys, *p.values);
         case KvType::i8: return DecodeChunkFrom<std::int8_t>(p, b, hk, chunk, *p.keys, *p.values);

@@ -1,0 +1,94 @@
+// A KV cache for decoding: the keys and values of `batch` sequences, each growing by the tokens a
+// decoder appends, stored in blocks of `block_size` tokens (a block table per sequence, as vLLM's
+// paged attention and FlashAttention's flash_attn_with_kvcache): sequences of different lengths grow
+// without copying, and a block freed by reset or truncate is reused.
+//
+//   KvCache cache(batch, kv_heads, head_dim, {.dtype = KvDtype::bfloat16});
+//   cache.append(seq, keys, values);            // (kv_heads, t, head_dim) each, t >= 1 tokens
+//   cache.attend(out, seq, queries);            // queries, out (heads, n, head_dim) or (1, heads, n, head_dim)
+//
+// Storage types: float32; bfloat16 and float16 (rounded to nearest even on append); int8, ggml's
+// q8_0 layout: each 32 values of a row share one float32 scale s = max|x| / 127 and are stored as
+// round(x / s), so a dequantised value is within s / 2 = max|x| / 254 of the appended one (head_dim
+// must be a multiple of 32). Attention computes in float32 over the values as stored.
+//
+// attend runs attention of n new queries over the sequence's keys (n >= 1; heads a multiple of
+// kv_heads, grouped-query attention), causal aligned bottom-right by default (query i of n sees the
+// keys up to length - n + i: the queries are the last n tokens appended), with a window, ALiBi,
+// soft-capping and a scale as in sdpa_forward. Up to four queries per head read the blocks in place
+// and split the keys across threads (the decode path); more queries (a prompt) gather the keys into
+// float32 first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "attn/mask.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+enum class KvDtype { float32, bfloat16, float16, int8 };
+
+struct KvCacheOptions {
+  KvDtype dtype = KvDtype::float32;
+  index_t block_size = 256;  // tokens per block
+  // Tokens each sequence may hold: 0 = no limit (blocks allocated as sequences grow); else that many
+  // are allocated up front, and an append past them is an error when `grow` is false.
+  index_t capacity = 0;
+  bool grow = true;
+};
+
+struct KvAttendOptions {
+  Causal causal = Causal::bottom_right;
+  std::optional<Window> window;
+  TensorView<const float> alibi_slopes;  // (heads,) or empty
+  std::optional<double> softcap;
+  std::optional<double> scale;  // default 1 / sqrt(head_dim)
+};
+
+class KvCache {
+ public:
+  KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCacheOptions& options = {});
+  ~KvCache();
+  KvCache(KvCache&&) noexcept;
+  KvCache& operator=(KvCache&&) noexcept;
+
+  index_t batch() const;
+  index_t kv_heads() const;
+  index_t head_dim() const;
+  KvDtype dtype() const;
+  index_t block_size() const;
+  index_t length(index_t seq) const;
+  // Bytes of the blocks allocated (keys, values and int8 scales).
+  std::size_t bytes() const;
+
+  // Appends keys and values (kv_heads, t, head_dim) to sequence seq.
+  void append(index_t seq, TensorView<const float> keys, TensorView<const float> values);
+  // Appends (batch, kv_heads, t, head_dim) to every sequence.
+  void append(TensorView<const float> keys, TensorView<const float> values);
+
+  // out (like queries) = attention of queries (heads, n, head_dim) or (1, heads, n, head_dim) over
+  // sequence seq.
+  void attend(TensorView<float> out, index_t seq, TensorView<const float> queries,
+              const KvAttendOptions& options = {}) const;
+  // Every sequence: queries and out (batch, heads, n, head_dim).
+  void attend(TensorView<float> out, TensorView<const float> queries, const KvAttendOptions& options = {}) const;
+
+  // Sequence seq emptied, or cut to its first `length` tokens; its freed blocks are reused.
+  void reset(index_t seq);
+  void truncate(index_t seq, index_t length);
+
+  // The keys or values of sequence seq as stored, widened to float32: (kv_heads, length, head_dim).
+  Tensor<float> keys(index_t seq) const;
+  Tensor<float> values(index_t seq) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace attn

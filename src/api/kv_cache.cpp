@@ -1,0 +1,337 @@
+// The KV cache (attn/kv_cache.hpp): blocks of block_size tokens, each holding every key head's rows
+// [hk][row][c] in the cache's storage type, a block table per sequence, freed blocks reused. attend
+// hands the decode path the sequence's block pointers (fused::KvRows), or gathers the keys and
+// values into float32 for a prompt's many queries.
+#include "attn/kv_cache.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "api/decode_rows.hpp"
+#include "attn/config.hpp"
+#include "attn/error.hpp"
+#include "attn/half.hpp"
+#include "attn/sdpa.hpp"
+
+namespace attn {
+namespace {
+
+using cpu::fused::KvRows;
+using cpu::fused::KvType;
+
+index_t element_bytes(KvDtype t) {
+  switch (t) {
+    case KvDtype::float32: return 4;
+    case KvDtype::bfloat16:
+    case KvDtype::float16: return 2;
+    case KvDtype::int8: return 1;
+  }
+  return 4;
+}
+
+KvType kv_type(KvDtype t) {
+  switch (t) {
+    case KvDtype::float32: return KvType::f32;
+    case KvDtype::bfloat16: return KvType::bf16;
+    case KvDtype::float16: return KvType::f16;
+    case KvDtype::int8: return KvType::i8;
+  }
+  return KvType::f32;
+}
+
+// One block: keys and values (kv_heads, block_size, head_dim) in the storage type, and for int8 one
+// scale per 32 of them.
+struct Block {
+  std::vector<std::uint8_t> k, v;
+  std::vector<float> k_scales, v_scales;
+};
+
+// Row `from` (head_dim floats) stored as `type` at `to` (and its scales for int8).
+void store_row(KvDtype type, const float* from, index_t count, std::uint8_t* to, float* scales) {
+  const auto n = static_cast<std::size_t>(count);
+  switch (type) {
+    case KvDtype::float32: std::memcpy(to, from, n * sizeof(float)); return;
+    case KvDtype::bfloat16:
+      convert(std::span<const float>(from, n), std::span<bfloat16>(reinterpret_cast<bfloat16*>(to), n));
+      return;
+    case KvDtype::float16:
+      convert(std::span<const float>(from, n), std::span<float16>(reinterpret_cast<float16*>(to), n));
+      return;
+    case KvDtype::int8:
+      for (index_t g = 0; g < count; g += 32) {
+        float top = 0;
+        for (index_t c = g; c < g + 32; ++c) top = std::max(top, std::abs(from[c]));
+        const float scale = top / 127.0f;
+        scales[g / 32] = scale;
+        for (index_t c = g; c < g + 32; ++c)
+          reinterpret_cast<std::int8_t*>(to)[c] =
+              scale == 0 ? std::int8_t(0) : static_cast<std::int8_t>(std::clamp(std::nearbyint(from[c] / scale), -127.0f, 127.0f));
+      }
+      return;
+  }
+}
+
+// The stored row as float32.
+void load_row(KvDtype type, const std::uint8_t* from, const float* scales, index_t count, float* to) {
+  const auto n = static_cast<std::size_t>(count);
+  switch (type) {
+    case KvDtype::float32: std::memcpy(to, from, n * sizeof(float)); return;
+    case KvDtype::bfloat16:
+      convert(std::span<const bfloat16>(reinterpret_cast<const bfloat16*>(from), n), std::span<float>(to, n));
+      return;
+    case KvDtype::float16:
+      convert(std::span<const float16>(reinterpret_cast<const float16*>(from), n), std::span<float>(to, n));
+      return;
+    case KvDtype::int8:
+      for (index_t c = 0; c < count; ++c) to[c] = static_cast<float>(reinterpret_cast<const std::int8_t*>(from)[c]) * scales[c / 32];
+      return;
+  }
+}
+
+// A view of a 3-D tensor (A, R, C) as (1, A, R, C).
+template <class T>
+TensorView<T> with_batch_of_one(const TensorView<T>& t) {
+  return TensorView<T>(t.data(), {1, t.dim(0), t.dim(1), t.dim(2)}, {0, t.stride(0), t.stride(1), t.stride(2)});
+}
+
+}  // namespace
+
+struct KvCache::State {
+  index_t batch, kv_heads, head_dim;
+  KvCacheOptions options;
+  index_t elem;                                   // bytes per stored element
+  std::vector<Block> blocks;                      // every block allocated; a block's id is its place
+  std::vector<index_t> free;                      // ids of the blocks no sequence holds
+  std::vector<std::vector<index_t>> table;        // per sequence: its blocks' ids, in order
+  std::vector<index_t> lengths;                   // per sequence: its tokens
+
+  index_t block_rows() const { return kv_heads * options.block_size; }
+  index_t new_block() {
+    if (!free.empty()) {
+      const index_t id = free.back();
+      free.pop_back();
+      return id;
+    }
+    Block b;
+    const auto values = static_cast<std::size_t>(block_rows() * head_dim);
+    b.k.resize(values * static_cast<std::size_t>(elem)), b.v.resize(values * static_cast<std::size_t>(elem));
+    if (options.dtype == KvDtype::int8) b.k_scales.resize(values / 32), b.v_scales.resize(values / 32);
+    blocks.push_back(std::move(b));
+    return static_cast<index_t>(blocks.size()) - 1;
+  }
+  void check_seq(index_t seq, const char* op) const {
+    if (seq < 0 || seq >= batch) detail::fail(op, ": seq is ", seq, "; the cache holds sequences 0 to ", batch - 1);
+  }
+  // Where row r of head hk of sequence seq lives: block and element offset in it.
+  std::pair<Block*, index_t> place(index_t seq, index_t hk, index_t r) {
+    Block& b = blocks[static_cast<std::size_t>(table[static_cast<std::size_t>(seq)][static_cast<std::size_t>(r / options.block_size)])];
+    return {&b, (hk * options.block_size + r % options.block_size) * head_dim};
+  }
+  // The sequence's blocks for the decode path.
+  void rows(index_t seq, std::vector<const void*>& k, std::vector<const void*>& v, std::vector<const float*>& ks,
+            std::vector<const float*>& vs) const {
+    for (const index_t id : table[static_cast<std::size_t>(seq)]) {
+      const Block& b = blocks[static_cast<std::size_t>(id)];
+      k.push_back(b.k.data()), v.push_back(b.v.data()), ks.push_back(b.k_scales.data()), vs.push_back(b.v_scales.data());
+    }
+  }
+  Tensor<float> gather(index_t seq, bool values) const {
+    const index_t L = lengths[static_cast<std::size_t>(seq)];
+    Tensor<float> t({kv_heads, L, head_dim});
+    for (index_t hk = 0; hk < kv_heads; ++hk)
+      for (index_t r = 0; r < L; ++r) {
+        const Block& b = blocks[static_cast<std::size_t>(table[static_cast<std::size_t>(seq)][static_cast<std::size_t>(r / options.block_size)])];
+        const index_t at = (hk * options.block_size + r % options.block_size) * head_dim;
+        load_row(options.dtype, (values ? b.v : b.k).data() + at * elem, (values ? b.v_scales : b.k_scales).data() + at / 32,
+                 head_dim, t.data() + (hk * L + r) * head_dim);
+      }
+    return t;
+  }
+};
+
+KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCacheOptions& options)
+    : s_(std::make_unique<State>()) {
+  const char* op = "KvCache";
+  if (batch < 1 || kv_heads < 1 || head_dim < 1)
+    detail::fail(op, ": batch ", batch, ", kv_heads ", kv_heads, " and head_dim ", head_dim, " must all be at least 1");
+  if (options.block_size < 1) detail::fail(op, ": block_size is ", options.block_size, "; it must be at least 1");
+  if (options.capacity < 0) detail::fail(op, ": capacity is ", options.capacity, "; it must be 0 (no limit) or more");
+  if (options.dtype == KvDtype::int8 && head_dim % 32 != 0)
+    detail::fail(op, ": head_dim is ", head_dim, "; an int8 cache stores groups of 32 values, so head_dim must be a multiple of 32");
+  index_t block_values = 0;
+  if (__builtin_mul_overflow(kv_heads, options.block_size, &block_values) ||
+      __builtin_mul_overflow(block_values, head_dim, &block_values) || block_values > (index_t(1) << 40))
+    detail::fail(op, ": a block of ", options.block_size, " tokens x ", kv_heads, " heads x ", head_dim, " values is too large");
+  State& s = *s_;
+  s.batch = batch, s.kv_heads = kv_heads, s.head_dim = head_dim, s.options = options;
+  s.elem = element_bytes(options.dtype);
+  s.table.resize(static_cast<std::size_t>(batch));
+  s.lengths.assign(static_cast<std::size_t>(batch), 0);
+  if (options.capacity > 0) {  // allocated up front
+    const index_t per_seq = (options.capacity + options.block_size - 1) / options.block_size;
+    for (index_t seq = 0; seq < batch; ++seq)
+      for (index_t i = 0; i < per_seq; ++i) s.table[static_cast<std::size_t>(seq)].push_back(s.new_block());
+  }
+}
+
+KvCache::~KvCache() = default;
+KvCache::KvCache(KvCache&&) noexcept = default;
+KvCache& KvCache::operator=(KvCache&&) noexcept = default;
+
+index_t KvCache::batch() const { return s_->batch; }
+index_t KvCache::kv_heads() const { return s_->kv_heads; }
+index_t KvCache::head_dim() const { return s_->head_dim; }
+KvDtype KvCache::dtype() const { return s_->options.dtype; }
+index_t KvCache::block_size() const { return s_->options.block_size; }
+index_t KvCache::length(index_t seq) const {
+  s_->check_seq(seq, "KvCache::length");
+  return s_->lengths[static_cast<std::size_t>(seq)];
+}
+std::size_t KvCache::bytes() const {
+  std::size_t total = 0;
+  for (const Block& b : s_->blocks) total += b.k.size() + b.v.size() + (b.k_scales.size() + b.v_scales.size()) * sizeof(float);
+  return total;
+}
+
+void KvCache::append(index_t seq, TensorView<const float> keys, TensorView<const float> values) {
+  const char* op = "KvCache::append";
+  State& s = *s_;
+  s.check_seq(seq, op);
+  const std::string want = "(kv_heads, t, head_dim) = (" + std::to_string(s.kv_heads) + ", t, " + std::to_string(s.head_dim) + ")";
+  for (const auto& [name, t] : {std::pair{"keys", keys}, std::pair{"values", values}}) {
+    if (t.rank() != 3 || t.dim(0) != s.kv_heads || t.dim(2) != s.head_dim)
+      detail::fail(op, ": ", name, " has shape ", t.shape_string(), "; it must be ", want);
+    if (t.data() == nullptr && t.numel() > 0) detail::fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
+    if (t.dim(2) > 1 && t.stride(2) != 1) detail::fail(op, ": ", name, " has stride ", t.stride(2), " in its last dimension; it must be 1");
+    for (int i = 0; i < 2; ++i)
+      if (t.stride(i) < 0) detail::fail(op, ": ", name, " has stride ", t.stride(i), " in dimension ", i, "; strides must not be negative");
+  }
+  if (keys.dim(1) != values.dim(1))
+    detail::fail(op, ": keys has shape ", keys.shape_string(), " but values ", values.shape_string(), "; they must hold the same tokens");
+  const index_t t = keys.dim(1), length = s.lengths[static_cast<std::size_t>(seq)];
+  if (s.options.dtype == KvDtype::int8)
+    for (const auto& v : {keys, values})
+      for (index_t hk = 0; hk < s.kv_heads; ++hk)
+        for (index_t r = 0; r < t; ++r)
+          for (index_t c = 0; c < s.head_dim; ++c)
+            if (!std::isfinite(v.data()[hk * v.stride(0) + r * v.stride(1) + c]))
+              detail::fail(op, ": an int8 cache stores finite values only; sequence ", seq, " was given a non-finite one");
+  const index_t capacity = s.options.capacity;
+  if (!s.options.grow && length + t > capacity)
+    detail::fail(op, ": sequence ", seq, " holds ", length, " of its ", capacity, " tokens; ", t,
+                 " more do not fit (the cache was made with grow = false)");
+  auto& blocks = s.table[static_cast<std::size_t>(seq)];
+  while (static_cast<index_t>(blocks.size()) * s.options.block_size < length + t) blocks.push_back(s.new_block());
+  for (index_t r = 0; r < t; ++r)
+    for (index_t hk = 0; hk < s.kv_heads; ++hk) {
+      auto [block, at] = s.place(seq, hk, length + r);
+      store_row(s.options.dtype, keys.data() + hk * keys.stride(0) + r * keys.stride(1), s.head_dim,
+                block->k.data() + at * s.elem, block->k_scales.data() + at / 32);
+      store_row(s.options.dtype, values.data() + hk * values.stride(0) + r * values.stride(1), s.head_dim,
+                block->v.data() + at * s.elem, block->v_scales.data() + at / 32);
+    }
+  s.lengths[static_cast<std::size_t>(seq)] = length + t;
+}
+
+void KvCache::append(TensorView<const float> keys, TensorView<const float> values) {
+  const char* op = "KvCache::append";
+  const State& s = *s_;
+  for (const auto& [name, t] : {std::pair{"keys", keys}, std::pair{"values", values}})
+    if (t.rank() != 4 || t.dim(0) != s.batch)
+      detail::fail(op, ": ", name, " has shape ", t.shape_string(), "; it must be (batch, kv_heads, t, head_dim) = (",
+                   s.batch, ", ", s.kv_heads, ", t, ", s.head_dim, "), or (kv_heads, t, head_dim) with seq given");
+  // Room for every sequence's tokens checked before any is stored.
+  if (!s.options.grow)
+    for (index_t q = 0; q < s.batch; ++q)
+      if (s.lengths[static_cast<std::size_t>(q)] + keys.dim(2) > s.options.capacity)
+        detail::fail(op, ": sequence ", q, " holds ", s.lengths[static_cast<std::size_t>(q)], " of its ", s.options.capacity,
+                     " tokens; ", keys.dim(2), " more do not fit (the cache was made with grow = false)");
+  const auto slice = [](const TensorView<const float>& t, index_t b) {
+    return TensorView<const float>(t.data() + b * t.stride(0), {t.dim(1), t.dim(2), t.dim(3)}, {t.stride(1), t.stride(2), t.stride(3)});
+  };
+  for (index_t b = 0; b < s.batch; ++b) append(b, slice(keys, b), slice(values, b));
+}
+
+void KvCache::attend(TensorView<float> out, index_t seq, TensorView<const float> queries,
+                     const KvAttendOptions& options) const {
+  const char* op = "KvCache::attend";
+  const State& s = *s_;
+  s.check_seq(seq, op);
+  const bool batched = queries.rank() == 4;
+  if ((queries.rank() != 3 && !batched) || (batched && queries.dim(0) != 1) || queries.dim(-1) != s.head_dim)
+    detail::fail(op, ": queries has shape ", queries.shape_string(), "; it must be (heads, n, head_dim) or (1, heads, n, head_dim) with head_dim ",
+                 s.head_dim);
+  if (out.rank() != queries.rank() || !std::equal(out.shape().begin(), out.shape().end(), queries.shape().begin()))
+    detail::fail(op, ": out has shape ", out.shape_string(), "; it must be the shape of queries ", queries.shape_string());
+  const TensorView<const float> q = batched ? queries : with_batch_of_one(queries);
+  const TensorView<float> o = batched ? out : with_batch_of_one(out);
+  const index_t H = q.dim(1), n = q.dim(2), L = s.lengths[static_cast<std::size_t>(seq)];
+  if (H % s.kv_heads != 0)
+    detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", H, " heads; the cache has ", s.kv_heads,
+                 " key heads, and the query heads must be a multiple of them");
+  Mask<float> mask;
+  mask.causal = options.causal, mask.window = options.window, mask.alibi_slopes = options.alibi_slopes;
+  SdpaOptions sdpa;
+  sdpa.scale = options.scale, sdpa.softcap = options.softcap;
+  if (backend() == Backend::cpu && n <= cpu::fused::kDecodeRows) {
+    std::vector<const void*> kp, vp;
+    std::vector<const float*> ksp, vsp;
+    s.rows(seq, kp, vp, ksp, vsp);
+    KvRows k;
+    k.type = kv_type(s.options.dtype), k.sH = s.options.block_size * s.head_dim, k.sR = s.head_dim;
+    k.block_size = s.options.block_size, k.table_stride = 0;
+    KvRows v = k;
+    k.blocks = kp.data(), v.blocks = vp.data(), k.scale_blocks = ksp.data(), v.scale_blocks = vsp.data();
+    // The keys' and values' shapes for the checks: (1, kv_heads, length, head_dim), never read.
+    static const float never_read = 0;
+    const TensorView<const float> shape(&never_read, {1, s.kv_heads, L, s.head_dim}, {0, 0, 0, 1});
+    detail::sdpa_decode_rows(o, {}, q, shape, shape, k, v, mask, sdpa, op);
+    return;
+  }
+  const Tensor<float> keys = s.gather(seq, false), values = s.gather(seq, true);
+  sdpa_forward<float>(o, {}, {}, q, with_batch_of_one(keys.view()), with_batch_of_one(values.view()), mask, sdpa);
+}
+
+void KvCache::attend(TensorView<float> out, TensorView<const float> queries, const KvAttendOptions& options) const {
+  const char* op = "KvCache::attend";
+  if (queries.rank() != 4 || queries.dim(0) != s_->batch || queries.dim(3) != s_->head_dim)
+    detail::fail(op, ": queries has shape ", queries.shape_string(), "; it must be (batch, heads, n, head_dim) = (", s_->batch,
+                 ", heads, n, ", s_->head_dim, "), or (heads, n, head_dim) with seq given");
+  if (out.rank() != 4 || !std::equal(out.shape().begin(), out.shape().end(), queries.shape().begin()))
+    detail::fail(op, ": out has shape ", out.shape_string(), "; it must be the shape of queries ", queries.shape_string());
+  for (index_t b = 0; b < s_->batch; ++b) {
+    const TensorView<const float> q(queries.data() + b * queries.stride(0), {queries.dim(1), queries.dim(2), queries.dim(3)},
+                                    {queries.stride(1), queries.stride(2), queries.stride(3)});
+    const TensorView<float> o(out.data() + b * out.stride(0), {out.dim(1), out.dim(2), out.dim(3)},
+                              {out.stride(1), out.stride(2), out.stride(3)});
+    attend(o, b, q, options);
+  }
+}
+
+void KvCache::reset(index_t seq) { truncate(seq, 0); }
+
+void KvCache::truncate(index_t seq, index_t length) {
+  State& s = *s_;
+  s.check_seq(seq, "KvCache::truncate");
+  const index_t now = s.lengths[static_cast<std::size_t>(seq)];
+  if (length < 0 || length > now)
+    detail::fail("KvCache::truncate: length is ", length, "; sequence ", seq, " holds ", now, " tokens, so it must lie in [0, ", now, "]");
+  s.lengths[static_cast<std::size_t>(seq)] = length;
+  if (s.options.capacity > 0) return;  // blocks allocated up front stay with their sequence
+  auto& blocks = s.table[static_cast<std::size_t>(seq)];
+  const auto keep = static_cast<std::size_t>((length + s.options.block_size - 1) / s.options.block_size);
+  while (blocks.size() > keep) s.free.push_back(blocks.back()), blocks.pop_back();
+}
+
+Tensor<float> KvCache::keys(index_t seq) const {
+  s_->check_seq(seq, "KvCache::keys");
+  return s_->gather(seq, false);
+}
+Tensor<float> KvCache::values(index_t seq) const {
+  s_->check_seq(seq, "KvCache::values");
+  return s_->gather(seq, true);
+}
+
+}  // namespace attn

@@ -1,0 +1,229 @@
+// The KV cache (attn/kv_cache.hpp) in every storage type: appends of several sizes across block
+// boundaries into sequences of different lengths, stored exactly as the type rounds (int8 within its
+// stated bound); attend, decoding in place and for a prompt's many queries, against the float64
+// reference over the stored keys and values (bottom-right causal, GQA, windows, ALiBi,
+// soft-capping), within twice the float32 reference's error; truncate, reset and block reuse; bad
+// input. Registered for every SIMD target (the decode path reads the blocks with SIMD).
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attn/half.hpp"
+#include "attn/kv_cache.hpp"
+#include "attn/sdpa.hpp"
+#include "support/testing.hpp"
+
+namespace attn {
+
+std::string type_name(KvDtype t) {
+  switch (t) {
+    case KvDtype::float32: return "float32";
+    case KvDtype::bfloat16: return "bfloat16";
+    case KvDtype::float16: return "float16";
+    case KvDtype::int8: return "int8";
+  }
+  return "?";
+}
+void PrintTo(KvDtype t, std::ostream* os) { *os << type_name(t); }
+
+namespace {
+
+using testing::convert;
+using testing::random_tensor;
+
+// What the cache stores for x, from the definitions in kv_cache.hpp.
+std::vector<float> stored(KvDtype type, const float* x, index_t count) {
+  std::vector<float> out(x, x + count);
+  if (type == KvDtype::bfloat16)
+    for (float& v : out) v = to_float(to_bfloat16(v));
+  if (type == KvDtype::float16)
+    for (float& v : out) v = to_float(to_float16(v));
+  if (type == KvDtype::int8)
+    for (index_t g = 0; g < count; g += 32) {
+      float top = 0;
+      for (index_t c = g; c < g + 32; ++c) top = std::max(top, std::abs(x[c]));
+      const float s = top / 127.0f;
+      for (index_t c = g; c < g + 32; ++c) out[static_cast<std::size_t>(c)] = s == 0 ? 0.0f : std::nearbyint(x[c] / s) * s;
+    }
+  return out;
+}
+
+constexpr index_t kHeads = 4, kKvHeads = 2, kDim = 64, kBlock = 16;
+
+// A sequence's appended keys and values (kv_heads, L, d), as given and as the cache must store them.
+struct History {
+  Tensor<float> keys{std::vector<index_t>{kKvHeads, 0, kDim}}, values{std::vector<index_t>{kKvHeads, 0, kDim}};
+  void add(const Tensor<float>& k, const Tensor<float>& v) { keys = cat(keys, k), values = cat(values, v); }
+  static Tensor<float> cat(const Tensor<float>& a, const Tensor<float>& b) {
+    Tensor<float> t({kKvHeads, a.dim(1) + b.dim(1), kDim});
+    for (index_t h = 0; h < kKvHeads; ++h) {
+      for (index_t r = 0; r < a.dim(1); ++r)
+        for (index_t c = 0; c < kDim; ++c) t(h, r, c) = a(h, r, c);
+      for (index_t r = 0; r < b.dim(1); ++r)
+        for (index_t c = 0; c < kDim; ++c) t(h, a.dim(1) + r, c) = b(h, r, c);
+    }
+    return t;
+  }
+  Tensor<float> as_stored(KvDtype type, bool of_values) const {
+    const Tensor<float>& x = of_values ? values : keys;
+    Tensor<float> t(x.shape());
+    for (index_t row = 0; row < x.numel() / kDim; ++row) {
+      const std::vector<float> s = stored(type, x.data() + row * kDim, kDim);
+      std::copy(s.begin(), s.end(), t.data() + row * kDim);
+    }
+    return t;
+  }
+};
+
+// out of sdpa over the stored keys and values of one sequence, in precision T (backend as set).
+template <class T>
+Tensor<T> expected(const Tensor<float>& q, const Tensor<float>& k, const Tensor<float>& v, const KvAttendOptions& o) {
+  const index_t n = q.dim(1), L = k.dim(1);
+  const Tensor<T> q4 = convert<T>(q), k4 = convert<T>(k), v4 = convert<T>(v);
+  const TensorView<const T> qv(q4.data(), {1, kHeads, n, kDim}), kv(k4.data(), {1, kKvHeads, L, kDim}),
+      vv(v4.data(), {1, kKvHeads, L, kDim});
+  const Tensor<T> slopes = convert<T>(o.alibi_slopes.empty() ? Tensor<float>() : Tensor<float>({kHeads}, std::vector<float>(o.alibi_slopes.data(), o.alibi_slopes.data() + kHeads)));
+  Mask<T> mask;
+  mask.causal = o.causal, mask.window = o.window;
+  if (!o.alibi_slopes.empty()) mask.alibi_slopes = slopes.view();
+  SdpaOptions so;
+  so.scale = o.scale, so.softcap = o.softcap;
+  Tensor<T> out({1, kHeads, n, kDim});
+  sdpa_forward<T>(out.view(), {}, {}, qv, kv, vv, mask, so);
+  return Tensor<T>({kHeads, n, kDim}, out.values());
+}
+
+class KvCacheTypes : public ::testing::TestWithParam<KvDtype> {};
+
+TEST_P(KvCacheTypes, AttendMatchesTheReferenceOverTheStoredKeysAndValues) {
+  const KvDtype type = GetParam();
+  const index_t batch = 3;
+  KvCache cache(batch, kKvHeads, kDim, {.dtype = type, .block_size = kBlock});
+  std::vector<History> history(static_cast<std::size_t>(batch));
+  // Appends of 5, 16, 1 and 30 tokens, shifted per sequence: lengths 52, 36 and 21 cross blocks at
+  // different places.
+  const std::vector<std::vector<index_t>> sizes{{5, 16, 1, 30}, {16, 4, 16}, {1, 20}};
+  std::uint64_t seed = 100;
+  for (index_t seq = 0; seq < batch; ++seq)
+    for (const index_t t : sizes[static_cast<std::size_t>(seq)]) {
+      const Tensor<float> k = random_tensor<float>({kKvHeads, t, kDim}, ++seed, -2, 2), v = random_tensor<float>({kKvHeads, t, kDim}, ++seed);
+      cache.append(seq, k.view(), v.view());
+      history[static_cast<std::size_t>(seq)].add(k, v);
+    }
+  const Tensor<float> slopes = random_tensor<float>({kHeads}, 7, 0.05, 0.4);
+  std::vector<KvAttendOptions> variants(5);
+  variants[1].window = Window{12, 0};
+  variants[2].alibi_slopes = slopes.view();
+  variants[3].softcap = 3.0, variants[3].scale = 0.2;
+  variants[4].causal = Causal::none;
+  for (index_t seq = 0; seq < batch; ++seq) {
+    const History& h = history[static_cast<std::size_t>(seq)];
+    const Tensor<float> k = h.as_stored(type, false), v = h.as_stored(type, true);
+    ASSERT_EQ(cache.length(seq), k.dim(1));
+    EXPECT_EQ(cache.keys(seq).values(), k.values()) << "sequence " << seq;
+    EXPECT_EQ(cache.values(seq).values(), v.values()) << "sequence " << seq;
+    for (const index_t n : {1, 3, 9}) {  // decode in place (up to 4), and a prompt's queries
+      const Tensor<float> q = random_tensor<float>({kHeads, n, kDim}, 50 + static_cast<std::uint64_t>(n), -2, 2);
+      for (std::size_t o = 0; o < variants.size(); ++o) {
+        Tensor<float> out({kHeads, n, kDim});
+        cache.attend(out.view(), seq, q.view(), variants[o]);
+        Tensor<double> oracle;
+        Tensor<float> ref32;
+        {
+          ScopedBackend reference(Backend::reference);
+          oracle = expected<double>(q, k, v, variants[o]);
+          ref32 = expected<float>(q, k, v, variants[o]);
+        }
+        EXPECT_TRUE(testing::within_error_budget(out, ref32, oracle)) << "sequence " << seq << ", n " << n << ", variant " << o;
+      }
+    }
+  }
+  // Every sequence at once: (batch, heads, 1, d), each over its own length.
+  const Tensor<float> q = random_tensor<float>({batch, kHeads, 1, kDim}, 9, -2, 2);
+  Tensor<float> out({batch, kHeads, 1, kDim});
+  cache.attend(out.view(), q.view());
+  for (index_t seq = 0; seq < batch; ++seq) {
+    Tensor<float> one({kHeads, 1, kDim}), q_seq({kHeads, 1, kDim});
+    std::copy(q.data() + seq * kHeads * kDim, q.data() + (seq + 1) * kHeads * kDim, q_seq.data());
+    cache.attend(one.view(), seq, q_seq.view());
+    EXPECT_TRUE(std::equal(one.data(), one.data() + one.numel(), out.data() + seq * kHeads * kDim)) << seq;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, KvCacheTypes,
+                         ::testing::Values(KvDtype::float32, KvDtype::bfloat16, KvDtype::float16, KvDtype::int8),
+                         [](const auto& info) { return type_name(info.param); });
+
+TEST(KvCacheInt8, DequantisedValuesWithinTheStatedBound) {
+  KvCache cache(1, 1, 64, {.dtype = KvDtype::int8, .block_size = 8});
+  Tensor<float> k = random_tensor<float>({1, 20, 64}, 3, -5, 5);
+  for (index_t c = 0; c < 32; ++c) k(0, 3, c) = 0;  // a group of zeros: scale 0, stored exactly
+  cache.append(0, k.view(), k.view());
+  const Tensor<float> back = cache.keys(0);
+  for (index_t r = 0; r < 20; ++r)
+    for (index_t g = 0; g < 64; g += 32) {
+      float top = 0;
+      for (index_t c = g; c < g + 32; ++c) top = std::max(top, std::abs(k(0, r, c)));
+      for (index_t c = g; c < g + 32; ++c)
+        ASSERT_LE(std::abs(back(0, r, c) - k(0, r, c)), top / 254.0f * (1 + 1e-5f)) << r << ", " << c;
+    }
+}
+
+TEST(KvCacheBlocks, TruncateResetAndAppendReuseBlocks) {
+  KvCache cache(2, kKvHeads, kDim, {.dtype = KvDtype::bfloat16, .block_size = kBlock});
+  const Tensor<float> k = random_tensor<float>({kKvHeads, 40, kDim}, 1), v = random_tensor<float>({kKvHeads, 40, kDim}, 2);
+  cache.append(0, k.view(), v.view());
+  const std::size_t bytes = cache.bytes();
+  EXPECT_EQ(bytes, 3u * 2 * kKvHeads * kBlock * kDim * 2);  // 3 blocks of keys and values, 2 bytes each
+  cache.truncate(0, 10);
+  EXPECT_EQ(cache.length(0), 10);
+  // The first 10 tokens, and 30 new ones after them: as a fresh cache given the same tokens.
+  const Tensor<float> k2 = random_tensor<float>({kKvHeads, 30, kDim}, 3), v2 = random_tensor<float>({kKvHeads, 30, kDim}, 4);
+  cache.append(0, k2.view(), v2.view());
+  EXPECT_EQ(cache.bytes(), bytes);  // the freed blocks were reused
+  KvCache fresh(1, kKvHeads, kDim, {.dtype = KvDtype::bfloat16, .block_size = kBlock});
+  const TensorView<const float> first10(k.data(), {kKvHeads, 10, kDim}, {40 * kDim, kDim, 1});
+  const TensorView<const float> first10v(v.data(), {kKvHeads, 10, kDim}, {40 * kDim, kDim, 1});
+  fresh.append(0, first10, first10v);
+  fresh.append(0, k2.view(), v2.view());
+  EXPECT_EQ(cache.keys(0).values(), fresh.keys(0).values());
+  EXPECT_EQ(cache.values(0).values(), fresh.values(0).values());
+  // Sequence 1 takes the blocks sequence 0 frees.
+  cache.reset(0);
+  EXPECT_EQ(cache.length(0), 0);
+  cache.append(1, k.view(), v.view());
+  EXPECT_EQ(cache.bytes(), bytes);
+  // An empty sequence: every query's row is empty, out 0.
+  const Tensor<float> q = random_tensor<float>({kHeads, 1, kDim}, 5);
+  Tensor<float> out = random_tensor<float>({kHeads, 1, kDim}, 6);
+  cache.attend(out.view(), 0, q.view());
+  for (index_t i = 0; i < out.numel(); ++i) EXPECT_EQ(out[i], 0.0f);
+}
+
+TEST(KvCacheBadInput, EachIsNamed) {
+  KvCache cache(2, kKvHeads, kDim, {.capacity = 20, .grow = false});
+  const Tensor<float> k({kKvHeads, 15, kDim}), k_bad({kKvHeads, 15, kDim + 1}), q({3, 1, kDim}), q4({kHeads, 1, kDim});
+  Tensor<float> out({3, 1, kDim}), out4({kHeads, 1, kDim});
+  testing::expect_error([&] { cache.append(2, k.view(), k.view()); }, {"KvCache::append: seq is 2", "sequences 0 to 1"});
+  testing::expect_error([&] { cache.append(-1, k.view(), k.view()); }, {"seq is -1"});
+  testing::expect_error([&] { cache.append(0, k_bad.view(), k.view()); },
+                        {"keys has shape (2,15,65); it must be (kv_heads, t, head_dim) = (2, t, 64)"});
+  cache.append(0, k.view(), k.view());
+  testing::expect_error([&] { cache.append(0, k.view(), k.view()); },
+                        {"sequence 0 holds 15 of its 20 tokens; 15 more do not fit", "grow = false"});
+  testing::expect_error([&] { cache.attend(out.view(), 0, q.view()); }, {"3 heads", "2 key heads", "multiple"});
+  testing::expect_error([&] { cache.attend(out.view(), 0, q4.view()); }, {"out has shape (3,1,64)", "(4,1,64)"});
+  testing::expect_error([&] { cache.attend(out4.view(), 5, q4.view()); }, {"KvCache::attend: seq is 5"});
+  testing::expect_error([&] { cache.truncate(0, 16); }, {"length is 16", "holds 15 tokens", "[0, 15]"});
+  testing::expect_error([&] { KvCache bad(1, 1, 48, {.dtype = KvDtype::int8}); }, {"head_dim is 48", "multiple of 32"});
+  testing::expect_error([&] { KvCache bad(0, 1, 64); }, {"batch 0", "at least 1"});
+  testing::expect_error([&] { KvCache bad(1, 1, 64, {.block_size = 0}); }, {"block_size is 0"});
+  KvCache int8(1, 1, 32, {.dtype = KvDtype::int8});
+  Tensor<float> nan({1, 1, 32});
+  nan[5] = NAN;
+  testing::expect_error([&] { int8.append(0, nan.view(), nan.view()); }, {"int8 cache stores finite values only"});
+  testing::expect_error([&] { cache.append(k.view(), k.view()); }, {"keys has shape (2,15,64); it must be (batch, kv_heads, t, head_dim)"});
+}
+
+}  // namespace
+}  // namespace attn
