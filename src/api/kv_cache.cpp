@@ -301,6 +301,44 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
                  ", heads, n, ", s_->head_dim, "), or (heads, n, head_dim) with seq given");
   if (out.rank() != 4 || !std::equal(out.shape().begin(), out.shape().end(), queries.shape().begin()))
     detail::fail(op, ": out has shape ", out.shape_string(), "; it must be the shape of queries ", queries.shape_string());
+  const State& s = *s_;
+  const index_t n = queries.dim(2);
+  if (backend() == Backend::cpu && n <= cpu::fused::kDecodeRows && !options.window && options.alibi_slopes.empty()) {
+    // One decode call over every sequence (its keys split across threads): each sequence's length and
+    // the causal rule as per-query valid lengths, blocks past a sequence's length never read.
+    index_t m = 0;
+    for (const index_t L : s.lengths) m = std::max(m, L);
+    const index_t per_seq = (m + s.options.block_size - 1) / s.options.block_size;
+    Tensor<std::int64_t> lens({s.batch, n});
+    std::vector<const void*> kp(static_cast<std::size_t>(s.batch * per_seq)), vp(kp.size());
+    std::vector<const float*> ksp(kp.size()), vsp(kp.size());
+    for (index_t b = 0; b < s.batch; ++b) {
+      const index_t L = s.lengths[static_cast<std::size_t>(b)];
+      for (index_t i = 0; i < n; ++i)
+        lens(b, i) = options.causal == Causal::bottom_right ? std::clamp<index_t>(L - n + i + 1, 0, L)
+                     : options.causal == Causal::top_left   ? std::min(i + 1, L)
+                                                            : L;
+      const auto& table = s.table[static_cast<std::size_t>(b)];
+      for (index_t k = 0; k < std::min<index_t>(per_seq, static_cast<index_t>(table.size())); ++k) {
+        const Block& block = s.blocks[static_cast<std::size_t>(table[static_cast<std::size_t>(k)])];
+        const auto at = static_cast<std::size_t>(b * per_seq + k);
+        kp[at] = block.k.data(), vp[at] = block.v.data(), ksp[at] = block.k_scales.data(), vsp[at] = block.v_scales.data();
+      }
+    }
+    KvRows k;
+    k.type = kv_type(s.options.dtype), k.sH = s.options.block_size * s.head_dim, k.sR = s.head_dim;
+    k.block_size = s.options.block_size, k.table_stride = per_seq;
+    KvRows v = k;
+    k.blocks = kp.data(), v.blocks = vp.data(), k.scale_blocks = ksp.data(), v.scale_blocks = vsp.data();
+    Mask<float> mask;
+    mask.valid_lens = lens.view();
+    SdpaOptions sdpa;
+    sdpa.scale = options.scale, sdpa.softcap = options.softcap;
+    static const float never_read = 0;
+    const TensorView<const float> shape(&never_read, {s.batch, s.kv_heads, m, s.head_dim}, {0, 0, 0, 1});
+    detail::sdpa_decode_rows(out, {}, queries, shape, shape, k, v, mask, sdpa, op);
+    return;
+  }
   for (index_t b = 0; b < s_->batch; ++b) {
     const TensorView<const float> q(queries.data() + b * queries.stride(0), {queries.dim(1), queries.dim(2), queries.dim(3)},
                                     {queries.stride(1), queries.stride(2), queries.stride(3)});

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attn/half.hpp"
+#include "attn/kv_cache.hpp"
 #include "attn/sdpa.hpp"
 #include "bench.hpp"
 
@@ -66,11 +67,80 @@ BenchCase half_case(const char* type, index_t B, index_t n, index_t m, index_t d
   return c;
 }
 
+// Decoding over a KV cache of `type` holding m tokens of each of B sequences (one key head): attend
+// against float32 sdpa over the same values.
+BenchCase cache_decode_case(const char* type, attn::KvDtype dtype, index_t B, index_t m, index_t d) {
+  struct Data {
+    std::unique_ptr<attn::KvCache> cache;
+    Tensor<float> q, k, v, out, out32;
+  };
+  auto s = std::make_shared<Data>();
+  BenchCase c;
+  c.name = std::string("sdpa decode ") + type + " (" + std::to_string(B) + ",1," + std::to_string(m) + "," + std::to_string(d) + ")";
+  const double bytes_per_value = dtype == attn::KvDtype::int8 ? 1.0 + 4.0 / 32 : 2.0;
+  c.bytes = static_cast<double>(B) * (2.0 * m * d * bytes_per_value + 8.0 * d);
+  c.formula = "bytes of the cache's keys and values (int8 with its scales), queries and out; float32 in the unfused column";
+  c.flops = 4.0 * static_cast<double>(B) * m * d;
+  c.prepare = [s, dtype, B, m, d] {
+    s->q = uniform({B, 1, 1, d}, 1), s->k = uniform({B, 1, m, d}, 2), s->v = uniform({B, 1, m, d}, 3);
+    s->out = Tensor<float>({B, 1, 1, d}), s->out32 = Tensor<float>({B, 1, 1, d});
+    s->cache = std::make_unique<attn::KvCache>(B, 1, d, attn::KvCacheOptions{.dtype = dtype});
+    s->cache->append(s->k.view(), s->v.view());
+  };
+  c.run_fused = [s] { s->cache->attend(s->out.view(), s->q.view()); };
+  c.run_unfused = [s] { attn::sdpa_forward<float>(s->out32.view(), {}, {}, s->q.view(), s->k.view(), s->v.view()); };
+  c.check = [s] {
+    double worst = 0, top = 1e-30;
+    for (index_t i = 0; i < s->out32.numel(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(s->out[i]) - s->out32[i]));
+      top = std::max(top, std::abs(static_cast<double>(s->out32[i])));
+    }
+    return worst / top;
+  };
+  c.release = [s] { *s = Data{}; };
+  return c;
+}
+
+// One token appended to each of B sequences of H key heads: the cache holds up to 4096 tokens and
+// is emptied when full (blocks kept, so no run allocates).
+BenchCase cache_append_case(index_t B, index_t H, index_t d) {
+  struct Data {
+    std::unique_ptr<attn::KvCache> cache;
+    Tensor<float> k, v;
+    index_t length = 0;
+  };
+  auto s = std::make_shared<Data>();
+  BenchCase c;
+  c.name = "kv cache append (" + std::to_string(B) + "," + std::to_string(H) + ",1," + std::to_string(d) + ")";
+  c.bytes = 2.0 * 4.0 * static_cast<double>(B) * H * d;
+  c.formula = "bytes of the float32 keys and values appended";
+  c.prepare = [s, B, H, d] {
+    s->cache = std::make_unique<attn::KvCache>(B, H, d, attn::KvCacheOptions{.dtype = attn::KvDtype::bfloat16, .capacity = 4096});
+    s->k = uniform({B, H, 1, d}, 1), s->v = uniform({B, H, 1, d}, 2), s->length = 0;
+  };
+  c.run_fused = [s, B] {
+    if (s->length == 4096) {
+      for (index_t b = 0; b < B; ++b) s->cache->reset(b);
+      s->length = 0;
+    }
+    s->cache->append(s->k.view(), s->v.view());
+    ++s->length;
+  };
+  c.check = [] { return 0.0; };
+  c.release = [s] { *s = Data{}; };
+  return c;
+}
+
 }  // namespace
 
 std::vector<BenchCase> half_cases() {
-  return {half_case<attn::bfloat16>("bf16", 1, 4096, 4096, 128), half_case<attn::float16>("f16", 1, 4096, 4096, 128),
-          half_case<attn::bfloat16>("bf16", 32, 1, 8192, 128), half_case<attn::float16>("f16", 32, 1, 8192, 128)};
+  return {half_case<attn::bfloat16>("bf16", 1, 4096, 4096, 128),
+          half_case<attn::float16>("f16", 1, 4096, 4096, 128),
+          half_case<attn::bfloat16>("bf16", 32, 1, 8192, 128),
+          half_case<attn::float16>("f16", 32, 1, 8192, 128),
+          cache_decode_case("int8", attn::KvDtype::int8, 32, 8192, 128),
+          cache_decode_case("bf16 cache", attn::KvDtype::bfloat16, 32, 8192, 128),
+          cache_append_case(32, 8, 128)};
 }
 
 }  // namespace attn_cli
