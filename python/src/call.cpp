@@ -49,7 +49,7 @@ py::array readable(const py::array& a, const char* dtype) {
 
 }  // namespace
 
-const char* dtype_name(DType dt) { return dt == DType::f32 ? "float32" : "float64"; }
+const char* dtype_name(DType dt) { return dt == DType::f32 ? "float32" : dt == DType::f64 ? "float64" : "float16"; }
 
 std::vector<index_t> dims(const py::array& a, int from, int to) {
   const int n = static_cast<int>(a.ndim());
@@ -67,14 +67,16 @@ index_t dim(const py::array& a, int i) {
 }
 
 py::array Call::floating(py::handle obj, const char* name) {
-  py::array a = as_array(*this, obj, name, "an array of float32 or float64");
-  if (a.dtype().kind() != 'f' || (a.itemsize() != 4 && a.itemsize() != 8))
+  py::array a = as_array(*this, obj, name, float16_ ? "an array of float16, float32 or float64" : "an array of float32 or float64");
+  const bool half = float16_ && a.dtype().kind() == 'f' && a.itemsize() == 2;
+  if (!half && (a.dtype().kind() != 'f' || (a.itemsize() != 4 && a.itemsize() != 8)))
     type_error(std::string(name) + " has dtype " + dtype_text(a) +
-               "; attn computes in float32 or float64 (convert it with .astype(numpy.float32))");
+               (float16_ ? "; this function takes float16, float32 or float64 (convert it with .astype(numpy.float32))"
+                         : "; attn computes in float32 or float64 (convert it with .astype(numpy.float32))"));
   if (a.ndim() > attn::kMaxRank)
     value_error(std::string(name) + " has shape " + shape_text(a) + " with " + std::to_string(a.ndim()) +
                 " dimensions; attn's tensors have at most " + std::to_string(attn::kMaxRank));
-  const DType dt = a.itemsize() == 4 ? DType::f32 : DType::f64;
+  const DType dt = a.itemsize() == 2 ? DType::f16 : a.itemsize() == 4 ? DType::f32 : DType::f64;
   if (!dtype_) {
     dtype_ = dt;
     dtype_from_ = std::string(name) + " has";
@@ -109,7 +111,10 @@ py::array Call::mask(py::handle obj, const char* name) {
                 " dimensions; a mask broadcasts to the scores, which have at most " + std::to_string(attn::kMaxRank));
   if (kind == 'b') return readable(a, "bool");
   if (kind == 'f') {
-    const DType dt = a.itemsize() == 4 ? DType::f32 : DType::f64;
+    const DType dt = a.itemsize() == 2 ? DType::f16 : a.itemsize() == 4 ? DType::f32 : DType::f64;
+    // A float16 call adds its float mask in float32 (attn's 16-bit attention takes float32 masks).
+    if (dtype_ && *dtype_ == DType::f16 && (a.itemsize() == 2 || a.itemsize() == 4))
+      return numpy().attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
     if ((a.itemsize() == 4 || a.itemsize() == 8) && dtype_ && dt == *dtype_) return readable(a, dtype_name(dt));
     if (dtype_)
       type_error(std::string(name) + " has dtype " + dtype_text(a) + " but " + dtype_from_ + " " +

@@ -32,7 +32,8 @@ namespace attn_py {
 namespace py = pybind11;
 using attn::index_t;
 
-enum class DType { f32, f64 };
+// f16 (NumPy's float16) only in calls that take it (Call::allow_float16), which do not dispatch.
+enum class DType { f32, f64, f16 };
 
 const char* dtype_name(DType dt);
 
@@ -56,6 +57,8 @@ class Call {
 
   // A required floating array. The first one fixes the call's dtype; later ones must have it.
   py::array floating(py::handle obj, const char* name);
+  // Lets floating() take float16 arrays too (the 16-bit functions).
+  void allow_float16() { float16_ = true; }
   // Fixes the dtype before any argument is read: a backward takes the dtype of its forward.
   // `whose` ends the messages' "... but <whose> float32": "the inputs of the last call have".
   void expect_dtype(DType dt, const char* whose);
@@ -105,6 +108,7 @@ class Call {
   Renames renames_;
   std::string notes_;
   std::optional<DType> dtype_;
+  bool float16_ = false;
   std::string dtype_from_;  // who fixed the dtype, with a verb: "q has"
 };
 

@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 
 #include "attn/bmm.hpp"
+#include "attn/half.hpp"
 #include "attn/nadaraya_watson.hpp"
 #include "attn/sdpa.hpp"
 #include "attn/softmax.hpp"
@@ -89,18 +90,74 @@ attn::SegmentIds segment_view(const py::array& a) {
   return cview<std::int64_t>(a);
 }
 
+// A C-ordered float32 copy of `a` (the 16-bit calls' masks and slopes).
+py::array as_float32(const py::array& a) {
+  if (!a) return a;
+  return py::module_::import("numpy").attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
+}
+
+// The 16-bit paths of scaled_dot_product_attention: float16 arrays (out float16), or float32 arrays
+// computed in bfloat16 (rounded once on entry, out widened back to float32); lse float32.
+py::object sdpa_16bit(Call& call, const py::array& q, const py::array& k, const py::array& v, const MaskArgs& m,
+                      attn::Mask<float> mk, const attn::SdpaOptions& options, const std::vector<index_t>& out_shape,
+                      const std::vector<index_t>& lse_shape, bool return_lse) {
+  if (m.additive) mk.additive = cview<float>(m.additive);  // float32 already (Call::mask)
+  py::array_t<float> lse = return_lse ? new_array<float>(lse_shape) : py::array_t<float>();
+  const attn::TensorView<float> l = return_lse ? view_of<float>(lse) : attn::TensorView<float>{};
+  py::object result;
+  if (call.dtype() == DType::f16) {
+    py::array out(py::dtype("float16"), std::vector<py::ssize_t>(out_shape.begin(), out_shape.end()));
+    const auto o = view_of<attn::float16>(out);
+    const auto qv = cview<attn::float16>(q), kv = cview<attn::float16>(k), vv = cview<attn::float16>(v);
+    call.run([&] { attn::sdpa_forward<attn::float16>(o, l, qv, kv, vv, mk, options); });
+    result = out;
+  } else {
+    // bfloat16: NumPy has none, so the rounded copies live in attn tensors.
+    auto rounded = [](const py::array& a) {
+      const py::array c = py::module_::import("numpy").attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
+      attn::Tensor<attn::bfloat16> t(dims(c));
+      attn::convert(std::span<const float>(static_cast<const float*>(c.data()), static_cast<std::size_t>(c.size())),
+                    std::span<attn::bfloat16>(t.data(), static_cast<std::size_t>(t.numel())));
+      return t;
+    };
+    const attn::Tensor<attn::bfloat16> qb = rounded(q), kb = rounded(k), vb = rounded(v);
+    attn::Tensor<attn::bfloat16> ob(out_shape);
+    py::array_t<float> out = new_array<float>(out_shape);
+    float* o = static_cast<float*>(out.mutable_data());
+    call.run([&] {
+      attn::sdpa_forward<attn::bfloat16>(ob.view(), l, qb.view(), kb.view(), vb.view(), mk, options);
+      attn::convert(std::span<const attn::bfloat16>(ob.data(), static_cast<std::size_t>(ob.numel())),
+                    std::span<float>(o, static_cast<std::size_t>(ob.numel())));
+    });
+    result = out;
+  }
+  if (return_lse) return py::make_tuple(result, lse);
+  return result;
+}
+
 py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::object v_obj, py::object valid_lens,
                                         py::object mask, py::object causal, py::object scale,
                                         py::object dropout_p, py::object seed, bool return_weights,
                                         py::object masked_fill, py::object window, py::object alibi_slopes,
-                                        py::object softcap, py::object segment_ids, bool return_lse) {
+                                        py::object softcap, py::object segment_ids, bool return_lse,
+                                        py::object compute_dtype) {
   Call call("scaled_dot_product_attention",
             with_masks({{"queries", "q (queries)"}, {"keys", "k (keys)"}, {"values", "v (values)"},
                         {"segment_ids (queries)", "segment_ids (queries)"}, {"alibi_slopes", "alibi_slopes"},
                         {"softcap", "softcap"}}));
+  call.allow_float16();
   const py::array q = call.floating(q_obj, "q");
   const py::array k = call.floating(k_obj, "k");
   const py::array v = call.floating(v_obj, "v");
+  const std::string compute = compute_dtype.is_none() ? "" : call.text(compute_dtype, "compute_dtype");
+  if (!compute.empty() && compute != "bfloat16" && compute != dtype_name(call.dtype()))
+    call.value_error("compute_dtype is '" + compute + "'; it must be None (the inputs' dtype), '" +
+                     dtype_name(call.dtype()) + "' or 'bfloat16'");
+  if (compute == "bfloat16" && call.dtype() != DType::f32)
+    call.type_error(std::string("compute_dtype='bfloat16' takes float32 arrays; q has dtype ") + dtype_name(call.dtype()));
+  const bool sixteen = call.dtype() == DType::f16 || compute == "bfloat16";
+  if (sixteen && return_weights)
+    call.value_error("return_weights=True needs float32 or float64 computation (16-bit attention is fused and forms no weights)");
   const MaskArgs m = mask_args(call, valid_lens, mask, causal, masked_fill);
   const std::optional<attn::Window> win = window_from(call, window);
   const SegmentArgs segments = segments_from(call, segment_ids);
@@ -112,6 +169,17 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
   std::vector<index_t> out_shape = dims(q, 0, -1), weights_shape = dims(q, 0, -1), lse_shape = dims(q, 0, -1);
   out_shape.push_back(dim(v, -1));
   weights_shape.push_back(dim(k, -2));
+  if (sixteen) {
+    attn::Mask<float> mk;
+    mk.valid_lens = m.valid_lens ? cview<std::int64_t>(m.valid_lens) : attn::TensorView<const std::int64_t>{};
+    if (m.keep) mk.keep = cview<bool>(m.keep);
+    mk.causal = m.causal, mk.fill = m.fill, mk.window = win;
+    mk.segment_ids_q = segment_view(segments.q);
+    mk.segment_ids_k = segment_view(segments.k);
+    const py::array slopes32 = as_float32(slopes);
+    if (slopes32) mk.alibi_slopes = cview<float>(slopes32);
+    return sdpa_16bit(call, q, k, v, m, mk, options, out_shape, lse_shape, return_lse);
+  }
   return dispatch(call.dtype(), [&](auto tag) -> py::object {
     using T = decltype(tag);
     py::array_t<T> out = new_array<T>(out_shape);
@@ -229,6 +297,7 @@ transpose_a / transpose_b is set (MXNet's batch_dot). Returns (B, r, c) in the i
         arg("dropout_p") = 0.0, arg("seed") = 0, arg("return_weights") = false, py::kw_only(),
         arg("masked_fill") = "exclude", arg("window") = py::none(), arg("alibi_slopes") = py::none(),
         arg("softcap") = py::none(), arg("segment_ids") = py::none(), arg("return_lse") = false,
+        arg("compute_dtype") = py::none(),
         R"(dropout(masked_softmax(q k^T * scale)) v: the seeds' DotProductAttention as one function.
 
 q (B, n, d), k (B, m, d), v (B, m, v), or 4-D with a heads axis: q (B, H, n, d), k (B, Hk, m, d),
@@ -247,7 +316,10 @@ window: (left, right): query i attends key j only when p(i) - left <= j <= p(i) 
 alibi_slopes: (H,) or (B, H): score += -slope * |p(i) - j| (FlashAttention-2's ALiBi).
 softcap: c > 0: score = c * tanh(score * scale / c) (Gemma 2), before ALiBi and masks.
 segment_ids: int32 or int64 (B, n) when n == m, or a pair ((B, n), (B, m)): a query attends only
-  to the keys of its own segment (packed sequences).)");
+  to the keys of its own segment (packed sequences).
+16-bit: float16 arrays compute in float16 storage with float32 accumulation and return float16 (lse
+  float32); compute_dtype='bfloat16' rounds float32 arrays to bfloat16 once on entry, computes as
+  float16 does, and returns float32. Neither forms weights (return_weights=True is refused).)");
 
   m.def("nadaraya_watson", &nadaraya_watson, arg("x_train"), arg("y_train"), arg("x_query"),
         arg("kernel") = "gaussian", arg("width") = 1.0, arg("return_weights") = false,

@@ -8,9 +8,11 @@ PYBIND11_MODULE(attn, m) {
 
 The chapter's PyTorch code as NumPy functions and layers: masked_softmax, bmm,
 scaled_dot_product_attention, nadaraya_watson, the layers DotProductAttention,
-AdditiveAttention and MultiHeadAttention with their backward passes, and show_heatmaps (SVG or PNG files).
+AdditiveAttention and MultiHeadAttention with their backward passes, a KVCache for decoding, and
+show_heatmaps (SVG or PNG files).
 
-Arrays are float32 or float64 (all arrays of one call in the same dtype); C-contiguous arrays, and
+Arrays are float32 or float64 (all arrays of one call in the same dtype; scaled_dot_product_attention
+also takes float16, and computes float32 ones in bfloat16 with compute_dtype='bfloat16'); C-contiguous arrays, and
 any array whose last axis is contiguous, are used without a copy; other layouts are copied. The GIL
 is released while attn computes. A bad argument raises ValueError (shapes, values) or TypeError
 (types, dtypes) whose message names the argument.)";
@@ -20,4 +22,5 @@ is released while attn computes. A bad argument raises ValueError (shapes, value
   attn_py::bind_plot(m);
   attn_py::bind_config(m);
   attn_py::bind_multi_head(m);
+  attn_py::bind_kv_cache(m);
 }

@@ -1,0 +1,184 @@
+// attn.KVCache: the C++ KvCache (attn/kv_cache.hpp) for decoders written in NumPy. Keys, values and
+// queries are float32 (float16 arrays are widened; float64 is refused: the cache computes in float32).
+#include <optional>
+#include <string>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "attn/kv_cache.hpp"
+#include "bindings.hpp"
+#include "call.hpp"
+
+namespace attn_py {
+namespace {
+
+attn::KvDtype kv_dtype(Call& call, py::handle obj) {
+  const std::string name = call.text(obj, "dtype");
+  if (name == "float32") return attn::KvDtype::float32;
+  if (name == "bfloat16") return attn::KvDtype::bfloat16;
+  if (name == "float16") return attn::KvDtype::float16;
+  if (name == "int8") return attn::KvDtype::int8;
+  call.value_error("dtype is '" + name + "'; it must be 'float32', 'bfloat16', 'float16' or 'int8'");
+}
+
+const char* kv_dtype_name(attn::KvDtype t) {
+  switch (t) {
+    case attn::KvDtype::float32: return "float32";
+    case attn::KvDtype::bfloat16: return "bfloat16";
+    case attn::KvDtype::float16: return "float16";
+    case attn::KvDtype::int8: return "int8";
+  }
+  return "?";
+}
+
+// A float32 array of the caller's (float16 widened; anything but float16 and float32 refused).
+py::array float32_array(Call& call, py::handle obj, const char* name) {
+  call.allow_float16();
+  const py::array a = call.floating(obj, name);
+  if (call.dtype() == DType::f64)
+    call.type_error(std::string(name) + " has dtype float64; the cache stores and computes in float32 (convert it with "
+                                        ".astype(numpy.float32))");
+  if (call.dtype() == DType::f16) return py::module_::import("numpy").attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
+  return a;
+}
+
+class KVCache {
+ public:
+  KVCache(py::object batch, py::object kv_heads, py::object head_dim, py::object dtype, py::object block_size,
+          py::object capacity, bool grow) {
+    Call call("KVCache", {{"KvCache", "KVCache"}});
+    attn::KvCacheOptions options;
+    options.dtype = kv_dtype(call, dtype);
+    options.block_size = call.integer(block_size, "block_size");
+    options.capacity = call.integer(capacity, "capacity");
+    options.grow = grow;
+    const index_t b = call.integer(batch, "batch"), h = call.integer(kv_heads, "kv_heads"), d = call.integer(head_dim, "head_dim");
+    call.run([&] { cache_ = std::make_unique<attn::KvCache>(b, h, d, options); });
+  }
+
+  void append(py::object keys_obj, py::object values_obj, py::object seq) {
+    Call call("KVCache.append", {{"KvCache::append", "KVCache.append"}});
+    const py::array k = float32_array(call, keys_obj, "keys");
+    const py::array v = float32_array(call, values_obj, "values");
+    const auto kv = cview<float>(k), vv = cview<float>(v);
+    if (seq.is_none()) {
+      call.run([&] { cache_->append(kv, vv); });
+    } else {
+      const index_t s = call.integer(seq, "seq");
+      call.run([&] { cache_->append(s, kv, vv); });
+    }
+  }
+
+  py::array attend(py::object queries_obj, py::object seq, py::object causal, py::object window, py::object alibi_slopes,
+                   py::object softcap, py::object scale) {
+    Call call("KVCache.attend", {{"KvCache::attend", "KVCache.attend"}, {"alibi_slopes", "alibi_slopes"}, {"softcap", "softcap"},
+                                 {"scale", "scale"}});
+    const py::array q = float32_array(call, queries_obj, "queries");
+    attn::KvAttendOptions options;
+    if (causal.is_none() || (py::isinstance<py::bool_>(causal) && !causal.cast<bool>())) {
+      options.causal = attn::Causal::none;
+    } else if (py::isinstance<py::bool_>(causal) || call.text(causal, "causal") == "bottom_right") {
+      options.causal = attn::Causal::bottom_right;
+    } else if (call.text(causal, "causal") == "top_left") {
+      options.causal = attn::Causal::top_left;
+    } else {
+      call.value_error("causal is '" + call.text(causal, "causal") + "'; it must be 'bottom_right' (the default), 'top_left', True or False");
+    }
+    options.window = window_from(call, window);
+    const py::array slopes =
+        alibi_slopes.is_none()
+            ? no_array()
+            : py::array(py::module_::import("numpy").attr("ascontiguousarray")(alibi_slopes, py::arg("dtype") = "float32"));
+    if (slopes) options.alibi_slopes = cview<float>(slopes);
+    if (!softcap.is_none()) options.softcap = call.number(softcap, "softcap");
+    if (!scale.is_none()) options.scale = call.number(scale, "scale");
+    py::array_t<float> out = new_array<float>(dims(q));
+    const auto o = view_of<float>(out);
+    const auto qv = cview<float>(q);
+    if (seq.is_none()) {
+      call.run([&] { cache_->attend(o, qv, options); });
+    } else {
+      const index_t s = call.integer(seq, "seq");
+      call.run([&] { cache_->attend(o, s, qv, options); });
+    }
+    return out;
+  }
+
+  void reset(py::object seq) {
+    Call call("KVCache.reset", {{"KvCache::truncate", "KVCache.reset"}});
+    const index_t s = call.integer(seq, "seq");
+    call.run([&] { cache_->reset(s); });
+  }
+  void truncate(py::object seq, py::object length) {
+    Call call("KVCache.truncate", {{"KvCache::truncate", "KVCache.truncate"}});
+    const index_t s = call.integer(seq, "seq"), n = call.integer(length, "length");
+    call.run([&] { cache_->truncate(s, n); });
+  }
+  index_t length(py::object seq) {
+    Call call("KVCache.length", {{"KvCache::length", "KVCache.length"}});
+    const index_t s = call.integer(seq, "seq");
+    index_t n = 0;
+    call.run([&] { n = cache_->length(s); });
+    return n;
+  }
+  // The stored keys or values of a sequence, as float32 (kv_heads, length, head_dim).
+  py::array stored(py::object seq, bool values) {
+    Call call(values ? "KVCache.values" : "KVCache.keys", {{"KvCache::keys", "KVCache.keys"}, {"KvCache::values", "KVCache.values"}});
+    const index_t s = call.integer(seq, "seq");
+    attn::Tensor<float> t;
+    call.run([&] { t = values ? cache_->values(s) : cache_->keys(s); });
+    py::array_t<float> out = new_array<float>(t.shape());
+    std::copy(t.data(), t.data() + t.numel(), out.mutable_data());
+    return out;
+  }
+  const attn::KvCache& cache() const { return *cache_; }
+
+ private:
+  std::unique_ptr<attn::KvCache> cache_;
+};
+
+}  // namespace
+
+void bind_kv_cache(py::module_& m) {
+  using py::arg;
+  py::class_<KVCache>(m, "KVCache", R"(A KV cache for decoding (attn::KvCache): keys and values of `batch` sequences in
+blocks of block_size tokens (a block table per sequence), so sequences of different lengths grow
+without copying.
+
+KVCache(batch, kv_heads, head_dim, *, dtype="float32", block_size=256, capacity=0, grow=True)
+dtype: "float32", "bfloat16", "float16" (rounded to nearest even) or "int8" (one float32 scale per
+  32 values, ggml's q8_0: within max|x|/254 of the value appended; head_dim a multiple of 32).
+capacity: tokens per sequence allocated up front (0: as sequences grow); with grow=False an append
+  past them raises ValueError.
+Arrays are float32 (float16 is widened; float64 raises TypeError).)")
+      .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, bool>(), arg("batch"),
+           arg("kv_heads"), arg("head_dim"), py::kw_only(), arg("dtype") = "float32", arg("block_size") = 256,
+           arg("capacity") = 0, arg("grow") = true)
+      .def("append", &KVCache::append, arg("keys"), arg("values"), arg("seq") = py::none(),
+           R"(Appends keys and values (kv_heads, t, head_dim) to sequence seq, or (batch, kv_heads, t, head_dim) to every
+sequence when seq is None.)")
+      .def("attend", &KVCache::attend, arg("queries"), arg("seq") = py::none(), py::kw_only(), arg("causal") = "bottom_right",
+           arg("window") = py::none(), arg("alibi_slopes") = py::none(), arg("softcap") = py::none(), arg("scale") = py::none(),
+           R"(Attention of new queries over the cache: queries (heads, n, head_dim) or (1, heads, n, head_dim) for
+sequence seq, or (batch, heads, n, head_dim) for every sequence when seq is None (each over its own
+length). heads a multiple of kv_heads (grouped-query attention). Returns an array shaped like queries.
+causal: "bottom_right" (default: the queries are the last n tokens appended), "top_left", or False.
+window, alibi_slopes (heads,), softcap, scale: as scaled_dot_product_attention.)")
+      .def("reset", &KVCache::reset, arg("seq"), "Empties sequence seq (its blocks are reused).")
+      .def("truncate", &KVCache::truncate, arg("seq"), arg("length"), "Cuts sequence seq to its first `length` tokens.")
+      .def("length", &KVCache::length, arg("seq"), "Tokens sequence seq holds.")
+      .def("keys", [](KVCache& c, py::object seq) { return c.stored(seq, false); }, arg("seq"),
+           "Sequence seq's keys as stored, widened to float32: (kv_heads, length, head_dim).")
+      .def("values", [](KVCache& c, py::object seq) { return c.stored(seq, true); }, arg("seq"),
+           "Sequence seq's values as stored, widened to float32.")
+      .def_property_readonly("batch", [](const KVCache& c) { return c.cache().batch(); })
+      .def_property_readonly("kv_heads", [](const KVCache& c) { return c.cache().kv_heads(); })
+      .def_property_readonly("head_dim", [](const KVCache& c) { return c.cache().head_dim(); })
+      .def_property_readonly("block_size", [](const KVCache& c) { return c.cache().block_size(); })
+      .def_property_readonly("dtype", [](const KVCache& c) { return kv_dtype_name(c.cache().dtype()); })
+      .def_property_readonly("nbytes", [](const KVCache& c) { return c.cache().bytes(); },
+                             "Bytes of the blocks allocated (keys, values and int8 scales).");
+}
+
+}  // namespace attn_py

@@ -1,0 +1,147 @@
+"""16-bit attention from Python: float16 arrays, compute_dtype='bfloat16', and attn.KVCache in every
+storage type, against NumPy float64 written from the formula on the values as rounded or stored."""
+import numpy as np
+import pytest
+
+import attn
+
+
+def reference(q, k, v, *, causal=None, mask=None):
+    """softmax(q k^T / sqrt(d) + mask) v in float64, grouped heads repeated; causal 'bottom_right'."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    group = q.shape[-3] // k.shape[-3]
+    k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    n, m = s.shape[-2:]
+    if causal == "bottom_right":
+        s = np.where(np.arange(m)[None, :] <= np.arange(n)[:, None] + m - n, s, -np.inf)
+    if mask is not None:
+        s = s + mask
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    return w @ v
+
+
+def bf16(x):
+    """float32 values rounded to bfloat16 (nearest even), as float32."""
+    b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16
+    return b.astype(np.uint32).view(np.float32)
+
+
+def test_float16_arrays_compute_in_float16_within_the_rule(rng):
+    q, k, v = (rng.standard_normal(s).astype(np.float16) for s in [(2, 4, 33, 16), (2, 2, 47, 16), (2, 2, 47, 8)])
+    mask = rng.uniform(-1, 0, (33, 47)).astype(np.float16)
+    out, lse = attn.scaled_dot_product_attention(q, k, v, mask=mask, causal="bottom_right", return_lse=True)
+    assert out.dtype == np.float16 and lse.dtype == np.float32 and out.shape == (2, 4, 33, 8)
+    exact = reference(q, k, v, causal="bottom_right", mask=mask.astype(np.float64))
+    # float32 on the same float16 values, rounded to float16: the error the rule allows twice of.
+    low = reference(q, k, v, causal="bottom_right", mask=mask.astype(np.float64)).astype(np.float32).astype(np.float16)
+    assert np.abs(out - exact).max() <= 2 * np.abs(low - exact).max() + 1e-6
+
+
+def test_compute_dtype_bfloat16_rounds_once_and_returns_float32(rng):
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in [(3, 40, 32), (3, 50, 32), (3, 50, 16)])
+    out = attn.scaled_dot_product_attention(q, k, v, compute_dtype="bfloat16")
+    assert out.dtype == np.float32
+    exact = reference(bf16(q)[:, None], bf16(k)[:, None], bf16(v)[:, None])[:, 0]
+    low = bf16(exact.astype(np.float32))
+    assert np.abs(out - exact).max() <= 2 * np.abs(low - exact).max() + 1e-6
+    # Not float32's result: the inputs were rounded.
+    assert np.abs(out - attn.scaled_dot_product_attention(q, k, v)).max() > 1e-4
+
+
+def test_sixteen_bit_bad_input_is_named(rng):
+    q = rng.standard_normal((2, 5, 8)).astype(np.float16)
+    with pytest.raises(ValueError, match="return_weights=True needs float32 or float64"):
+        attn.scaled_dot_product_attention(q, q, q, return_weights=True)
+    with pytest.raises(TypeError, match="compute_dtype='bfloat16' takes float32 arrays; q has dtype float16"):
+        attn.scaled_dot_product_attention(q, q, q, compute_dtype="bfloat16")
+    with pytest.raises(ValueError, match="compute_dtype is 'int4'"):
+        attn.scaled_dot_product_attention(q, q, q, compute_dtype="int4")
+    with pytest.raises(TypeError, match="k has dtype float32 but q has float16"):
+        attn.scaled_dot_product_attention(q, q.astype(np.float32), q)
+    with pytest.raises(TypeError, match="attn computes in float32 or float64"):
+        attn.masked_softmax(q)
+
+
+def stored(x, dtype):
+    """What a cache of `dtype` keeps of float32 rows x (..., d), from the definitions."""
+    x = np.asarray(x, np.float32)
+    if dtype == "bfloat16":
+        return bf16(x)
+    if dtype == "float16":
+        return x.astype(np.float16).astype(np.float32)
+    if dtype == "int8":
+        g = x.reshape(*x.shape[:-1], -1, 32)
+        s = (np.abs(g).max(-1, keepdims=True) / np.float32(127)).astype(np.float32)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            q = np.where(s == 0, 0, np.rint(g / s))
+        return (q * s).astype(np.float32).reshape(x.shape)
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "int8"])
+def test_kv_cache_attends_like_sdpa_over_what_it_stores(rng, dtype):
+    cache = attn.KVCache(3, 2, 64, dtype=dtype, block_size=16)
+    keys = [[], [], []]
+    values = [[], [], []]
+    for seq, sizes in enumerate([[5, 16, 1, 30], [16, 4], [1, 20, 3]]):
+        for t in sizes:
+            k, v = rng.standard_normal((2, 2, t, 64)).astype(np.float32)
+            cache.append(k, v, seq=seq)
+            keys[seq].append(k), values[seq].append(v)
+    for seq in range(3):
+        k, v = np.concatenate(keys[seq], 1), np.concatenate(values[seq], 1)
+        assert cache.length(seq) == k.shape[1]
+        np.testing.assert_array_equal(cache.keys(seq), stored(k, dtype))
+        np.testing.assert_array_equal(cache.values(seq), stored(v, dtype))
+        for n in (1, 6):
+            q = rng.standard_normal((4, n, 64)).astype(np.float32)
+            out = cache.attend(q, seq=seq)
+            assert out.shape == q.shape and out.dtype == np.float32
+            exact = reference(q, stored(k, dtype), stored(v, dtype), causal="bottom_right")
+            np.testing.assert_allclose(out, exact, rtol=0, atol=2e-5)
+    # Every sequence at once, one new query each; a float16 query is widened.
+    q = rng.standard_normal((3, 4, 1, 64)).astype(np.float32)
+    out = cache.attend(q)
+    for seq in range(3):
+        np.testing.assert_array_equal(out[seq], cache.attend(q[seq], seq=seq))
+    np.testing.assert_allclose(cache.attend(q.astype(np.float16)), cache.attend(q.astype(np.float16).astype(np.float32)))
+
+
+def test_kv_cache_all_sequences_grow_together_and_truncate(rng):
+    cache = attn.KVCache(2, 1, 32, dtype="bfloat16", block_size=4)
+    k = rng.standard_normal((2, 1, 10, 32)).astype(np.float32)
+    cache.append(k, k)
+    assert [cache.length(s) for s in range(2)] == [10, 10]
+    before = cache.nbytes
+    cache.truncate(0, 3)
+    cache.append(k[0, :, :7], k[0, :, :7], seq=0)
+    assert cache.nbytes == before  # freed blocks reused
+    np.testing.assert_array_equal(cache.keys(0)[:, 3:], bf16(k[0, :, :7]))
+    cache.reset(1)
+    assert cache.length(1) == 0
+    assert cache.dtype == "bfloat16" and cache.block_size == 4 and cache.kv_heads == 1 and cache.head_dim == 32
+
+
+def test_kv_cache_bad_input_is_named(rng):
+    cache = attn.KVCache(2, 2, 32, capacity=8, grow=False)
+    k = np.zeros((2, 5, 32), np.float32)
+    with pytest.raises(ValueError, match="seq is 2; the cache holds sequences 0 to 1"):
+        cache.append(k, k, seq=2)
+    with pytest.raises(TypeError, match="keys has dtype float64; the cache stores and computes in float32"):
+        cache.append(k.astype(np.float64), k, seq=0)
+    with pytest.raises(ValueError, match=r"keys has shape \(2,5,31\); it must be \(kv_heads, t, head_dim\)"):
+        cache.append(k[..., :31], k, seq=0)
+    cache.append(k, k, seq=0)
+    with pytest.raises(ValueError, match="5 more do not fit"):
+        cache.append(k, k, seq=0)
+    with pytest.raises(ValueError, match="dtype is 'int4'"):
+        attn.KVCache(1, 1, 32, dtype="int4")
+    with pytest.raises(ValueError, match="head_dim is 48"):
+        attn.KVCache(1, 1, 48, dtype="int8")
+    with pytest.raises(ValueError, match="3 heads"):
+        cache.attend(np.zeros((3, 1, 32), np.float32), seq=0)
+    with pytest.raises(ValueError, match=r"length is 9; sequence 0 holds 5 tokens"):
+        cache.truncate(0, 9)
