@@ -99,4 +99,44 @@ run("nw", "--x-train", save("X.npy", x), "--y-train", save("Y.npy", y), "--x-que
     "--kernel", "gaussian", "--width", "0.5", "--out", path("YHAT.npy"))
 w = masked_softmax(-((xq[:, None] - x[None, :]) ** 2) / (2 * 0.5**2), np.ones((50, 50), bool))
 check("nw", np.load(path("YHAT.npy")), w @ y, 1e-12)
+# sdpa on float16 files: float16 out; and float32 files through --compute bf16: float32 out. Each
+# within twice the error of float32 on the same (rounded) values rounded to the 16-bit type.
+def bf16(x):
+    b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+
+
+def attention(q, k, v):
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    return masked_softmax(q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1]), np.ones((q.shape[0], q.shape[1], k.shape[1]), bool)) @ v
+
+
+q, k, v = (rng.normal(size=s) for s in [(2, 9, 16), (2, 11, 16), (2, 11, 4)])
+q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
+run("sdpa", "--queries", save("Q16.npy", q16), "--keys", save("K16.npy", k16), "--values", save("V16.npy", v16),
+    "--out", path("O16.npy"))
+exact = attention(q16, k16, v16)
+got = np.load(path("O16.npy"))
+check("sdpa float16", got.astype(np.float64), exact, 2 * np.abs(exact.astype(np.float16) - exact).max() + 1e-6)
+assert got.dtype == np.float16, got.dtype
+q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
+run("sdpa", "--queries", save("Q32.npy", q32), "--keys", save("K32.npy", k32), "--values", save("V32.npy", v32),
+    "--compute", "bf16", "--out", path("OB.npy"))
+exact = attention(bf16(q32), bf16(k32), bf16(v32))
+got = np.load(path("OB.npy"))
+check("sdpa --compute bf16", got.astype(np.float64), exact, 2 * np.abs(bf16(exact) - exact).max() + 1e-6)
+assert got.dtype == np.float32, got.dtype
+for args, expected in [(["--keys", path("K32.npy")], "holds float32; with float16 inputs all of queries, keys and values must be float16"),
+                       (["--weights", path("W16.npy")], "--weights and --heatmap need float32 or float64")]:
+    flags = {"--queries": path("Q16.npy"), "--keys": path("K16.npy"), "--values": path("V16.npy")}
+    extra = []
+    for i in range(0, len(args), 2):
+        if args[i] in flags:
+            flags[args[i]] = args[i + 1]
+        else:
+            extra += args[i:i + 2]
+    result = subprocess.run([attn, "sdpa", *sum(([f, p] for f, p in flags.items()), []), "--out", path("X.npy"), *extra],
+                            capture_output=True, text=True)
+    if result.returncode != 2 or expected not in result.stderr:
+        sys.exit(f"attn sdpa {args}: expected exit 2 and '{expected}', got {result.returncode}: {result.stderr}")
 print("attn agrees with numpy")

@@ -354,13 +354,14 @@ TEST(NpyErrors, UnsupportedDtypes) {
   const auto descr_file = [](std::string_view descr) {
     return with_header(std::string("{'descr': '") + std::string(descr) + "', 'fortran_order': False, 'shape': ()}");
   };
-  EXPECT_TRUE(refused(descr_file(">f4"), {"f.npy: dtype '>f4' is big-endian; only little-endian float32, float64, "
-                                          "int32, int64 and bool are supported"}));
+  EXPECT_TRUE(refused(descr_file(">f4"), {"f.npy: dtype '>f4' is big-endian; only little-endian float16, float32, "
+                                          "float64, int32, int64 and bool are supported"}));
   EXPECT_TRUE(refused(descr_file(">i8"), {"dtype '>i8' is big-endian"}));
-  for (const char* descr : {"<f2", "<i2", "|u1", "|i1", "<u4", "<c8", "|O", "<U3", "=f4", ""}) {
+  EXPECT_TRUE(refused(descr_file(">f2"), {"dtype '>f2' is big-endian"}));
+  for (const char* descr : {"<i2", "|u1", "|i1", "<u4", "<c8", "|O", "<U3", "=f4", "<f16", ""}) {
     SCOPED_TRACE(descr);
-    EXPECT_TRUE(refused(descr_file(descr), {"is not supported; only little-endian float32 ('<f4'), float64 ('<f8'), "
-                                            "int32 ('<i4'), int64 ('<i8') and bool ('|b1') are supported"}));
+    EXPECT_TRUE(refused(descr_file(descr), {"is not supported; only little-endian float16 ('<f2'), float32 ('<f4'), "
+                                            "float64 ('<f8'), int32 ('<i4'), int64 ('<i8') and bool ('|b1') are supported"}));
   }
 }
 
@@ -449,6 +450,22 @@ TEST(NpyErrors, FilesThatCannotBeOpenedOrRead) {
   std::ofstream(text) << "hello";
   EXPECT_TRUE(throws_with([&] { read_npy(text); }, {(text + ": not a .npy file").c_str()}));
   std::filesystem::remove(text);
+}
+
+// float16 ('<f2'): written as numpy writes it, read back bit for bit; read as float it is refused.
+TEST(Npy, Float16RoundTripsAndIsNotReadAsFloat) {
+  Tensor<float16> t({2, 3});
+  const float values[] = {-1.5f, 0.0f, 65504.0f, 6e-8f, -0.0f, 1.0f / 3};
+  for (index_t i = 0; i < 6; ++i) t[i] = to_float16(values[i]);
+  const NpyArray array = to_npy(t);
+  EXPECT_EQ(array.dtype, DType::float16);
+  const std::vector<std::byte> file = serialize_npy(array.dtype, array.shape, array.bytes.data());
+  const std::string header(reinterpret_cast<const char*>(file.data()) + 10, 40);
+  EXPECT_NE(header.find("'descr': '<f2'"), std::string::npos) << header;
+  const NpyArray back = parse_npy(file, "h.npy");
+  const Tensor<float16> read = back.to_tensor<float16>("h.npy");
+  for (index_t i = 0; i < 6; ++i) EXPECT_EQ(read[i].bits, t[i].bits) << i;
+  EXPECT_TRUE(throws_with([&] { (void)back.to_tensor<float>("h.npy"); }, {"h.npy", "float16", "float32"}));
 }
 
 }  // namespace

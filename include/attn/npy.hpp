@@ -7,8 +7,8 @@
 //   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
 // padded with spaces and ended by '\n'; version 3.0 allows UTF-8 in it.
 //
-// Supported: little-endian float32, float64, int32, int64 and bool ('<f4', '<f8', '<i4', '<i8',
-// '|b1'), ranks 0 to 8, C or Fortran order. Reading is strict: a malformed, truncated or
+// Supported: little-endian float16, float32, float64, int32, int64 and bool ('<f2', '<f4', '<f8',
+// '<i4', '<i8', '|b1'), ranks 0 to 8, C or Fortran order. Reading is strict: a malformed, truncated or
 // unsupported file gives an attn::Error that names the file and the problem, and nothing is
 // allocated before the sizes the header declares have been checked against the file's length.
 // Writing produces version 1.0 in C order, byte for byte what numpy.save writes for the array.
@@ -23,17 +23,18 @@
 #include <string>
 #include <vector>
 
+#include "attn/half.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::io {
 
 // The element types a .npy file may hold for attn.
-enum class DType { float32, float64, int32, int64, boolean };
+enum class DType { float32, float64, int32, int64, boolean, float16 };
 
-// "float32", "float64", "int32", "int64" or "bool" (numpy's names).
+// "float32", "float64", "int32", "int64", "bool" or "float16" (numpy's names).
 const char* dtype_name(DType dtype);
 
-// Bytes per element: 4, 8, 4, 8 or 1.
+// Bytes per element: 4, 8, 4, 8, 1 or 2.
 std::size_t dtype_size(DType dtype);
 
 // The most dimensions a .npy file may have for attn (Tensor itself holds at most kMaxRank).
@@ -42,7 +43,7 @@ inline constexpr int kMaxNpyRank = 8;
 // The C++ element types that map one-to-one onto a DType.
 template <class T>
 concept NpyElement = std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, std::int32_t> ||
-                     std::same_as<T, std::int64_t> || std::same_as<T, bool>;
+                     std::same_as<T, std::int64_t> || std::same_as<T, bool> || std::same_as<T, float16>;
 
 // The DType of a C++ element type: dtype_of<float>() == DType::float32.
 template <NpyElement T>
@@ -51,6 +52,7 @@ constexpr DType dtype_of() {
   else if constexpr (std::same_as<T, double>) return DType::float64;
   else if constexpr (std::same_as<T, std::int32_t>) return DType::int32;
   else if constexpr (std::same_as<T, std::int64_t>) return DType::int64;
+  else if constexpr (std::same_as<T, float16>) return DType::float16;
   else return DType::boolean;
 }
 

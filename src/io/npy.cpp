@@ -238,17 +238,18 @@ class HeaderParser {
 
 // The DType of a header's descr, or an attn::Error that says why it is not supported.
 DType dtype_from_descr(const std::string& descr, const std::string& name) {
+  if (descr == "<f2") return DType::float16;
   if (descr == "<f4") return DType::float32;
   if (descr == "<f8") return DType::float64;
   if (descr == "<i4") return DType::int32;
   if (descr == "<i8") return DType::int64;
   if (descr == "|b1" || descr == "<b1") return DType::boolean;
   constexpr const char* kSupported =
-      "only little-endian float32 ('<f4'), float64 ('<f8'), int32 ('<i4'), int64 ('<i8') and bool ('|b1') are "
-      "supported";
+      "only little-endian float16 ('<f2'), float32 ('<f4'), float64 ('<f8'), int32 ('<i4'), int64 ('<i8') and bool "
+      "('|b1') are supported";
   const std::string_view type = std::string_view(descr).substr(descr.empty() ? 0 : 1);
-  if (!descr.empty() && descr[0] == '>' && (type == "f4" || type == "f8" || type == "i4" || type == "i8"))
-    fail(name, ": dtype '", descr, "' is big-endian; only little-endian float32, float64, int32, int64 and bool are "
+  if (!descr.empty() && descr[0] == '>' && (type == "f2" || type == "f4" || type == "f8" || type == "i4" || type == "i8"))
+    fail(name, ": dtype '", descr, "' is big-endian; only little-endian float16, float32, float64, int32, int64 and bool are "
          "supported (in numpy: a.astype(a.dtype.newbyteorder('<')))");
   fail(name, ": dtype '", printable(descr, 40), "' is not supported; ", kSupported);
 }
@@ -321,8 +322,9 @@ const char* descr_of(DType dtype) {
     case DType::int32: return "<i4";
     case DType::int64: return "<i8";
     case DType::boolean: return "|b1";
+    case DType::float16: return "<f2";
   }
-  fail("descr_of: DType value ", static_cast<int>(dtype), " is not one of the five dtypes");
+  fail("descr_of: DType value ", static_cast<int>(dtype), " is not one of the six dtypes");
 }
 
 // Python's repr of the shape tuple: (), (3,), (2, 3).
@@ -365,8 +367,9 @@ const char* dtype_name(DType dtype) {
     case DType::int32: return "int32";
     case DType::int64: return "int64";
     case DType::boolean: return "bool";
+    case DType::float16: return "float16";
   }
-  fail("dtype_name: DType value ", static_cast<int>(dtype), " is not one of the five dtypes");
+  fail("dtype_name: DType value ", static_cast<int>(dtype), " is not one of the six dtypes");
 }
 
 std::size_t dtype_size(DType dtype) {
@@ -376,8 +379,9 @@ std::size_t dtype_size(DType dtype) {
     case DType::int32: return 4;
     case DType::int64: return 8;
     case DType::boolean: return 1;
+    case DType::float16: return 2;
   }
-  fail("dtype_size: DType value ", static_cast<int>(dtype), " is not one of the five dtypes");
+  fail("dtype_size: DType value ", static_cast<int>(dtype), " is not one of the six dtypes");
 }
 
 index_t NpyArray::numel() const { return checked_numel(shape, "NpyArray::numel"); }
@@ -536,7 +540,7 @@ void write_npy(const std::string& path, const Tensor<T>& tensor) {
   }
 }
 
-// The five element types; other types are refused at compile time by NpyElement.
+// The six element types; other types are refused at compile time by NpyElement.
 #define ATTN_NPY_INSTANTIATE(T)                                           \
   template Tensor<T> NpyArray::to_tensor<T>(const std::string&) const; \
   template NpyArray to_npy<T>(const Tensor<T>&);                        \
@@ -546,6 +550,7 @@ ATTN_NPY_INSTANTIATE(double)
 ATTN_NPY_INSTANTIATE(std::int32_t)
 ATTN_NPY_INSTANTIATE(std::int64_t)
 ATTN_NPY_INSTANTIATE(bool)
+ATTN_NPY_INSTANTIATE(float16)
 #undef ATTN_NPY_INSTANTIATE
 
 }  // namespace attn::io

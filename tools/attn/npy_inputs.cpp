@@ -47,6 +47,7 @@ template attn::Tensor<double> to_tensor<double>(const NpyInput&);
 template attn::Tensor<std::int32_t> to_tensor<std::int32_t>(const NpyInput&);
 template attn::Tensor<std::int64_t> to_tensor<std::int64_t>(const NpyInput&);
 template attn::Tensor<bool> to_tensor<bool>(const NpyInput&);
+template attn::Tensor<attn::float16> to_tensor<attn::float16>(const NpyInput&);
 
 namespace {
 
@@ -90,5 +91,6 @@ void write_output(const std::string& path, const attn::Tensor<T>& tensor, std::s
 
 template void write_output<float>(const std::string&, const attn::Tensor<float>&, std::span<const attn::index_t>);
 template void write_output<double>(const std::string&, const attn::Tensor<double>&, std::span<const attn::index_t>);
+template void write_output<attn::float16>(const std::string&, const attn::Tensor<attn::float16>&, std::span<const attn::index_t>);
 
 }  // namespace attn_cli

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "attention_flags.hpp"
+#include "attn/half.hpp"
 #include "attn/sdpa.hpp"
 #include "commands.hpp"
 #include "exit_codes.hpp"
@@ -22,7 +23,7 @@ struct SdpaArgs {
   double softcap = 0;
   bool has_softcap = false;
   bool bottom_right = false;
-  std::string window, alibi, segment_ids, key_segment_ids, lse;
+  std::string window, alibi, segment_ids, key_segment_ids, lse, compute;
   DropoutFlags dropout;
   OutputFlags output;
 };
@@ -70,6 +71,20 @@ SegmentInput read_segments(const std::string& flag, const std::string& path) {
   return s;
 }
 
+// The bfloat16 copy of float32 values (--compute bf16), and float32 values of a 16-bit result.
+attn::Tensor<attn::bfloat16> rounded_to_bf16(const attn::Tensor<float>& t) {
+  attn::Tensor<attn::bfloat16> r(t.shape());
+  attn::convert(std::span<const float>(t.data(), static_cast<std::size_t>(t.numel())),
+                std::span<attn::bfloat16>(r.data(), static_cast<std::size_t>(r.numel())));
+  return r;
+}
+attn::Tensor<float> widened(const attn::Tensor<attn::bfloat16>& t) {
+  attn::Tensor<float> r(t.shape());
+  attn::convert(std::span<const attn::bfloat16>(t.data(), static_cast<std::size_t>(t.numel())),
+                std::span<float>(r.data(), static_cast<std::size_t>(r.numel())));
+  return r;
+}
+
 void run_sdpa(const SdpaArgs& args) {
   Progress progress("sdpa");
   progress.stage("reading inputs");
@@ -81,29 +96,77 @@ void run_sdpa(const SdpaArgs& args) {
   const SegmentInput seg_k = read_segments("--key-segment-ids", args.key_segment_ids);
   std::optional<NpyInput> alibi;
   if (!args.alibi.empty()) alibi = read_input("--alibi", args.alibi);
-  std::initializer_list<const NpyInput*> floats = {&in.queries, &in.keys, &in.values};
-  const attn::io::DType dtype = alibi ? common_float_type({&in.queries, &in.keys, &in.values, &*alibi})
-                                      : common_float_type(floats);
-  with_float_type(dtype, [&]<class T>() {
-    const attn::Tensor<T> q = to_tensor<T>(in.queries), k = to_tensor<T>(in.keys), v = to_tensor<T>(in.values);
-    const attn::Tensor<T> slopes = alibi ? to_tensor<T>(*alibi) : attn::Tensor<T>();
-    // --scale overrides 1/sqrt(d); without --dropout, p = 0 and nothing is dropped.
-    attn::SdpaOptions options;
-    if (args.has_scale) options.scale = args.scale;
-    if (args.has_softcap) options.softcap = args.softcap;
-    options.dropout = args.dropout.dropout();
+  // --scale overrides 1/sqrt(d); without --dropout, p = 0 and nothing is dropped.
+  attn::SdpaOptions options;
+  if (args.has_scale) options.scale = args.scale;
+  if (args.has_softcap) options.softcap = args.softcap;
+  options.dropout = args.dropout.dropout();
+  // Every mask but the slopes (which take the computation's float type).
+  auto mask_of = [&]<class T>() {
     attn::Mask<T> mask = masks.mask<T>();
     if (args.bottom_right && mask.causal == attn::Causal::top_left) mask.causal = attn::Causal::bottom_right;
     mask.window = window;
     mask.segment_ids_q = seg_q.ids();
     mask.segment_ids_k = seg_k.ids();
+    return mask;
+  };
+  std::vector<attn::index_t> out_shape(in.queries.array.shape), lse_shape(in.queries.array.shape);
+  if (!out_shape.empty() && !in.values.array.shape.empty()) out_shape.back() = in.values.array.shape.back();
+  if (!lse_shape.empty()) lse_shape.pop_back();
+  auto write_lse = [&](const auto& lse) {
+    if (args.lse.empty()) return;
+    progress.stage("writing " + args.lse);
+    write_output(args.lse, lse);
+  };
+
+  // 16-bit: float16 files, or float32 files through the bfloat16 kernels (--compute bf16).
+  using attn::io::DType;
+  const bool half = in.queries.array.dtype == DType::float16 || in.keys.array.dtype == DType::float16 ||
+                    in.values.array.dtype == DType::float16;
+  if (half || args.compute == "bf16") {
+    const DType want = half ? DType::float16 : DType::float32;
+    for (const NpyInput* input : {&in.queries, &in.keys, &in.values})
+      if (input->array.dtype != want)
+        throw UsageError(input->where() + " holds " + attn::io::dtype_name(input->array.dtype) +
+                         (half ? "; with float16 inputs all of queries, keys and values must be float16"
+                               : "; --compute bf16 takes float32 queries, keys and values"));
+    if (args.output.wants_weights())
+      throw UsageError("--weights and --heatmap need float32 or float64 computation: 16-bit attention is fused and forms no weights");
+    const attn::Tensor<float> slopes = alibi ? to_tensor<float>(*alibi) : attn::Tensor<float>();
+    attn::Mask<float> mask = mask_of.template operator()<float>();
+    if (alibi) mask.alibi_slopes = slopes.cview();
+    attn::Tensor<float> lse(args.lse.empty() ? std::vector<attn::index_t>{0} : lse_shape);
+    const attn::TensorView<float> lse_view = args.lse.empty() ? attn::TensorView<float>{} : lse.view();
+    progress.stage("computing");
+    if (half) {
+      const auto q = to_tensor<attn::float16>(in.queries), k = to_tensor<attn::float16>(in.keys), v = to_tensor<attn::float16>(in.values);
+      attn::Tensor<attn::float16> out(out_shape);
+      as_usage([&] { attn::sdpa_forward<attn::float16>(out.view(), lse_view, q.cview(), k.cview(), v.cview(), mask, options); });
+      progress.stage("writing " + args.output.out);
+      write_output(args.output.out, out);
+    } else {
+      const auto q = rounded_to_bf16(to_tensor<float>(in.queries)), k = rounded_to_bf16(to_tensor<float>(in.keys));
+      const auto v = rounded_to_bf16(to_tensor<float>(in.values));
+      attn::Tensor<attn::bfloat16> out(out_shape);
+      as_usage([&] { attn::sdpa_forward<attn::bfloat16>(out.view(), lse_view, q.cview(), k.cview(), v.cview(), mask, options); });
+      progress.stage("writing " + args.output.out);
+      write_output(args.output.out, widened(out));
+    }
+    write_lse(lse);
+    progress.done();
+    return;
+  }
+
+  std::initializer_list<const NpyInput*> floats = {&in.queries, &in.keys, &in.values};
+  const DType dtype = alibi ? common_float_type({&in.queries, &in.keys, &in.values, &*alibi}) : common_float_type(floats);
+  with_float_type(dtype, [&]<class T>() {
+    const attn::Tensor<T> q = to_tensor<T>(in.queries), k = to_tensor<T>(in.keys), v = to_tensor<T>(in.values);
+    const attn::Tensor<T> slopes = alibi ? to_tensor<T>(*alibi) : attn::Tensor<T>();
+    attn::Mask<T> mask = mask_of.template operator()<T>();
     if (alibi) mask.alibi_slopes = slopes.cview();
     progress.stage("computing");
     // The weights are only computed (and kept in memory) when they are written or drawn.
     const bool wants_weights = args.output.wants_weights();
-    std::vector<attn::index_t> out_shape(q.shape()), lse_shape(q.shape());
-    out_shape.back() = v.shape().back();
-    lse_shape.pop_back();
     attn::Tensor<T> out(out_shape), lse(args.lse.empty() ? std::vector<attn::index_t>{0} : lse_shape), weights;
     if (wants_weights) {
       std::vector<attn::index_t> weights_shape(lse_shape);
@@ -116,10 +179,7 @@ void run_sdpa(const SdpaArgs& args) {
                             mask, options);
     });
     args.output.write(out, weights, progress);
-    if (!args.lse.empty()) {
-      progress.stage("writing " + args.lse);
-      write_output(args.lse, lse);
-    }
+    write_lse(lse);
   });
   progress.done();
 }
@@ -157,6 +217,11 @@ void add_sdpa_command(CLI::App& app) {
   command->add_option("--lse", args->lse,
                       "also write each query row's log-sum-exp (B,n) or (B,H,n) (-inf for a row with no key)")
       ->type_name("LSE.npy");
+  command->add_option("--compute", args->compute,
+                      "bf16: run float32 inputs through the bfloat16 kernels (rounded once on entry; out float32). "
+                      "float16 (.npy '<f2') inputs always run in float16 (out float16, lse float32)")
+      ->check(CLI::IsMember({"bf16"}))
+      ->type_name("TYPE");
   args->dropout.add_to(*command);
   args->output.add_to(*command, "where to write the output (B,n,v) or (B,H,n,v), the inputs' float type");
   command->footer(
