@@ -71,7 +71,9 @@ TYPED_TEST(HalfTypes, EveryBitPatternDecodesExactlyAndConvertsBack) {
     } else {
       ASSERT_EQ(static_cast<double>(f), reference_value<H>(bits)) << std::hex << b;
       ASSERT_EQ(back, bits) << std::hex << b;
-      if (f == 0) ASSERT_EQ(std::signbit(f), (bits >> 15) != 0) << std::hex << b;
+      if (f == 0) {
+        ASSERT_EQ(std::signbit(f), (bits >> 15) != 0) << std::hex << b;
+      }
     }
   }
 }

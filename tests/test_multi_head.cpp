@@ -116,7 +116,9 @@ TEST(MultiHeadWeights, InitialisedAsNnLinearFromTheSeed) {
     for (index_t i = 0; i < t->numel(); ++i) lo = std::min(lo, (*t)[i]), hi = std::max(hi, (*t)[i]);
     EXPECT_GE(lo, -1 / std::sqrt(fan_in));
     EXPECT_LE(hi, 1 / std::sqrt(fan_in));
-    if (t->numel() >= 36) EXPECT_GT(hi - lo, 1 / std::sqrt(fan_in));
+    if (t->numel() >= 36) {
+      EXPECT_GT(hi - lo, 1 / std::sqrt(fan_in));
+    }
   }
   EXPECT_EQ(w.w_q.values(), (MultiHeadWeights<double>::init(5, 6, 7, 12, {4, 2}, true, 3).w_q.values()));
   EXPECT_NE(w.w_q.values(), (MultiHeadWeights<double>::init(5, 6, 7, 12, {4, 2}, true, 4).w_q.values()));

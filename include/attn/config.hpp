@@ -38,6 +38,20 @@ void set_simd_target(const std::string& name);
 // and benchmarks that must show which code ran, not only which was chosen.
 std::vector<std::string> simd_targets_ran(bool reset = false);
 
+// The AVX512-BF16 kernel of bfloat16 attention (vdpbf16ps for Q K^T and P V, P rounded to bfloat16
+// as FlashAttention does in 16-bit): available when the CPU has AVX512-BF16, and run only on the
+// "avx3" SIMD target. automatic (the default) uses it where it pays: on AMD's AVX512-BF16 cores (Zen
+// 4 and 5), where vdpbf16ps runs at about twice float32 FMA's rate; on Intel's the portable path
+// (widened to float32) was measured faster (cpu/bf16/dot_bf16.hpp). on and off force the choice,
+// for testing and comparing.
+enum class Bf16Kernel { automatic, on, off };
+bool bf16_kernel_available();
+bool bf16_kernel_pays();
+void set_bf16_kernel(Bf16Kernel choice);
+Bf16Kernel bf16_kernel();
+// Whether a bfloat16 forward on this thread's settings now would run the kernel (not the target).
+bool bf16_kernel_chosen();
+
 // Sets the backend for the lifetime of a scope and restores the previous one after it.
 class ScopedBackend {
  public:

@@ -1,6 +1,9 @@
-// The decode call over keys and values read in place as 16-bit or int8 rows (cpu/simd/fused.hpp,
-// KvRows), for the 16-bit API (src/api/sdpa_half.cpp) and the KV cache (src/api/kv_cache.cpp).
+// The calls over 16-bit or int8 elements read in place, checked as sdpa_forward<float> checks: the
+// decode path over KvRows (cpu/simd/fused.hpp), for the 16-bit API (src/api/sdpa_half.cpp) and the
+// KV cache (src/api/kv_cache.cpp), and the bfloat16 forward by the AVX512-BF16 products.
 #pragma once
+
+#include <vector>
 
 #include "attn/sdpa.hpp"
 #include "cpu/simd/fused.hpp"
@@ -14,5 +17,19 @@ void sdpa_decode_rows(TensorView<float> out, TensorView<float> lse, TensorView<c
                       TensorView<const float> key_shape, TensorView<const float> value_shape,
                       const cpu::fused::KvRows& keys, const cpu::fused::KvRows& values, const Mask<float>& mask,
                       const SdpaOptions& options, const char* op);
+
+// The bfloat16 forward through the AVX512-BF16 kernel (cpu::sdpa_forward_bf16): the caller checked
+// that the cpu backend runs, the kernel is available and enabled, and the target is AVX-512.
+void sdpa_forward_bf16(TensorView<bfloat16> out, TensorView<float> lse, TensorView<const bfloat16> queries,
+                       TensorView<const bfloat16> keys, TensorView<const bfloat16> values, const Mask<float>& mask,
+                       const SdpaOptions& options);
+
+// A float view with t's shape and strides, for the checks only (never read).
+template <class H>
+TensorView<const float> shape_view(const TensorView<const H>& t) {
+  std::vector<index_t> strides(static_cast<std::size_t>(t.rank()));
+  for (int i = 0; i < t.rank(); ++i) strides[static_cast<std::size_t>(i)] = t.stride(i);
+  return TensorView<const float>(reinterpret_cast<const float*>(t.data()), t.shape(), strides);
+}
 
 }  // namespace attn::detail

@@ -21,8 +21,10 @@ void convert_all(std::span<const From> from, std::span<To> to, const char* what,
   const auto* in = reinterpret_cast<const std::conditional_t<sizeof(From) == 2, std::uint16_t, float>*>(from.data());
   auto* out = reinterpret_cast<std::conditional_t<sizeof(To) == 2, std::uint16_t, float>*>(to.data());
   const std::ptrdiff_t count = static_cast<std::ptrdiff_t>(from.size()), chunk = std::ptrdiff_t(1) << 16;
-  // A conversion reads and writes memory once: threads pay off only for arrays of megabytes.
-#pragma omp parallel for schedule(static) if (count >= 8 * chunk)
+  // A conversion reads and writes memory once: threads pay off only for arrays of megabytes (and
+  // a parallel region costs microseconds even when it runs on one thread: none for small arrays).
+  if (count < 8 * chunk) return kernel(target, in, out, static_cast<std::size_t>(count));
+#pragma omp parallel for schedule(static)
   for (std::ptrdiff_t c = 0; c < count; c += chunk)
     kernel(target, in + c, out + c, static_cast<std::size_t>(std::min(chunk, count - c)));
 }

@@ -8,15 +8,21 @@
 #include "attn/config.hpp"
 #include "attn/error.hpp"
 #include "attn/sdpa.hpp"
+#include "cpu/scratch.hpp"
 
 namespace attn {
 namespace {
 
 // Calls f(row, width) for every last-axis row of t (any strides): row points at its first element.
+// A contiguous t is one row of all its elements.
 template <class T, class F>
 void for_each_row(const TensorView<T>& t, F f) {
   if (t.numel() == 0) return;
   const int r = t.rank();
+  bool contiguous = true;
+  for (index_t a = r - 1, expected = 1; a >= 0; expected *= t.dim(static_cast<int>(a)), --a)
+    contiguous = contiguous && (t.dim(static_cast<int>(a)) == 1 || t.stride(static_cast<int>(a)) == expected);
+  if (contiguous) return f(t.data(), t.numel());
   const index_t width = r == 0 ? 1 : t.dim(r - 1);
   index_t rows = 1;
   for (int a = 0; a + 1 < r; ++a) rows *= t.dim(a);
@@ -30,50 +36,58 @@ void for_each_row(const TensorView<T>& t, F f) {
   }
 }
 
-std::vector<index_t> shape_of(const auto& t) { return {t.shape().begin(), t.shape().end()}; }
+// float32 copies of a call's 16-bit tensors and buffers for its float32 results, in one frame of the
+// calling thread's scratch arena (cpu/scratch.hpp): reused from call to call, so a call touches no
+// fresh pages (a fresh tensor's first touch cost a 16-bit forward a fifth of its time here).
+class Wide {
+ public:
+  // The elements of every tensor the call widens or computes, in the order they are taken.
+  explicit Wide(std::initializer_list<index_t> sizes) : frame_(bytes(sizes)), carve_(frame_.data()) {}
 
-// A contiguous float32 copy of a 16-bit tensor (empty for an empty view with no shape).
-template <class H>
-Tensor<float> widen(TensorView<const H> t, const char* name) {
-  if (t.empty()) return {};
-  if (t.data() == nullptr && t.numel() > 0) detail::fail("sdpa (16-bit): ", name, " has shape ", t.shape_string(), " but no data");
-  Tensor<float> wide(shape_of(t));
-  float* to = wide.data();
-  for_each_row(t, [&](const H* row, index_t width) {
-    convert(std::span<const H>(row, static_cast<std::size_t>(width)), std::span<float>(to, static_cast<std::size_t>(width)));
-    to += width;
-  });
-  return wide;
+  // A contiguous float32 copy of t (empty for an empty view).
+  template <class H>
+  TensorView<const float> copy(TensorView<const H> t, const char* name) {
+    if (t.empty()) return {};
+    if (t.data() == nullptr && t.numel() > 0) detail::fail("sdpa (16-bit): ", name, " has shape ", t.shape_string(), " but no data");
+    float* wide = carve_.take<float>(static_cast<std::size_t>(t.numel()));
+    float* to = wide;
+    for_each_row(t, [&](const H* row, index_t width) {
+      convert(std::span<const H>(row, static_cast<std::size_t>(width)), std::span<float>(to, static_cast<std::size_t>(width)));
+      to += width;
+    });
+    return TensorView<const float>(wide, t.shape());
+  }
+  // A float32 buffer of t's shape, for a result (empty for an empty view).
+  template <class H>
+  TensorView<float> like(const TensorView<H>& t) {
+    if (t.empty()) return {};
+    return TensorView<float>(carve_.take<float>(static_cast<std::size_t>(t.numel())), t.shape());
+  }
+
+ private:
+  static std::size_t bytes(std::initializer_list<index_t> sizes) {
+    cpu::Carve measure;
+    for (const index_t n : sizes) measure.take<float>(static_cast<std::size_t>(n));
+    return measure.bytes();
+  }
+  cpu::ScratchFrame frame_;
+  cpu::Carve carve_;
+};
+
+template <class V>
+index_t elements(const V& t) {
+  return t.empty() ? 0 : t.numel();
 }
 
-// The caller's 16-bit tensor (any strides) from a float32 result of its shape.
+// The caller's 16-bit tensor (any strides) from a contiguous float32 result of its shape.
 template <class H>
-void narrow(const Tensor<float>& wide, TensorView<H> t, const char* name) {
+void narrow(TensorView<const float> wide, TensorView<H> t, const char* name) {
   if (t.data() == nullptr && t.numel() > 0) detail::fail("sdpa (16-bit): ", name, " has shape ", t.shape_string(), " but no data");
   const float* from = wide.data();
   for_each_row(t, [&](H* row, index_t width) {
     convert(std::span<const float>(from, static_cast<std::size_t>(width)), std::span<H>(row, static_cast<std::size_t>(width)));
     from += width;
   });
-}
-
-// A float32 buffer of the caller's output shape (none for an empty output).
-template <class H>
-Tensor<float> like(const TensorView<H>& t) {
-  return t.empty() ? Tensor<float>() : Tensor<float>(shape_of(t));
-}
-
-// Tensor() (rank 0) stands for an argument not given.
-TensorView<float> view_or_empty(Tensor<float>& t) { return t.rank() == 0 ? TensorView<float>() : t.view(); }
-TensorView<const float> cview_or_empty(const Tensor<float>& t) { return t.rank() == 0 ? TensorView<const float>() : t.view(); }
-
-
-// A float view with t's shape and strides, for the checks only (never read).
-template <class H>
-TensorView<const float> shape_view(const TensorView<const H>& t) {
-  std::vector<index_t> strides(static_cast<std::size_t>(t.rank()));
-  for (int i = 0; i < t.rank(); ++i) strides[static_cast<std::size_t>(i)] = t.stride(i);
-  return TensorView<const float>(reinterpret_cast<const float*>(t.data()), t.shape(), strides);
 }
 
 // A 16-bit tensor (B, m, c) or (B, Hk, m, c) as the decode path's rows.
@@ -87,26 +101,32 @@ cpu::fused::KvRows rows_of(const TensorView<const H>& t) {
   return r;
 }
 
-// Whether the decode path reads the 16-bit keys and values in place: few queries, the cpu backend.
-bool decodes_in_place(const TensorView<const float>& queries) {
-  return backend() == Backend::cpu && queries.rank() >= 3 && queries.dim(-2) <= cpu::fused::kDecodeRows;
-}
+// Whether the decode path reads the 16-bit keys and values in place: n queries per head, few, on the
+// cpu backend.
+bool decodes_in_place(index_t n) { return backend() == Backend::cpu && n > 0 && n <= cpu::fused::kDecodeRows; }
 
 }  // namespace
 
 template <Half16 H>
 void sdpa_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
                   TensorView<const H> values, const Mask<float>& mask, const SdpaOptions& options) {
-  const Tensor<float> q = widen(queries, "queries");
-  Tensor<float> o = like(out);
-  if (decodes_in_place(cview_or_empty(q))) {  // the queries widened, the keys and values read in place
-    sdpa_forward<H>(view_or_empty(o), lse, cview_or_empty(q), keys, values, mask, options);
-  } else {
-    const Tensor<float> k = widen(keys, "keys"), v = widen(values, "values");
-    sdpa_forward<float>(view_or_empty(o), lse, {}, cview_or_empty(q), cview_or_empty(k), cview_or_empty(v), mask,
-                        options);
+  if constexpr (std::is_same_v<H, bfloat16>) {
+    // The AVX512-BF16 kernel, where the CPU has it and the target is AVX-512; decoding reads the
+    // keys and values in place anyway (below).
+    if (backend() == Backend::cpu && bf16_kernel_chosen() && simd_target() == "avx3" &&
+        queries.rank() >= 3 && queries.dim(-2) > cpu::fused::kDecodeRows)
+      return detail::sdpa_forward_bf16(out, lse, queries, keys, values, mask, options);
   }
-  narrow(o, out, "out");
+  const bool in_place = decodes_in_place(queries.rank() >= 3 ? queries.dim(-2) : 0);
+  Wide wide({elements(queries), elements(out), in_place ? 0 : elements(keys), in_place ? 0 : elements(values)});
+  const TensorView<const float> q = wide.copy(queries, "queries");
+  const TensorView<float> o = wide.like(out);
+  if (in_place) {  // the queries widened, the keys and values read in place
+    sdpa_forward<H>(o, lse, q, keys, values, mask, options);
+  } else {
+    sdpa_forward<float>(o, lse, {}, q, wide.copy(keys, "keys"), wide.copy(values, "values"), mask, options);
+  }
+  narrow(TensorView<const float>(o), out, "out");
 }
 
 
@@ -114,11 +134,12 @@ template <Half16 H>
 void sdpa_forward(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
                   TensorView<const H> keys, TensorView<const H> values, const Mask<float>& mask,
                   const SdpaOptions& options) {
-  if (decodes_in_place(queries) && !keys.empty() && !values.empty() && keys.rank() >= 3 && values.rank() >= 3)
-    return detail::sdpa_decode_rows(out, lse, queries, shape_view(keys), shape_view(values), rows_of(keys),
+  if (decodes_in_place(queries.rank() >= 3 ? queries.dim(-2) : 0) && !keys.empty() && !values.empty() && keys.rank() >= 3 &&
+      values.rank() >= 3)
+    return detail::sdpa_decode_rows(out, lse, queries, detail::shape_view(keys), detail::shape_view(values), rows_of(keys),
                                     rows_of(values), mask, options, "sdpa_forward");
-  const Tensor<float> k = widen(keys, "keys"), v = widen(values, "values");
-  sdpa_forward<float>(out, lse, {}, queries, cview_or_empty(k), cview_or_empty(v), mask, options);
+  Wide wide({elements(keys), elements(values)});
+  sdpa_forward<float>(out, lse, {}, queries, wide.copy(keys, "keys"), wide.copy(values, "values"), mask, options);
 }
 
 template <Half16 H>
@@ -126,12 +147,14 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
                    TensorView<const H> queries, TensorView<const H> keys, TensorView<const H> values,
                    TensorView<const H> out, TensorView<const float> lse, const Mask<float>& mask,
                    const SdpaOptions& options) {
-  const Tensor<float> g = widen(dout, "dout"), q = widen(queries, "queries"), k = widen(keys, "keys");
-  const Tensor<float> v = widen(values, "values"), o = widen(out, "out");
-  Tensor<float> dq = like(dqueries), dk = like(dkeys), dv = like(dvalues);
-  sdpa_backward<float>(view_or_empty(dq), view_or_empty(dk), view_or_empty(dv), cview_or_empty(g), cview_or_empty(q),
-                       cview_or_empty(k), cview_or_empty(v), cview_or_empty(o), lse, mask, options);
-  narrow(dq, dqueries, "dqueries"), narrow(dk, dkeys, "dkeys"), narrow(dv, dvalues, "dvalues");
+  Wide wide({elements(dout), elements(queries), elements(keys), elements(values), elements(out), elements(dqueries),
+             elements(dkeys), elements(dvalues)});
+  const TensorView<const float> g = wide.copy(dout, "dout"), q = wide.copy(queries, "queries"), k = wide.copy(keys, "keys");
+  const TensorView<const float> v = wide.copy(values, "values"), o = wide.copy(out, "out");
+  const TensorView<float> dq = wide.like(dqueries), dk = wide.like(dkeys), dv = wide.like(dvalues);
+  sdpa_backward<float>(dq, dk, dv, g, q, k, v, o, lse, mask, options);
+  narrow(TensorView<const float>(dq), dqueries, "dqueries"), narrow(TensorView<const float>(dk), dkeys, "dkeys");
+  narrow(TensorView<const float>(dv), dvalues, "dvalues");
 }
 
 #define ATTN_INSTANTIATE(H)                                                                                          \

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "attn/error.hpp"
+#include "cpu/bf16/dot_bf16.hpp"
 
 namespace attn {
 namespace {
@@ -35,5 +36,17 @@ void set_num_threads(int threads) {
   omp_set_num_threads(threads == 0 ? default_threads : threads);
 }
 int num_threads() { return omp_get_max_threads(); }
+
+namespace {
+std::atomic<Bf16Kernel> bf16_choice{Bf16Kernel::automatic};
+}
+bool bf16_kernel_available() { return cpu::bf16::has_avx512_bf16(); }
+bool bf16_kernel_pays() { return cpu::bf16::dot_pays(); }
+void set_bf16_kernel(Bf16Kernel choice) { bf16_choice.store(choice); }
+Bf16Kernel bf16_kernel() { return bf16_choice.load(); }
+bool bf16_kernel_chosen() {
+  const Bf16Kernel choice = bf16_choice.load();
+  return choice != Bf16Kernel::off && bf16_kernel_available() && (choice == Bf16Kernel::on || bf16_kernel_pays());
+}
 
 }  // namespace attn

@@ -87,6 +87,19 @@ void sdpa_decode_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>&
   decode(fused::SdpaForward<float>{out, lse, &plan, simd::current()}, &keys, &values);
 }
 
+// The bfloat16 forward through the AVX512-BF16 products: blocks as sdpa_forward's.
+void sdpa_forward_bf16(View4<float> lse, const SdpaPlan<float>& given, const fused::Bf16Views& x) {
+  SdpaPlan<float> plan = given;
+  const KeyPaddingAsLengths<float> lengths(plan.mask);
+  const fused::SdpaForward<float> p{{}, lse, &plan, simd::current(), &x};
+  const index_t B = plan.q.B, H = plan.q.H, n = plan.q.R;
+  const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
+  run_tasks(B * H * blocks, fused::sdpa_forward_bf16_work_bytes(plan.q.C, plan.v.C), true, [&](index_t t, void* w) {
+    const index_t bh = t / blocks;
+    fused::sdpa_forward_block_bf16(p, bh / H, bh % H, (t % blocks) * fused::kBlockQ, w);
+  });
+}
+
 // Forward: blocks of kBlockQ queries of one (b, h), dynamically scheduled because causal blocks
 // differ in cost. Every row is computed by one block in a fixed key order, so results do not depend
 // on the thread count.

@@ -85,11 +85,19 @@ struct BlockArrays {
 // One scaled dot-product attention forward call, checked by src/api: out (B, H, n, v) and, when not
 // empty, lse (B, H, n, 1) from the plan's queries, keys and values, on the SIMD target `simd` (read
 // once for the call, simd/dispatch.hpp).
+// bfloat16 queries, keys and values for the AVX512-BF16 forward (sdpa_forward_block_bf16): the
+// plan's float views give their shapes, these their elements (same strides); out in bfloat16.
+struct Bf16Views {
+  View4<const std::uint16_t> q, k, v;
+  View4<std::uint16_t> out;
+};
+
 template <class T>
 struct SdpaForward {
   View4<T> out, lse;
   const SdpaPlan<T>* plan;
   simd::Target simd;
+  const Bf16Views* bf16 = nullptr;  // sdpa_forward_block_bf16's inputs and output
 };
 
 // Bytes of per-thread work space sdpa_forward_block needs for query size d and value size v.
@@ -103,6 +111,20 @@ std::size_t sdpa_forward_work_bytes(index_t d, index_t v) {
 // memory.
 template <class T>
 void sdpa_forward_block(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work);
+
+// The same with bfloat16 inputs and out (p.bf16) through the AVX512-BF16 products (bf16/dot_bf16.hpp):
+// scores and P V by vdpbf16ps, P rounded to bfloat16, masks and the online softmax in float as above.
+// Only on the AVX-512 target of a CPU with AVX512-BF16.
+struct Bf16Arrays {
+  BlockArrays<float> block;
+  std::uint32_t* value_pairs;  // (kBlockK / 2, v)
+  float* values;               // (kBlockK, v): a tile's values widened, when some are not finite
+  Bf16Arrays(Carve& c, index_t d, index_t v)
+      : block(c, d, v), value_pairs(c.take<std::uint32_t>(static_cast<std::size_t>(kBlockK / 2 * v))),
+        values(c.take<float>(static_cast<std::size_t>(kBlockK * v))) {}
+};
+inline std::size_t sdpa_forward_bf16_work_bytes(index_t d, index_t v) { return layout_bytes<Bf16Arrays>(d, v); }
+void sdpa_forward_block_bf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work);
 
 // ---- decode: one or a few queries over many keys ----------------------------------------------
 // Keys split into chunks that threads take independently, one task per chunk of a key head: for each

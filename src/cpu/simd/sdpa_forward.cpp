@@ -14,6 +14,8 @@
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
+#include "attn/half.hpp"
+#include "cpu/bf16/dot_bf16.hpp"
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/gemm-inl.h"
 #include "cpu/simd/softmax-inl.h"
@@ -68,6 +70,63 @@ void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, voi
   }
 }
 
+// Whether a tile's bfloat16 value rows are all finite (exponent bits not all ones).
+inline bool Bf16RowsFinite(const std::uint16_t* v, index_t stride, index_t cnt, index_t dv) {
+  for (index_t j = 0; j < cnt; ++j)
+    for (index_t c = 0; c < dv; ++c)
+      if ((v[j * stride + c] & 0x7F80u) == 0x7F80u) return false;
+  return true;
+}
+
+// sdpa_forward_block_bf16 (fused.hpp): ForwardBlock with the AVX512-BF16 products. Compiled for
+// every target, called on AVX-512 only (the products carry their own target attribute).
+void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
+  simd::note_ran(HWY_TARGET);
+  const SdpaPlan<float>& a = *p.plan;
+  const Bf16Views& x = *p.bf16;
+  const hn::ScalableTag<float> d;
+  const index_t n = a.q.R, dq = a.q.C, dv = a.v.C, hk = a.kv_head(h);
+  const index_t rows = std::min<index_t>(kBlockQ, n - i0);
+  Carve carve(work);
+  const Bf16Arrays arrays(carve, dq, dv);
+  BlockState<float> st(arrays.block);
+  auto* query_pairs = reinterpret_cast<std::uint32_t*>(st.qt);  // (d / 2, kBlockQ) words fit in qt
+  bf16::pack_queries(x.q.row(b, h, i0), x.q.sR, rows, dq, query_pairs);
+  const KeyRange keys = st.start(a.mask, b, h, i0, rows);
+  for (index_t c = 0; c < dv * kBlockQ; ++c) st.ot[c] = 0;
+
+  for (index_t j0 = keys.begin; j0 < keys.end; j0 += kBlockK) {
+    const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
+    if (!st.may_attend(j0, cnt)) continue;
+    simd::note_tile();
+    bf16::scores(x.k.row(b, hk, j0), x.k.sR, cnt, dq, query_pairs, st.s);
+    const bool partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt);
+    if (partial || st.tile_bias) simd::note_masked_tile();
+    st.softmax_tile(d, cnt);
+    if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
+    st.rescale(d, st.ot, dv);
+    const std::uint16_t* v0 = x.v.row(b, hk, j0);
+    if (partial && !Bf16RowsFinite(v0, x.v.sR, cnt, dv)) {  // 0 * Inf must not reach a row: in float
+      for (index_t j = 0; j < cnt; ++j)
+        for (index_t c = 0; c < dv; ++c) arrays.values[j * dv + c] = to_float(bfloat16::from_bits(v0[j * x.v.sR + c]));
+      st.accumulate_skipping_zeros(arrays.values, dv, cnt, dv, rows);
+    } else {
+      auto* weight_pairs = reinterpret_cast<std::uint32_t*>(st.bias_t);  // free once the tile is masked
+      bf16::pack_weights(st.s, cnt, weight_pairs);
+      bf16::pack_values(v0, x.v.sR, cnt, dv, arrays.value_pairs);
+      bf16::accumulate(arrays.value_pairs, weight_pairs, cnt, dv, st.ot);
+    }
+  }
+
+  for (index_t i = 0; i < rows; ++i) {
+    const double sum = st.sum[i];
+    const float inv = row_inv_sum<float>(sum);
+    std::uint16_t* o = x.out.row(b, h, i0 + i);
+    for (index_t c = 0; c < dv; ++c) o[c] = to_bfloat16(st.ot[c * kBlockQ + i] * inv).bits;
+    if (!p.lse.empty()) p.lse.at(b, h, i0 + i, 0) = row_lse(st.max[i], sum);
+  }
+}
+
 void ForwardBlockF32(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
   ForwardBlock(p, b, h, i0, work);
 }
@@ -83,6 +142,11 @@ namespace attn::cpu::fused {
 
 HWY_EXPORT(ForwardBlockF32);
 HWY_EXPORT(ForwardBlockF64);
+HWY_EXPORT(ForwardBlockBf16);
+
+void sdpa_forward_block_bf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
+  ATTN_SIMD_CALL(p.simd, ForwardBlockBf16)(p, b, h, i0, work);
+}
 
 template <>
 void sdpa_forward_block(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {

@@ -1,0 +1,42 @@
+// The AVX512-BF16 products of the bfloat16 SDPA forward (simd/sdpa_forward.cpp, ForwardBlockBf16):
+// vdpbf16ps multiplies 32 bfloat16 pairs and adds them into 16 float lanes (acc[i] += a[2i] b[2i] +
+// a[2i+1] b[2i+1]), twice float32 FMA's work per instruction. Highway 1.0.3 does not emit it: these
+// functions carry their own target attribute and are called only when the CPU has AVX512-BF16
+// (has_avx512_bf16, a CPUID check) and the chosen SIMD target is AVX-512.
+//
+// Layouts, for a block of kBlockQ = 64 queries and a tile of up to kBlockK = 64 keys, each as 32-bit
+// words holding a bfloat16 pair (the element of the lower index in the low half):
+//   q pairs  (ceil(d / 2), 64):   word [c][i] = (q[i][2c], q[i][2c + 1])
+//   P pairs  (ceil(cnt / 2), 64): word [j][i] = (P[2j][i], P[2j + 1][i]), P the tile's weights
+//   V pairs  (ceil(cnt / 2), dv): word [j][c] = (v[2j][c], v[2j + 1][c])
+// with zeros past d, cnt and the block's rows.
+#pragma once
+
+#include <cstdint>
+
+#include "attn/tensor.hpp"
+
+namespace attn::cpu::bf16 {
+
+// Whether this CPU runs AVX512-BF16 (and the AVX-512 it builds on).
+bool has_avx512_bf16();
+// Whether the kernel beats the portable path here: on AMD's AVX512-BF16 cores (Zen 4 and 5)
+// vdpbf16ps runs at about twice float32 FMA's rate (927 against 501 GFLOP/s on a 2-core Zen 5); on
+// Intel's (measured on an Emerald Rapids Xeon) the kernel took 67 to 77 ms for (1,4096,4096,128)
+// where float32 took 43 to 47 and the portable bfloat16 path 47 to 48. A fixed rule, so that one
+// machine always takes one path (a timing could flip between runs, and so would the results' bits).
+bool dot_pays();
+
+// qp = the q pairs of `rows` query rows (row stride qs elements) of d elements.
+void pack_queries(const std::uint16_t* q, index_t qs, index_t rows, index_t d, std::uint32_t* qp);
+// s (cnt, 64) = K_tile Q^T: s[j][i] = sum_c k[j][c] q[i][c], for cnt key rows (stride ks) of d
+// elements.
+void scores(const std::uint16_t* k, index_t ks, index_t cnt, index_t d, const std::uint32_t* qp, float* s);
+// pp = the P pairs of weights w (cnt, 64) rounded to bfloat16 (nearest even).
+void pack_weights(const float* w, index_t cnt, std::uint32_t* pp);
+// vp = the V pairs of cnt value rows (stride vs) of dv elements.
+void pack_values(const std::uint16_t* v, index_t vs, index_t cnt, index_t dv, std::uint32_t* vp);
+// ot (dv, 64) += V_tile^T P^T: ot[c][i] += sum_j v[j][c] P[j][i].
+void accumulate(const std::uint32_t* vp, const std::uint32_t* pp, index_t cnt, index_t dv, float* ot);
+
+}  // namespace attn::cpu::bf16

@@ -1,0 +1,137 @@
+// The AVX512-BF16 kernel of bfloat16 attention (cpu/bf16/dot_bf16.hpp): on a CPU with AVX512-BF16,
+// its out and lse against the float64 reference on the rounded inputs within twice the error of a
+// float32 computation with P rounded to bfloat16 (FlashAttention's rule, P rounded as the kernel
+// does), and against the portable bfloat16 path within the stated bound: the two differ only in
+// P's rounding and the order of additions, so |kernel - portable| <= 2^-7 max|v| (P's relative
+// rounding 2^-9 summed over a row's weights, plus each output's own rounding, 2^-9 of |out| <= max|v|).
+// Masks, variants, dropout, grouped heads, odd sizes. Skipped, saying so, on a CPU without it.
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/config.hpp"
+#include "attn/half.hpp"
+#include "attn/sdpa.hpp"
+#include "support/testing.hpp"
+
+namespace attn {
+namespace {
+
+using testing::convert;
+using testing::random_tensor;
+
+Tensor<bfloat16> to_bf16(const Tensor<float>& t) {
+  Tensor<bfloat16> h(t.shape());
+  for (index_t i = 0; i < t.numel(); ++i) h[i] = to_bfloat16(t[i]);
+  return h;
+}
+Tensor<float> to_single(const Tensor<bfloat16>& t) {
+  Tensor<float> f(t.shape());
+  for (index_t i = 0; i < t.numel(); ++i) f[i] = to_float(t[i]);
+  return f;
+}
+
+struct Case {
+  const char* name;
+  index_t B, H, Hk, n, m, d, dv;
+  Causal causal = Causal::none;
+  bool lens = false, keep = false, additive = false, alibi = false, segments = false;
+  std::optional<Window> window{};
+  double softcap = 0, dropout = 0;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+struct Result {
+  Tensor<float> out, lse;
+};
+
+class AvxBf16Kernel : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!bf16_kernel_available()) GTEST_SKIP() << "this CPU has no AVX512-BF16: the bfloat16 kernel's tests are skipped";
+    if (simd_target() != "avx3") GTEST_SKIP() << "the bfloat16 kernel runs on the avx3 target only; this run uses " << simd_target();
+  }
+};
+
+TEST_P(AvxBf16Kernel, WithinTheSixteenBitRuleAndTheBoundOfThePortablePath) {
+  const Case& c = GetParam();
+  const Tensor<float> q = to_single(to_bf16(random_tensor<float>({c.B, c.H, c.n, c.d}, 1, -2, 2)));
+  const Tensor<float> k = to_single(to_bf16(random_tensor<float>({c.B, c.Hk, c.m, c.d}, 2, -2, 2)));
+  const Tensor<float> v = to_single(to_bf16(random_tensor<float>({c.B, c.Hk, c.m, c.dv}, 3, -1, 1)));
+  Tensor<std::int64_t> lens({c.B});
+  for (index_t b = 0; b < c.B; ++b) lens[b] = (b * 41 + c.m * 2 / 3) % (c.m + 1);
+  Tensor<bool> keep({c.n, c.m});
+  for (index_t e = 0; e < keep.numel(); ++e) keep[e] = (e / 64 + e % 7) % 4 != 0;
+  const Tensor<float> bias = random_tensor<float>({c.n, c.m}, 4, -2, 0), slopes = random_tensor<float>({c.H}, 5, 0.05, 0.4);
+  Tensor<std::int32_t> ids({c.B, c.n});
+  for (index_t e = 0; e < ids.numel(); ++e) ids[e] = static_cast<std::int32_t>(e % c.n / 50);
+  auto mask_of = [&]<class T>(const Tensor<T>& b, const Tensor<T>& s) {
+    Mask<T> mask;
+    mask.causal = c.causal, mask.window = c.window;
+    if (c.lens) mask.valid_lens = lens.view();
+    if (c.keep) mask.keep = keep.view();
+    if (c.additive) mask.additive = b.view();
+    if (c.alibi) mask.alibi_slopes = s.view();
+    if (c.segments) mask.segment_ids_q = ids.view();
+    return mask;
+  };
+  SdpaOptions options;
+  if (c.softcap > 0) options.softcap = c.softcap;
+  options.dropout = {c.dropout, 7};
+  const Mask<float> mask = mask_of(bias, slopes);
+  auto bf16_call = [&](bool kernel) {
+    set_bf16_kernel(kernel ? Bf16Kernel::on : Bf16Kernel::off);
+    const Tensor<bfloat16> qb = to_bf16(q), kb = to_bf16(k), vb = to_bf16(v);
+    Tensor<bfloat16> out({c.B, c.H, c.n, c.dv});
+    Tensor<float> lse({c.B, c.H, c.n});
+    sdpa_forward<bfloat16>(out.view(), lse.view(), qb.view(), kb.view(), vb.view(), mask, options);
+    set_bf16_kernel(Bf16Kernel::automatic);
+    return Result{to_single(out), lse};
+  };
+  ScopedBackend cpu(Backend::cpu);
+  const Result kernel = bf16_call(true), portable = bf16_call(false);
+  // The kernel ran: P's rounding moves some output.
+  EXPECT_NE(kernel.out.values(), portable.out.values());
+  double bound = 0, worst = 0;
+  for (index_t e = 0; e < v.numel(); ++e) bound = std::max(bound, std::ldexp(std::abs(static_cast<double>(v[e])), -7));
+  for (index_t e = 0; e < kernel.out.numel(); ++e) worst = std::max(worst, std::abs(static_cast<double>(kernel.out[e]) - portable.out[e]));
+  EXPECT_LE(worst, bound) << "kernel against the portable path";
+
+  // The rule: float64 on the rounded inputs; float32 weights rounded to bfloat16, times V, rounded.
+  if (c.dropout > 0) return;  // the reference's weights are before dropout: the bound above covers it
+  Tensor<double> oracle_out({c.B, c.H, c.n, c.dv}), oracle_lse({c.B, c.H, c.n});
+  Tensor<float> weights({c.B, c.H, c.n, c.m}), ref_lse({c.B, c.H, c.n}), ref_out({c.B, c.H, c.n, c.dv});
+  {
+    ScopedBackend reference(Backend::reference);
+    const Tensor<double> bias64 = convert<double>(bias), slopes64 = convert<double>(slopes);
+    sdpa_forward<double>(oracle_out.view(), oracle_lse.view(), {}, convert<double>(q).view(), convert<double>(k).view(),
+                         convert<double>(v).view(), mask_of(bias64, slopes64), options);
+    sdpa_forward<float>(ref_out.view(), ref_lse.view(), weights.view(), q.view(), k.view(), v.view(), mask, options);
+  }
+  Tensor<float> low({c.B, c.H, c.n, c.dv});
+  const index_t group = c.H / c.Hk;
+  for (index_t b = 0; b < c.B; ++b)
+    for (index_t h = 0; h < c.H; ++h)
+      for (index_t i = 0; i < c.n; ++i)
+        for (index_t col = 0; col < c.dv; ++col) {
+          float acc = 0;
+          for (index_t j = 0; j < c.m; ++j) acc += to_float(to_bfloat16(weights(b, h, i, j))) * v(b, h / group, j, col);
+          low(b, h, i, col) = to_float(to_bfloat16(acc));
+        }
+  EXPECT_TRUE(testing::within_error_budget(convert<double>(kernel.out), convert<double>(low), oracle_out)) << "out";
+  EXPECT_TRUE(testing::within_error_budget(convert<double>(kernel.lse), convert<double>(portable.lse), oracle_lse)) << "lse";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AvxBf16Kernel,
+    ::testing::Values(Case{"plain", 2, 2, 2, 130, 150, 64, 64}, Case{"odd_sizes", 1, 3, 3, 67, 93, 17, 9},
+                      Case{"causal_lengths_keep_additive", 2, 2, 2, 100, 140, 32, 16, Causal::bottom_right, true, true, true},
+                      Case{"gqa_window_alibi_softcap_segments", 1, 4, 2, 150, 150, 48, 24, Causal::top_left, false, false,
+                           false, true, true, Window{40, 3}, 4.0},
+                      Case{"dropout", 1, 2, 1, 90, 110, 32, 32, Causal::none, false, false, false, false, false,
+                           std::nullopt, 0, 0.25}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace attn
