@@ -65,15 +65,18 @@ template <class D>
 HWY_INLINE float DotScaled(D d, const float* HWY_RESTRICT q, const std::int8_t* HWY_RESTRICT k, const float* scales,
                            index_t dim) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
-  auto a0 = hn::Zero(d), a1 = hn::Zero(d);
+  // Each group's products summed unscaled, then scaled once into the total.
+  auto total0 = hn::Zero(d), total1 = hn::Zero(d);
   for (index_t g = 0; g < dim; g += 32) {
-    const auto sc = hn::Set(d, scales[g / 32]);
-    for (index_t c = g; c < g + 32; c += 2 * L) {
-      a0 = hn::MulAdd(hn::Mul(hn::LoadU(d, q + c), sc), LoadWide(d, k + c), a0);
-      if (c + L < g + 32) a1 = hn::MulAdd(hn::Mul(hn::LoadU(d, q + c + L), sc), LoadWide(d, k + c + L), a1);
+    auto group = hn::Zero(d);
+    for (index_t c = g; c < g + 32; c += L) group = hn::MulAdd(hn::LoadU(d, q + c), LoadWide(d, k + c), group);
+    if ((g / 32) % 2 == 0) {
+      total0 = hn::MulAdd(group, hn::Set(d, scales[g / 32]), total0);
+    } else {
+      total1 = hn::MulAdd(group, hn::Set(d, scales[g / 32]), total1);
     }
   }
-  return hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(total0, total1)));
 }
 
 // s[0, cnt) = q . k_j for the tile's keys, d elements each. Rows one after another: reading four
@@ -118,14 +121,20 @@ HWY_INLINE void Axpys(D d, const T* w, const E* HWY_RESTRICT x, index_t xs, T* H
     for (int r = 0; r < R; ++r) o[c] += w[r] * Wide(x[r * xs + c]);
 }
 
-// o[0, v) += w x[0, v) for one int8 row, each 32 elements scaled by their float (v a multiple of 32).
-template <class D>
-HWY_INLINE void AxpyScaled(D d, float w, const std::int8_t* HWY_RESTRICT x, const float* scales, float* HWY_RESTRICT o,
-                           index_t v) {
+// o[0, v) += sum_r w[r] x_r[0, v) for R int8 rows (row stride xs, scale rows ss apart), each 32
+// elements scaled by their float (v a multiple of 32): o read and written once for the R rows.
+template <int R, class D>
+HWY_INLINE void AxpysScaled(D d, const float* w, const std::int8_t* HWY_RESTRICT x, index_t xs, const float* scales,
+                            index_t ss, float* HWY_RESTRICT o, index_t v) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   for (index_t g = 0; g < v; g += 32) {
-    const auto ws = hn::Set(d, w * scales[g / 32]);
-    for (index_t c = g; c < g + 32; c += L) hn::StoreU(hn::MulAdd(ws, LoadWide(d, x + c), hn::LoadU(d, o + c)), d, o + c);
+    hn::Vec<D> ws[R];
+    for (int r = 0; r < R; ++r) ws[r] = hn::Set(d, w[r] * scales[r * ss + g / 32]);
+    for (index_t c = g; c < g + 32; c += L) {
+      auto acc = hn::LoadU(d, o + c);
+      for (int r = 0; r < R; ++r) acc = hn::MulAdd(ws[r], LoadWide(d, x + r * xs + c), acc);
+      hn::StoreU(acc, d, o + c);
+    }
   }
 }
 
@@ -140,8 +149,13 @@ void AccumulateValues(D d, const T* w, const TileRows<E>& vals, index_t cnt, T* 
     for (index_t ahead = jj + kPrefetchRows; ahead < std::min(cnt, jj + kPrefetchRows + 2); ++ahead)
       if (w[ahead] != T(0)) PrefetchRow(vals, ahead, dv);
     if constexpr (std::is_same_v<E, std::int8_t>) {
-      if (w[jj] != T(0)) AxpyScaled(d, w[jj], vals.row(jj), vals.scale(jj), o, dv);
-      ++jj;
+      if (jj + 2 <= cnt && w[jj] != T(0) && w[jj + 1] != T(0)) {
+        AxpysScaled<2>(d, w + jj, vals.row(jj), vals.stride, vals.scale(jj), vals.scale_stride, o, dv);
+        jj += 2;
+      } else {
+        if (w[jj] != T(0)) AxpysScaled<1>(d, w + jj, vals.row(jj), vals.stride, vals.scale(jj), vals.scale_stride, o, dv);
+        ++jj;
+      }
     } else if (jj + 2 <= cnt && w[jj] != T(0) && w[jj + 1] != T(0)) {
       Axpys<2>(d, w + jj, vals.row(jj), vals.stride, o, dv);
       jj += 2;
