@@ -50,7 +50,9 @@ HWY_INLINE hn::Vec<DU> HalfBits(DU du, hn::Vec<DU> u) {
   const auto normal = hn::ShiftRight<13>(hn::Add(hn::Add(r, hn::Set(du, 0xFFFu)), hn::And(hn::ShiftRight<13>(r), hn::Set(du, 1u))));
   // Subnormal: the 24-bit mantissa shifted right by 126 - exponent (14 to 24), rounded to even.
   const auto mantissa = hn::Or(hn::And(a, hn::Set(du, 0x7FFFFFu)), hn::Set(du, 0x800000u));
-  const auto shift = hn::Min(hn::Sub(hn::Set(du, 126u), hn::ShiftRight<23>(a)), hn::Set(du, 31u));  // capped: lanes not subnormal
+  // Kept in [1, 31] for every lane (lanes that are not subnormal compute nonsense, then are not
+  // selected): a shift by 32 or more is undefined for the scalar target's C++ shifts.
+  const auto shift = hn::Max(hn::Min(hn::Sub(hn::Set(du, 126u), hn::ShiftRight<23>(a)), hn::Set(du, 31u)), hn::Set(du, 1u));
   const auto kept = hn::operator>>(mantissa, shift);
   const auto rest = hn::Sub(mantissa, hn::operator<<(kept, shift));
   const auto half = hn::operator>>(hn::Set(du, 0x80000000u), hn::Sub(hn::Set(du, 32u), shift));  // 1 << (shift - 1)
