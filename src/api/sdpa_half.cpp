@@ -129,7 +129,6 @@ void sdpa_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H> 
   narrow(TensorView<const float>(o), out, "out");
 }
 
-
 template <Half16 H>
 void sdpa_forward(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
                   TensorView<const H> keys, TensorView<const H> values, const Mask<float>& mask,

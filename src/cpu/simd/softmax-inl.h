@@ -225,8 +225,7 @@ struct BlockState : BlockArrays<T> {
   }
 
   // Whether keys [j0, j0 + cnt) must be masked element by element: a keep or additive mask the SIMD
-  // path cannot take (elementwise), or
-  // segment ids that differ within the block or the tile.
+  // path cannot take (elementwise), or segment ids that differ within the block or the tile.
   bool tile_general(index_t j0, index_t cnt) const {
     return elementwise || (segments && fill != T(-1e6) && !uniform_segments(j0, cnt));
   }
