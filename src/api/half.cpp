@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "attn/error.hpp"
+#include "cpu/scratch.hpp"
 #include "cpu/simd/convert.hpp"
 
 namespace attn {
@@ -24,9 +25,10 @@ void convert_all(std::span<const From> from, std::span<To> to, const char* what,
   // A conversion reads and writes memory once: threads pay off only for arrays of megabytes (and
   // a parallel region costs microseconds even when it runs on one thread: none for small arrays).
   if (count < 8 * chunk) return kernel(target, in, out, static_cast<std::size_t>(count));
-#pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t c = 0; c < count; c += chunk)
+  cpu::run_tasks((count + chunk - 1) / chunk, 0, true, [&](std::int64_t t, void*) {
+    const std::ptrdiff_t c = t * chunk;
     kernel(target, in + c, out + c, static_cast<std::size_t>(std::min(chunk, count - c)));
+  });
 }
 
 }  // namespace
