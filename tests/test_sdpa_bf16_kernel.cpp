@@ -21,16 +21,8 @@ namespace {
 using testing::convert;
 using testing::random_tensor;
 
-Tensor<bfloat16> to_bf16(const Tensor<float>& t) {
-  Tensor<bfloat16> h(t.shape());
-  for (index_t i = 0; i < t.numel(); ++i) h[i] = to_bfloat16(t[i]);
-  return h;
-}
-Tensor<float> to_single(const Tensor<bfloat16>& t) {
-  Tensor<float> f(t.shape());
-  for (index_t i = 0; i < t.numel(); ++i) f[i] = to_float(t[i]);
-  return f;
-}
+using testing::to_single;
+Tensor<bfloat16> to_bf16(const Tensor<float>& t) { return testing::to_half<bfloat16>(t); }
 
 struct Case {
   const char* name;

@@ -17,32 +17,9 @@ namespace {
 
 using testing::convert;
 using testing::random_tensor;
-
-template <class H>
-H round_to(float f) {
-  if constexpr (std::is_same_v<H, bfloat16>) return to_bfloat16(f);
-  else return to_float16(f);
-}
-
-template <class H>
-Tensor<H> to_half(const Tensor<float>& t) {
-  Tensor<H> h(t.shape());
-  for (index_t i = 0; i < t.numel(); ++i) h.data()[i] = round_to<H>(t.data()[i]);
-  return h;
-}
-
-template <class H>
-Tensor<float> to_single(const Tensor<H>& t) {
-  Tensor<float> f(t.shape());
-  for (index_t i = 0; i < t.numel(); ++i) f.data()[i] = to_float(t.data()[i]);
-  return f;
-}
-
-// The same values rounded to H and back: what the 16-bit call sees.
-template <class H>
-Tensor<float> rounded(const Tensor<float>& t) {
-  return to_single(to_half<H>(t));
-}
+using testing::rounded;
+using testing::to_half;
+using testing::to_single;
 
 struct Case {
   const char* name;

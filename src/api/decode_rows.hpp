@@ -24,12 +24,17 @@ void sdpa_forward_bf16(TensorView<bfloat16> out, TensorView<float> lse, TensorVi
                        TensorView<const bfloat16> keys, TensorView<const bfloat16> values, const Mask<float>& mask,
                        const SdpaOptions& options);
 
-// A float view with t's shape and strides, for the checks only (never read).
-template <class H>
-TensorView<const float> shape_view(const TensorView<const H>& t) {
+// t's shape and strides over its memory read as elements of U: a float view of 16-bit tensors for
+// the float checks (never read), or their raw 16-bit words for the AVX512-BF16 kernel.
+template <class U, class H>
+TensorView<U> retyped(const TensorView<H>& t) {
   std::vector<index_t> strides(static_cast<std::size_t>(t.rank()));
   for (int i = 0; i < t.rank(); ++i) strides[static_cast<std::size_t>(i)] = t.stride(i);
-  return TensorView<const float>(reinterpret_cast<const float*>(t.data()), t.shape(), strides);
+  return TensorView<U>(reinterpret_cast<U*>(t.data()), t.shape(), strides);
+}
+template <class H>
+TensorView<const float> shape_view(const TensorView<const H>& t) {
+  return retyped<const float>(t);
 }
 
 }  // namespace attn::detail

@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "api/checks.hpp"
@@ -139,15 +138,6 @@ void sdpa_decode_rows(TensorView<float> out, TensorView<float> lse, TensorView<c
   cpu::sdpa_decode_rows(o, l, c.plan, keys, values);
 }
 
-// A bfloat16 view as the raw 16-bit words the AVX512-BF16 kernel reads.
-template <class V>
-auto words_of(const V& t) {
-  using Word = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(t.data())>>, const std::uint16_t, std::uint16_t>;
-  std::vector<index_t> strides(static_cast<std::size_t>(t.rank()));
-  for (int i = 0; i < t.rank(); ++i) strides[static_cast<std::size_t>(i)] = t.stride(i);
-  return TensorView<Word>(reinterpret_cast<Word*>(t.data()), t.shape(), strides);
-}
-
 void sdpa_forward_bf16(TensorView<bfloat16> out, TensorView<float> lse, TensorView<const bfloat16> queries,
                        TensorView<const bfloat16> keys, TensorView<const bfloat16> values, const Mask<float>& mask,
                        const SdpaOptions& options) {
@@ -157,10 +147,10 @@ void sdpa_forward_bf16(TensorView<bfloat16> out, TensorView<float> lse, TensorVi
   const View4<float> l = lse_view(lse, c, op);
   if (c.m > cpu::fused::kMaxKeys) fail(op, ": keys has ", c.m, " rows; the bfloat16 kernel takes at most ", cpu::fused::kMaxKeys);
   cpu::fused::Bf16Views x;
-  x.q = require_tensor(words_of(queries), op, "queries", c.rank);
-  x.k = require_tensor(words_of(keys), op, "keys", c.rank);
-  x.v = require_tensor(words_of(values), op, "values", c.rank);
-  x.out = require_tensor(words_of(out), op, "out", c.rank);
+  x.q = require_tensor(retyped<const std::uint16_t>(queries), op, "queries", c.rank);
+  x.k = require_tensor(retyped<const std::uint16_t>(keys), op, "keys", c.rank);
+  x.v = require_tensor(retyped<const std::uint16_t>(values), op, "values", c.rank);
+  x.out = require_tensor(retyped<std::uint16_t>(out), op, "out", c.rank);
   cpu::sdpa_forward_bf16(l, c.plan, x);
 }
 

@@ -5,11 +5,13 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "attn/config.hpp"
+#include "attn/half.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::testing {
@@ -26,6 +28,31 @@ Tensor<To> convert(const Tensor<From>& t) {
   Tensor<To> r(std::span<const index_t>(t.shape()));
   for (index_t i = 0; i < t.numel(); ++i) r[i] = static_cast<To>(t[i]);
   return r;
+}
+
+// float32 values rounded to a 16-bit type H (attn/half.hpp's scalar conversions), the 16-bit values
+// as float32, and the two in turn: the values a 16-bit call sees.
+template <class H>
+Tensor<H> to_half(const Tensor<float>& t) {
+  Tensor<H> h(std::span<const index_t>(t.shape()));
+  for (index_t i = 0; i < t.numel(); ++i) {
+    if constexpr (std::is_same_v<H, bfloat16>) {
+      h[i] = to_bfloat16(t[i]);
+    } else {
+      h[i] = to_float16(t[i]);
+    }
+  }
+  return h;
+}
+template <class H>
+Tensor<float> to_single(const Tensor<H>& t) {
+  Tensor<float> f(std::span<const index_t>(t.shape()));
+  for (index_t i = 0; i < t.numel(); ++i) f[i] = to_float(t[i]);
+  return f;
+}
+template <class H>
+Tensor<float> rounded(const Tensor<float>& t) {
+  return to_single(to_half<H>(t));
 }
 
 // max |a - b| over all elements; the shapes must match (checked).

@@ -27,9 +27,12 @@ inline std::uint32_t pair_of(const std::uint16_t* x, index_t c, index_t d) {
 
 bool has_avx512_bf16() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  static const bool has = [] {  // asked on every bfloat16 call: CPUID once
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
 #else
   return false;
 #endif
