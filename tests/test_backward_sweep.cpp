@@ -1,5 +1,6 @@
 // Every op with a backward, on shapes that cross every boundary between the cpu kernels' paths:
-// 1 to 5 queries (the SDPA decode path up to fused::kDecodeRows, query blocks above), one query
+// 1 to 5 queries (the SDPA decode path up to fused::kDecodeRows, query blocks above), no batch,
+// heads, queries or keys at all, one query
 // block less, exactly and more (kBlockQ), key tiles (kBlockK), the decode path's tiles and key
 // chunks, the Nadaraya-Watson chunks, and value widths from 1 to 1024. Each result and gradient
 // against the float64 reference under the error budget of STYLE.md, and bit-identical at 1 and 2
@@ -71,6 +72,12 @@ void expect_matches_reference(const Run& run) {
 
 // ---- scaled dot-product attention ---------------------------------------------------------------
 
+// Shapes with nothing to compute, on both sides of the decode/tiled boundary: B, H, n or m of 0.
+std::vector<Shape> empty_shapes() {
+  return {{0, 2, 3, 600, 17, 9}, {0, 1, 65, 130, 3, 2}, {2, 0, 3, 10, 2, 4}, {2, 0, 65, 70, 2, 4},
+          {1, 2, 0, 70, 5, 3},   {1, 2, 3, 0, 5, 3},    {1, 2, 65, 0, 5, 3}};
+}
+
 // The shapes of the sweep. The seeds' example (2 batches of 10 keys of size 2) with 1 to 5 queries
 // and values of 1 to 1024; the decode path's chunks (at least 256 keys each) and tiles
 // (kDecodeTile) on both sides of the decode/tiled boundary; query blocks and key tiles one short,
@@ -89,6 +96,9 @@ std::vector<Shape> sdpa_shapes() {
   s.push_back({2, 1, 65, 130, 3, 1});
   s.push_back({1, 1, 65, 70, 64, 1024});
   s.push_back({1, 2, 3, 600, 128, 1024});
+  // Nothing to compute: a batch, heads, queries or keys of none, on the decode and tiled paths (a
+  // batch of none once divided by zero when the key chunks were sized).
+  for (const Shape& empty : empty_shapes()) s.push_back(empty);
   return s;
 }
 
@@ -159,6 +169,7 @@ std::vector<Shape> qkv_shapes() {
   for (index_t n : {63, 64, 65})
     for (index_t m : {1, 64, 65, 130}) s.push_back({1, 2, n, m, 5, 3});
   s.push_back({1, 1, 65, 70, 9, 1024});
+  for (const Shape& empty : empty_shapes()) s.push_back(empty);
   return s;
 }
 
@@ -224,6 +235,8 @@ std::vector<Shape> nw_shapes() {
     for (index_t m : {1, 256, 257}) s.push_back({1, 2, n, m, 1, 2});
   s.push_back({1, 2, 65, 70, 2, 1024});
   s.push_back({2, 1, 5, 300, 2, 3});
+  for (const Shape& empty : empty_shapes())
+    for (index_t d : {1, 2}) s.push_back({empty.B, empty.H, empty.n, empty.m, d, empty.v});
   return s;
 }
 

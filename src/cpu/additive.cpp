@@ -113,7 +113,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, h = w_q.R;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tiles = std::max<index_t>(1, (m + fused::kBlockK - 1) / fused::kBlockK);
-  const index_t want = std::clamp<index_t>((16 + B * H - 1) / (B * H), 1, tiles);
+  const index_t want = fused::key_chunks(B * H, tiles);
   const index_t chunk_keys = (tiles + want - 1) / want * fused::kBlockK;
   const index_t chunks = std::max<index_t>(1, (m + chunk_keys - 1) / chunk_keys);
   const bool threads = terms<T>(queries, m, h) >= kParallelTerms;

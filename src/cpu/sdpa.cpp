@@ -33,7 +33,7 @@ template <class T>
 void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr, const fused::KvRows* values = nullptr) {
   const SdpaPlan<T>& a = *f.plan;
   const index_t B = a.q.B, H = a.q.H, Hk = a.k.H, n = a.q.R, m = a.k.R, dv = a.v.C;
-  const index_t chunks = std::clamp<index_t>((16 + B * Hk - 1) / (B * Hk), 1, std::max<index_t>(1, m / 256));
+  const index_t chunks = fused::key_chunks(B * Hk, m / 256);
   const index_t chunk_keys = std::max<index_t>(1, (m + chunks - 1) / chunks);
   Scratch<DecodeBuffers<T>> buf(static_cast<std::size_t>(B * H * n * chunks), dv);
   const fused::SdpaDecode<T> p{f, chunk_keys, chunks, buf->part_out, buf->part_max, buf->part_sum, keys, values};
@@ -134,7 +134,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   const index_t B = plan.q.B, H = plan.q.H, Hk = plan.k.H, n = plan.q.R, m = plan.k.R, d = plan.q.C, dv = plan.v.C;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tiles = std::max<index_t>(1, (m + fused::kBlockK - 1) / fused::kBlockK);
-  const index_t want = std::clamp<index_t>((16 + B * Hk - 1) / (B * Hk), 1, tiles);
+  const index_t want = fused::key_chunks(B * Hk, tiles);
   const index_t chunk_keys = (tiles + want - 1) / want * fused::kBlockK;
   const index_t chunks = std::max<index_t>(1, (m + chunk_keys - 1) / chunk_keys);
   Scratch<BackwardBuffers<T>> buf(static_cast<std::size_t>(B * H * n),

@@ -28,6 +28,12 @@ inline constexpr index_t kBlockQ = 64;
 // Keys per tile: scores and weights of a block for one tile are (kBlockK, kBlockQ).
 inline constexpr index_t kBlockK = 64;
 static_assert(kBlockK == kBlockQ, "the backward transposes square (kBlockK, kBlockQ) tiles");
+// How many chunks the keys of each of `heads` heads are split into so that the calls' tasks number
+// about 16 (both threads kept busy under dynamic scheduling): at least 1, at most `most`. `heads` may
+// be 0 (a batch of none), which leaves no task to run.
+inline index_t key_chunks(index_t heads, index_t most) {
+  return std::clamp<index_t>((16 + heads - 1) / std::max<index_t>(1, heads), 1, std::max<index_t>(1, most));
+}
 // The fused kernels compare key indices in T lanes; beyond 2^24 keys a float no longer holds them.
 inline constexpr index_t kMaxKeys = index_t(1) << 24;
 
