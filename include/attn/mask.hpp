@@ -76,6 +76,14 @@ struct Mask {
   SegmentIds segment_ids_q;                   // empty, or (B, n)
   SegmentIds segment_ids_k;                   // empty: the queries' ids (n == m), or (B, m)
   TensorView<const T> alibi_slopes;           // empty, (H,) or (B, H)
+  // Where these queries and keys start in longer sequences, when a call computes one block of a
+  // larger attention (keys split across calls or machines: sdpa_merge, sdpa_backward_block): query i
+  // is at position query_start + i and key j at key_start + j for the causal rule, the window and
+  // ALiBi, i.e. p(i) above is shifted by query_start - key_start. Valid lengths, the keep and
+  // additive masks and segment ids index the block's own queries and keys; so does dropout. Each in
+  // [0, 2^48).
+  index_t query_start = 0;
+  index_t key_start = 0;
 
   bool is_none() const {
     return valid_lens.empty() && keep.empty() && additive.empty() && causal == Causal::none && !window &&

@@ -41,10 +41,12 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
 // dqueries, dkeys, dvalues from dout, given the forward's inputs and the same mask and options (the
 // same dropout seed gives the same mask). Any gradient may be empty when not needed. out and lse are
 // the forward's results (they must come from the same inputs, mask and scale); both are optional and
-// checked for shape when given. The weights are recomputed from the inputs: the fused kernels
-// rebuild a row as exp(score - lse) when |lse| <= 16 (its rounding then moves the whole row by one
-// factor within 1 +- 16 x 2^-24 in float), and otherwise, or without lse, recompute the row's maximum
-// and sum exactly; without out, the forward is run again first.
+// checked for shape when given. out, when given, also gives D_i = dout_i . out_i of the softmax's
+// backward on every backend (FlashAttention's form; sdpa_backward_block relies on it). The weights
+// are recomputed from the inputs: the fused kernels rebuild a row as exp(score - lse) when
+// |lse| <= 16 (its rounding then moves the whole row by one factor within 1 +- 16 x 2^-24 in float),
+// and otherwise, or without lse, recompute the row's maximum and sum exactly; without out, the
+// forward is run again first.
 template <class T>
 void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
                    TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
@@ -74,6 +76,34 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
                    TensorView<const H> queries, TensorView<const H> keys, TensorView<const H> values,
                    TensorView<const H> out, TensorView<const float> lse, const Mask<float>& mask = {},
                    const SdpaOptions& options = {});
+
+// ---- attention over keys split into blocks (split-KV, sequence parallelism) ----------------------
+// A long attention can be computed block by block of keys, each block a call with its own keys,
+// values and mask and the positions of its first query and key (Mask::query_start, key_start), its
+// results merged exactly through their log-sum-exp; and differentiated block by block the same way.
+// This is what ring attention does on each machine.
+
+// Merges attention over two disjoint sets of keys for the same queries (FlashAttention's combine of
+// split-KV partials): given out and lse over one set and out_part and lse_part over the other,
+// writes the attention over both into out and lse:
+//   lse' = log(e^lse + e^lse_part),  out' = e^(lse - lse') out + e^(lse_part - lse') out_part.
+// A row with no key in one set (lse -inf) takes the other's; with none in either it stays 0, -inf.
+// out, out_part (B, n, v) / (B, H, n, v); lse, lse_part (B, n) / (B, H, n). Exact with dropout too
+// (each part's out is its dropped weights over its own sum).
+template <class T>
+void sdpa_merge(TensorView<T> out, TensorView<T> lse, TensorView<const T> out_part, TensorView<const T> lse_part);
+
+// One block's share of the gradients of a longer attention: queries, keys and values of the block
+// with its mask and options, dout the gradient of the whole attention's output, out and lse the
+// whole attention's (over every block, e.g. merged by sdpa_merge), lse_block this block's own lse
+// from its forward. Writes dkeys and dvalues, the block's own gradients, and dqueries, this block's
+// term of dQ (dQ is the sum of the terms over the blocks). Any gradient may be empty. The weights are
+// the block's own rescaled by e^(lse_block - lse); D = dout . out is the whole attention's.
+template <class T>
+void sdpa_backward_block(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
+                         TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
+                         TensorView<const T> out, TensorView<const T> lse, TensorView<const T> lse_block,
+                         const Mask<T>& mask = {}, const SdpaOptions& options = {});
 
 // Convenience: returns out; fills *weights when not null.
 template <class T>

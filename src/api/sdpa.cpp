@@ -1,8 +1,10 @@
 // Public scaled dot-product attention: argument checks, then the kernels of the current backend.
 #include "attn/sdpa.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "api/checks.hpp"
@@ -206,6 +208,87 @@ void flex_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
 
 }  // namespace detail
 
+// ---- keys in blocks ------------------------------------------------------------------------------
+
+namespace {
+
+// lse-shaped rows of out (B, [H,] n, v): what lse_view reads for a merge.
+template <class T>
+SdpaCall<T> rows_of(const View4<T>& out, int rank) {
+  SdpaCall<T> c{};
+  c.B = out.B, c.H = out.H, c.n = out.R, c.dv = out.C, c.rank = rank;
+  return c;
+}
+
+}  // namespace
+
+template <class T>
+void sdpa_merge(TensorView<T> out, TensorView<T> lse, TensorView<const T> out_part, TensorView<const T> lse_part) {
+  const char* op = "sdpa_merge";
+  const View4<T> o = detail::require_tensor(out, op, "out", 0);
+  const int rank = out.rank();
+  const View4<const T> p = detail::require_tensor(out_part, op, "out_part", rank);
+  detail::require_shape(out_part, {out.shape().begin(), out.shape().end()}, op, "out_part", "the shape of out");
+  const SdpaCall<T> rows = rows_of(o, rank);
+  if (lse.empty()) detail::fail(op, ": lse is required: the log-sum-exp of each row of out");
+  if (lse_part.empty()) detail::fail(op, ": lse_part is required: the log-sum-exp of each row of out_part");
+  const View4<T> l = lse_view(lse, rows, op);
+  const View4<const T> lp = lse_view(lse_part, rows, op);
+  detail::require_no_aliasing<T>(op, {{"out", out}, {"lse", lse}}, {{"out_part", out_part}, {"lse_part", lse_part}});
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+#pragma omp parallel for collapse(3) schedule(static) if (o.B * o.H * o.R * o.C > 65536)
+  for (index_t b = 0; b < o.B; ++b)
+    for (index_t h = 0; h < o.H; ++h)
+      for (index_t i = 0; i < o.R; ++i) {
+        const T la = l.at(b, h, i, 0), lb = lp.at(b, h, i, 0);
+        T* row = o.row(b, h, i);
+        const T* part = p.row(b, h, i);
+        if (lb == neg_inf) continue;  // the part has no key: the row stays
+        if (la == neg_inf) {          // only the part has keys
+          for (index_t c = 0; c < o.C; ++c) row[c] = part[c];
+          l.at(b, h, i, 0) = lb;
+          continue;
+        }
+        const T top = std::max(la, lb), ea = std::exp(la - top), eb = std::exp(lb - top), sum = ea + eb;
+        const T wa = ea / sum, wb = eb / sum;  // NaN in either lse reaches both
+        for (index_t c = 0; c < o.C; ++c) row[c] = wa * row[c] + wb * part[c];
+        l.at(b, h, i, 0) = top + std::log(sum);
+      }
+}
+
+template <class T>
+void sdpa_backward_block(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
+                         TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
+                         TensorView<const T> out, TensorView<const T> lse, TensorView<const T> lse_block,
+                         const Mask<T>& mask, const SdpaOptions& options) {
+  const char* op = "sdpa_backward_block";
+  const SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
+  const auto out_dims = detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv);
+  const View4<const T> g = detail::require_tensor(dout, op, "dout", c.rank);
+  detail::require_shape(dout, out_dims, op, "dout", "the shape of the whole attention's out");
+  if (out.empty() || lse.empty() || lse_block.empty())
+    detail::fail(op, ": out and lse (the whole attention's) and lse_block (this block's) are all required");
+  detail::require_tensor(out, op, "out", c.rank);
+  detail::require_shape(out, out_dims, op, "out", "the whole attention's out, (B, n, v)");
+  const View4<const T> l = lse_view(lse, c, op), lb = lse_view(lse_block, c, op);
+  // The block's weights, normalised over the block, are the whole attention's times
+  // alpha = e^(lse_block - lse) per row; scaling dout by alpha scales every gradient term but D, and
+  // D = dout . out from the whole attention's out is then alpha D as well (pool_backward, fused).
+  Tensor<T> scaled(out_dims);
+  const View4<T> s = detail::require_tensor(scaled.view(), op, "dout", c.rank);
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (index_t b = 0; b < c.B; ++b)
+    for (index_t h = 0; h < c.H; ++h)
+      for (index_t i = 0; i < c.n; ++i) {
+        const T whole = l.at(b, h, i, 0), part = lb.at(b, h, i, 0);
+        const T alpha = whole == neg_inf || part == neg_inf ? T(0) : std::exp(part - whole);
+        const T* src = g.row(b, h, i);
+        T* dst = s.row(b, h, i);
+        for (index_t e = 0; e < c.dv; ++e) dst[e] = alpha * src[e];
+      }
+  sdpa_backward<T>(dqueries, dkeys, dvalues, scaled.cview(), queries, keys, values, out, lse_block, mask, options);
+}
+
 template <class T>
 Tensor<T> scaled_dot_product_attention(TensorView<const T> queries, TensorView<const T> keys,
                                        TensorView<const T> values, const Mask<T>& mask, const SdpaOptions& options,
@@ -226,7 +309,12 @@ Tensor<T> scaled_dot_product_attention(TensorView<const T> queries, TensorView<c
                               TensorView<const T>, TensorView<const T>, TensorView<const T>, TensorView<const T>,   \
                               const Mask<T>&, const SdpaOptions&);                                                  \
   template Tensor<T> scaled_dot_product_attention(TensorView<const T>, TensorView<const T>, TensorView<const T>,    \
-                                                  const Mask<T>&, const SdpaOptions&, Tensor<T>*);
+                                                  const Mask<T>&, const SdpaOptions&, Tensor<T>*);                  \
+  template void sdpa_merge(TensorView<T>, TensorView<T>, TensorView<const T>, TensorView<const T>);                   \
+  template void sdpa_backward_block(TensorView<T>, TensorView<T>, TensorView<T>, TensorView<const T>,                 \
+                                    TensorView<const T>, TensorView<const T>, TensorView<const T>,                    \
+                                    TensorView<const T>, TensorView<const T>, TensorView<const T>, const Mask<T>&,    \
+                                    const SdpaOptions&);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 #undef ATTN_INSTANTIATE

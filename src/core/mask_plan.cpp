@@ -90,8 +90,13 @@ MaskPlan<T> plan_mask(const Mask<T>& mask, index_t B, index_t H, index_t n, inde
         }
       }
   }
-  // Positions p(i) = i + offset, for the causal rule, the window and ALiBi.
-  p.offset = mask.causal == Causal::bottom_right ? m - n : 0;
+  // Positions p(i) = i + offset, for the causal rule, the window and ALiBi; a block of a longer
+  // attention is shifted by where its queries and keys start.
+  constexpr index_t kMaxStart = index_t(1) << 48;
+  if (mask.query_start < 0 || mask.query_start >= kMaxStart || mask.key_start < 0 || mask.key_start >= kMaxStart)
+    detail::fail(op, ": query_start is ", mask.query_start, " and key_start ", mask.key_start,
+                 "; positions must lie in [0, 2^48)");
+  p.offset = (mask.causal == Causal::bottom_right ? m - n : 0) + mask.query_start - mask.key_start;
   p.causal = mask.causal != Causal::none;
   if (mask.window) {
     p.window = true;

@@ -61,7 +61,8 @@ struct MaskPlan {
   const std::int64_t* lens = nullptr;  // valid lengths, lens[b * lens_sb + i * lens_si]
   index_t lens_sb = 0, lens_si = 0;
   bool causal = false;
-  index_t offset = 0;                  // p(i) = i + offset: 0, or m - n when causal is bottom-right
+  index_t offset = 0;                  // p(i) = i + offset: 0, or m - n when causal is bottom-right,
+                                       // plus query_start - key_start
   bool window = false;
   index_t window_left = -1, window_right = -1;  // -1: unbounded on that side
   const bool* keep = nullptr;

@@ -2,7 +2,7 @@
 // buffer, then the shared pooling pass. The path for calls that ask for the weights, and the
 // baseline `attn bench` measures the fused kernels against. The backward recomputes the weights
 // from the scores exactly as the forward did (rebuilding them as exp(s - lse) would lose the low bits
-// of lse when |s| is large).
+// of lse when |s| is large); D comes from out when it is given, as in the fused backward.
 #include <cmath>
 #include <vector>
 
@@ -52,7 +52,7 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T
 }
 
 template <class T>
-void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> /*out*/,
+void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> out,
                    View4<const T> /*lse*/, const SdpaPlan<T>& p) {
   const index_t B = p.q.B, H = p.q.H, n = p.q.R, m = p.k.R, d = p.q.C;
   std::vector<T> scores = scaled_scores(p);
@@ -69,7 +69,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
     t.resize(scores.size());
     for (std::size_t e = 0; e < scores.size(); ++e) t[e] = scores[e] / p.softcap;
   }
-  pool_backward<T>(s, dvalues, dout, w, p.v, p.mask, p.dropout, p.group);
+  pool_backward<T>(s, dvalues, dout, w, p.v, p.mask, p.dropout, p.group, out);
   // cap(x) = softcap tanh(x / softcap)  =>  d x = d cap (1 - t^2), with x = scale q . k.
   if (p.softcap != T(0))
     for (std::size_t e = 0; e < scores.size(); ++e) scores[e] *= T(1) - t[e] * t[e];

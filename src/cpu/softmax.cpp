@@ -66,7 +66,8 @@ void pool_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> s
 
 template <class T>
 void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View4<const T> weights,
-                   View4<const T> values, const MaskPlan<T>& mask, const DropoutPlan& dropout, index_t group) {
+                   View4<const T> values, const MaskPlan<T>& mask, const DropoutPlan& dropout, index_t group,
+                   View4<const T> out) {
   const index_t H = weights.H, n = weights.R, m = weights.C, v = dout.C;
 #pragma omp parallel
   {
@@ -89,7 +90,12 @@ void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View
             // wd_ij = w_ij * D_ij s, so d w_ij = (wd_ij / w_ij) (dout_i . v_j) where w_ij != 0
             dw[static_cast<std::size_t>(j)] = wd[static_cast<std::size_t>(j)] != T(0) ? dot * static_cast<T>(dropout.scale) : T(0);
           }
-          softmax_row_backward(dscores.row(b, h, i), dw.data(), w, rm, m);
+          double given = 0;  // D_i = dout_i . out_i, in double as the fused backward's
+          if (!out.empty()) {
+            const T* o = out.row(b, h, i);
+            for (index_t c = 0; c < v; ++c) given += static_cast<double>(g[c]) * static_cast<double>(o[c]);
+          }
+          softmax_row_backward(dscores.row(b, h, i), dw.data(), w, rm, m, out.empty() ? nullptr : &given);
         }
     // dv_j = sum over the group's heads h and queries i of wd_ij dout_i: one value row per
     // iteration, so no two threads write the same row.
@@ -119,7 +125,7 @@ void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View
   template void pool_forward(View4<T>, View4<T>, View4<T>, View4<const T>, View4<const T>, const MaskPlan<T>&,      \
                              const DropoutPlan&, index_t);                                                          \
   template void pool_backward(View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>, const MaskPlan<T>&, \
-                              const DropoutPlan&, index_t);
+                              const DropoutPlan&, index_t, View4<const T>);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 #undef ATTN_INSTANTIATE

@@ -44,12 +44,14 @@ T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
 
 // ds (m) from dw (m) and w (m): w_j (dw_j - sum_k w_k dw_k) for allowed keys, 0 for masked ones.
 // The sum is kept in double: in a peaked row dw_j - sum cancels, and a float sum's drift would
-// reach ds directly.
+// reach ds directly. *given, when not null, replaces the sum (pool_backward's D from out).
 template <class T>
-void softmax_row_backward(T* ds, const T* dw, const T* w, const RowMask<T>& rm, index_t m) {
+void softmax_row_backward(T* ds, const T* dw, const T* w, const RowMask<T>& rm, index_t m,
+                          const double* given = nullptr) {
   double dot = 0;
   for (index_t j = 0; j < m; ++j)
     if (rm.participates(j)) dot += static_cast<double>(w[j]) * static_cast<double>(dw[j]);
+  if (given != nullptr) dot = *given;
   for (index_t j = 0; j < m; ++j)
     ds[j] = rm.allowed(j) ? static_cast<T>(static_cast<double>(w[j]) * (static_cast<double>(dw[j]) - dot)) : T(0);
 }

@@ -49,9 +49,10 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T
   pool_forward<T>(out, lse, weights, dense_view4(scores.data(), B, H, n, m), p.v, p.mask, p.dropout, p.group);
 }
 
-// The reference ignores out and lse and recomputes the weights from the formula.
+// The reference ignores lse and recomputes the weights from the formula; out, when given, gives D
+// (pool_backward).
 template <class T>
-void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> /*out*/,
+void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> given_out,
                    View4<const T> /*lse*/, const SdpaPlan<T>& p) {
   const index_t B = p.q.B, H = p.q.H, n = p.q.R, m = p.k.R, d = p.q.C;
   std::vector<T> t;  // tanh(s / softcap)
@@ -60,7 +61,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   const View4<T> w = dense_view4(weights.data(), B, H, n, m), ds = dense_view4(dscores.data(), B, H, n, m);
   pool_forward<T>(dense_view4(out.data(), B, H, n, p.v.C), {}, w, dense_view4(scores.data(), B, H, n, m), p.v,
                   p.mask, p.dropout, p.group);
-  pool_backward<T>(ds, dvalues, dout, w, p.v, p.mask, p.dropout, p.group);
+  pool_backward<T>(ds, dvalues, dout, w, p.v, p.mask, p.dropout, p.group, given_out);
   // cap(s) = softcap tanh(s / softcap)  =>  d s = d cap (1 - tanh^2)
   if (p.softcap != T(0))
     for (std::size_t e = 0; e < dscores.size(); ++e) dscores[e] *= T(1) - t[e] * t[e];

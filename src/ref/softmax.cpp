@@ -37,12 +37,14 @@ T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
 }
 
 // d loss / d x_j for one row given d loss / d w (dw) and w: w_j (dw_j - sum_k w_k dw_k), and 0 for
-// masked keys, whose score (if any) was a constant.
+// masked keys, whose score (if any) was a constant. The sum D = sum_k w_k dw_k is *given instead when
+// not null (pool_backward's D from out).
 template <class T>
-void softmax_row_backward(T* ds, const T* dw, const T* w, const RowMask<T>& rm, index_t m) {
+void softmax_row_backward(T* ds, const T* dw, const T* w, const RowMask<T>& rm, index_t m, const T* given = nullptr) {
   T dot = 0;
   for (index_t j = 0; j < m; ++j)
     if (rm.participates(j)) dot += w[j] * dw[j];
+  if (given != nullptr) dot = *given;
   for (index_t j = 0; j < m; ++j) ds[j] = rm.allowed(j) ? w[j] * (dw[j] - dot) : T(0);
 }
 
@@ -93,7 +95,8 @@ void pool_forward(View4<T> out, View4<T> lse, View4<T> weights, View4<const T> s
 
 template <class T>
 void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View4<const T> weights,
-                   View4<const T> values, const MaskPlan<T>& mask, const DropoutPlan& dropout, index_t group) {
+                   View4<const T> values, const MaskPlan<T>& mask, const DropoutPlan& dropout, index_t group,
+                   View4<const T> out) {
   const T keep_scale = static_cast<T>(dropout.scale);
   const index_t m = weights.C;
   std::vector<T> dw(static_cast<std::size_t>(m));
@@ -118,7 +121,10 @@ void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View
           if (!dvalues.empty())
             for (index_t c = 0; c < dout.C; ++c) dvalues.at(b, h / group, j, c) += w[j] * keep_scale * g[c];
         }
-        softmax_row_backward(dscores.row(b, h, i), dw.data(), w, rm, m);
+        T given = 0;  // D_i = dout_i . out_i
+        if (!out.empty())
+          for (index_t c = 0; c < dout.C; ++c) given += g[c] * out.at(b, h, i, c);
+        softmax_row_backward(dscores.row(b, h, i), dw.data(), w, rm, m, out.empty() ? nullptr : &given);
       }
 }
 
@@ -128,7 +134,7 @@ void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View
   template void pool_forward(View4<T>, View4<T>, View4<T>, View4<const T>, View4<const T>, const MaskPlan<T>&,      \
                              const DropoutPlan&, index_t);                                                          \
   template void pool_backward(View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>, const MaskPlan<T>&, \
-                              const DropoutPlan&, index_t);
+                              const DropoutPlan&, index_t, View4<const T>);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 #undef ATTN_INSTANTIATE
