@@ -6,7 +6,9 @@
 #   cli.help_examples          runs the example printed by each subcommand's --help, as printed,
 #                              with Debian's python3 and numpy writing the input files;
 #   cli.numpy                  runs each subcommand on files numpy wrote (Fortran order, format
-#                              versions 2.0 and 3.0) against the seeds' formulas in numpy.
+#                              versions 2.0 and 3.0) against the seeds' formulas in numpy;
+#   cli.bench                  `attn bench` on its decode cases (float32, 16-bit, int8): exit 0,
+#                              every case in the JSON (tests/cli_bench.py).
 foreach(cli_test test_cli test_cli_errors)
   target_compile_definitions(${cli_test} PRIVATE ATTN_CLI="$<TARGET_FILE:attn_cli>")
   add_dependencies(${cli_test} attn_cli)
@@ -20,4 +22,6 @@ if(EXISTS /usr/bin/python3)
   add_test(NAME cli.numpy COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/cli_numpy.py $<TARGET_FILE:attn_cli>
                                   ${CMAKE_CURRENT_BINARY_DIR}/cli_numpy)
   set_tests_properties(cli.numpy PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 120)
+  add_test(NAME cli.bench COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/cli_bench.py $<TARGET_FILE:attn_cli>)
+  set_tests_properties(cli.bench PROPERTIES LABELS cli TIMEOUT 300 RUN_SERIAL TRUE)
 endif()

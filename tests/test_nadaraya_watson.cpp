@@ -623,7 +623,7 @@ TEST(NadarayaWatsonWindowed, VisitsFarFewerPairsThanDense) {
   const Shape s{3, 2, 1, 2000, 2000, 1, 1};
   const Problem pr = make_1d(s, 5, KeyOrder::unsorted, 0, 5, 0, 5);
   const Tensor<float> q = convert<float>(pr.q), k = convert<float>(pr.k);
-  const auto q4 = detail::to_view4(q.cview(), "test", "q"), k4 = detail::to_view4(k.cview(), "test", "k");
+  const auto q4 = q.cview(), k4 = k.cview();
   const float sigma = 0.05f;
   double inside = 0;
   for (index_t i = 0; i < s.B * s.n; ++i) {
@@ -634,12 +634,12 @@ TEST(NadarayaWatsonWindowed, VisitsFarFewerPairsThanDense) {
     }
   }
   const double dense = static_cast<double>(s.B * s.n * s.m);
-  EXPECT_EQ(cpu::windowed::visited_pairs<float>(q4, k4, Kernel::boxcar, sigma), inside);
-  EXPECT_LE(cpu::windowed::visited_pairs<float>(q4, k4, Kernel::epanechnikov, sigma), inside);
-  const double gaussian = cpu::windowed::visited_pairs<float>(q4, k4, Kernel::gaussian, sigma);
+  EXPECT_EQ(nadaraya_watson_visited_pairs<float>(q4, k4, Kernel::boxcar, sigma), inside);
+  EXPECT_LE(nadaraya_watson_visited_pairs<float>(q4, k4, Kernel::epanechnikov, sigma), inside);
+  const double gaussian = nadaraya_watson_visited_pairs<float>(q4, k4, Kernel::gaussian, sigma);
   EXPECT_LT(gaussian, dense / 5) << "visited " << gaussian << " of " << dense;
   EXPECT_LT(inside, dense / 20);
-  EXPECT_EQ(cpu::windowed::visited_pairs<float>(q4, k4, Kernel::constant, sigma), -1);  // dense
+  EXPECT_EQ(nadaraya_watson_visited_pairs<float>(q4, k4, Kernel::constant, sigma), -1);  // dense
 }
 
 // Queries or keys that are not finite cannot be ordered: such calls take the dense path and give

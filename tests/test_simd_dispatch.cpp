@@ -9,10 +9,10 @@
 
 #include "attn/additive.hpp"
 #include "attn/nadaraya_watson.hpp"
+#include "attn/machine.hpp"
 #include "attn/sdpa.hpp"
 #include "cpu/simd/additive.hpp"
 #include "cpu/simd/dispatch.hpp"
-#include "cpu/simd/machine.hpp"
 #include "support/testing.hpp"
 
 namespace attn {
@@ -83,7 +83,7 @@ TEST_P(SimdSwitch, MachineProbesAndTanhRunTheChosenTarget) {
   cpu::simd::reset_ran();
   std::vector<float> x(100, 0.5f), y(100);
   cpu::fused::simd_tanh(x.data(), y.data(), x.size());
-  (void)cpu::machine::read_bandwidth(std::size_t(1) << 16);
+  (void)attn::machine::read_bandwidth(std::size_t(1) << 16);
   EXPECT_EQ(simd_targets_ran(true), std::vector<std::string>{GetParam()});
 }
 

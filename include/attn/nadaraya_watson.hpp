@@ -43,4 +43,10 @@ void nadaraya_watson_backward(TensorView<T> dqueries, TensorView<T> dkeys, Tenso
                               TensorView<const T> dout, TensorView<const T> queries, TensorView<const T> keys,
                               TensorView<const T> values, Kernel kernel, T sigma);
 
+// The (query, key) pairs the cpu backend's windowed path (1-D keys, above) visits for these inputs:
+// the work `attn bench` counts for that path. -1 where the path does not apply (keys of more than one
+// dimension, the constant kernel). Counted by the forward's own window search, computing no weight.
+template <class T>
+double nadaraya_watson_visited_pairs(TensorView<const T> queries, TensorView<const T> keys, Kernel kernel, T sigma);
+
 }  // namespace attn

@@ -11,6 +11,7 @@
 
 #include "api/checks.hpp"
 #include "cpu/cpu.hpp"
+#include "cpu/nw_windowed.hpp"
 #include "ref/ref.hpp"
 
 namespace attn {
@@ -134,7 +135,15 @@ void nadaraya_watson_backward(TensorView<T> dqueries, TensorView<T> dkeys, Tenso
   ATTN_DISPATCH(nw_backward, dq, dk, dv, dsigma, d, in.q, in.k, in.v, kernel, sigma);
 }
 
+template <class T>
+double nadaraya_watson_visited_pairs(TensorView<const T> queries, TensorView<const T> keys, Kernel kernel, T sigma) {
+  const char* op = "nadaraya_watson_visited_pairs";
+  return cpu::windowed::visited_pairs<T>(detail::to_view4(queries, op, "queries"), detail::to_view4(keys, op, "keys"),
+                                         kernel, sigma);
+}
+
 #define ATTN_INSTANTIATE(T)                                                                                   \
+  template double nadaraya_watson_visited_pairs<T>(TensorView<const T>, TensorView<const T>, Kernel, T);       \
   template void nadaraya_watson_forward<T>(TensorView<T>, TensorView<T>, TensorView<const T>,                \
                                            TensorView<const T>, TensorView<const T>, Kernel, T);             \
   template void nadaraya_watson_backward<T>(TensorView<T>, TensorView<T>, TensorView<T>, T*,                 \

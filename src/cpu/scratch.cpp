@@ -1,4 +1,4 @@
-// The per-thread arenas behind ScratchFrame (cpu/scratch.hpp).
+// The per-thread arenas behind ScratchFrame (cpu/scratch.hpp), and the public accounting of them (attn/machine.hpp).
 #include "cpu/scratch.hpp"
 
 #include <algorithm>
@@ -8,6 +8,8 @@
 #include <memory>
 #include <new>
 #include <vector>
+
+#include "attn/machine.hpp"
 
 namespace attn::cpu {
 namespace {
@@ -103,3 +105,10 @@ void ScratchFrame::release() { arena().release(); }
 void ScratchFrame::set_fill(int byte) { fill_byte.store(byte < 0 ? -1 : byte & 0xFF); }
 
 }  // namespace attn::cpu
+
+namespace attn::machine {
+
+std::size_t scratch_bytes() { return cpu::ScratchFrame::held(); }
+void release_scratch() { cpu::ScratchFrame::release(); }
+
+}  // namespace attn::machine

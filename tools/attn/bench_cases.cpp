@@ -11,8 +11,6 @@
 
 #include "attn/attn.hpp"
 #include "bench.hpp"
-#include "core/view4.hpp"
-#include "cpu/nw_windowed.hpp"
 
 namespace attn_cli {
 
@@ -197,10 +195,7 @@ BenchCase nw_gaussian_1d_case(index_t n, index_t m, float sigma, index_t stride)
   c.baseline_bytes = 4.0 * attn::num_threads() * static_cast<double>(m);  // a row of weights per thread
   c.prepare = [s] { s->prepare(); };
   c.pairs = [s] {
-    using attn::detail::to_view4;
-    return attn::cpu::windowed::visited_pairs<float>(to_view4(s->q.view(), "bench", "q"),
-                                                     to_view4(s->x.view(), "bench", "x"), attn::Kernel::gaussian,
-                                                     s->sigma);
+    return attn::nadaraya_watson_visited_pairs<float>(s->q.view(), s->x.view(), attn::Kernel::gaussian, s->sigma);
   };
   c.run_fused = [s] {
     attn::nadaraya_watson_forward<float>(s->out.view(), {}, s->q.view(), s->x.view(), s->y.view(),

@@ -4,6 +4,7 @@
 // bytes of float32); the forward widens them to float32 on entry (no 16-bit tile kernel yet).
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "attn/half.hpp"
 #include "attn/kv_cache.hpp"
@@ -24,6 +25,10 @@ Tensor<H> narrowed(const Tensor<float>& t) {
   return h;
 }
 
+// 4 units of each storage type's roundoff: bfloat16 2^-8, float16 2^-11, int8 (q8_0) 1/254 of a
+// group's largest magnitude.
+constexpr double kBf16Tolerance = 4.0 / 256, kF16Tolerance = 4.0 / 2048, kInt8Tolerance = 4.0 / 254;
+
 template <class H>
 struct HalfData {
   index_t B, n, m, d;
@@ -41,6 +46,7 @@ template <class H>
 BenchCase half_case(const char* type, index_t B, index_t n, index_t m, index_t d) {
   auto s = std::make_shared<HalfData<H>>(HalfData<H>{B, n, m, d});
   BenchCase c;
+  c.tolerance = std::is_same_v<H, attn::bfloat16> ? kBf16Tolerance : kF16Tolerance;
   const bool decode = n <= 4;
   c.name = std::string(decode ? "sdpa decode " : "sdpa forward ") + type + " (" + std::to_string(B) + "," +
            std::to_string(n) + "," + std::to_string(m) + "," + std::to_string(d) + ")";
@@ -81,6 +87,7 @@ BenchCase cache_decode_case(const char* type, attn::KvDtype dtype, index_t B, in
   c.bytes = static_cast<double>(B) * (2.0 * m * d * bytes_per_value + 8.0 * d);
   c.formula = "bytes of the cache's keys and values (int8 with its scales), queries and out; float32 in the unfused column";
   c.flops = 4.0 * static_cast<double>(B) * m * d;
+  c.tolerance = dtype == attn::KvDtype::int8 ? kInt8Tolerance : kBf16Tolerance;
   c.prepare = [s, dtype, B, m, d] {
     s->q = uniform({B, 1, 1, d}, 1), s->k = uniform({B, 1, m, d}, 2), s->v = uniform({B, 1, m, d}, 3);
     s->out = Tensor<float>({B, 1, 1, d}), s->out32 = Tensor<float>({B, 1, 1, d});

@@ -1,4 +1,4 @@
-// The machine's FMA peak and memory read rate (cpu/simd/machine.hpp), measured with the same SIMD
+// The machine's FMA peak and memory read rate (attn/machine.hpp), measured with the same SIMD
 // target and threads as the kernels.
 #include <omp.h>
 
@@ -16,16 +16,16 @@
 #include <hwy/highway.h>
 
 #include "cpu/simd/dispatch.hpp"
-#include "cpu/simd/machine.hpp"
+#include "attn/machine.hpp"
 
 HWY_BEFORE_NAMESPACE();
-namespace attn::cpu::machine::HWY_NAMESPACE {
+namespace attn::machine::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // 12 independent FMA chains for `iters` rounds; returns the FLOPs done. 12 chains cover the FMA
 // latency times the FMA ports of current x86 cores (4 cycles x 2 ports), and fit 16 registers.
 double FmaChains(std::int64_t iters, float seed) {
-  simd::note_ran(HWY_TARGET);
+  cpu::simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const V a = hn::Set(d, 0.999999f), b = hn::Set(d, 1e-7f);
@@ -43,7 +43,7 @@ double FmaChains(std::int64_t iters, float seed) {
 
 // Sum of x[0, count) in four vector accumulators (a read stream; the sum is returned so that it is kept).
 float ReadSum(const float* x, std::size_t count) {
-  simd::note_ran(HWY_TARGET);
+  cpu::simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<float> d;
   const std::size_t L = hn::Lanes(d);
   auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
@@ -59,11 +59,11 @@ float ReadSum(const float* x, std::size_t count) {
   return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3)))) + rest;
 }
 
-}  // namespace attn::cpu::machine::HWY_NAMESPACE
+}  // namespace attn::machine::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace attn::cpu::machine {
+namespace attn::machine {
 
 HWY_EXPORT(FmaChains);
 HWY_EXPORT(ReadSum);
@@ -75,7 +75,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 double fma_peak_flops() {
-  const simd::Target target = simd::current();
+  const cpu::simd::Target target = cpu::simd::current();
   const std::int64_t iters = 20'000'000;
   double best = 0;
   for (int run = 0; run < 5; ++run) {
@@ -89,7 +89,7 @@ double fma_peak_flops() {
 }
 
 double read_bandwidth(std::size_t bytes) {
-  const simd::Target target = simd::current();
+  const cpu::simd::Target target = cpu::simd::current();
   const std::size_t count = bytes / sizeof(float);
   auto buf = hwy::AllocateAligned<float>(count);
   float* x = buf.get();
@@ -113,5 +113,5 @@ double read_bandwidth(std::size_t bytes) {
   return best;
 }
 
-}  // namespace attn::cpu::machine
+}  // namespace attn::machine
 #endif  // HWY_ONCE
