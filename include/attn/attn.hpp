@@ -9,6 +9,7 @@
 #include "attn/error.hpp"
 #include "attn/half.hpp"
 #include "attn/kv_cache.hpp"
+#include "attn/machine.hpp"
 #include "attn/mask.hpp"
 #include "attn/multi_head.hpp"
 #include "attn/nadaraya_watson.hpp"
@@ -17,4 +18,5 @@
 #include "attn/softmax.hpp"
 #include "attn/tensor.hpp"
 #include "attn/train.hpp"
+#include "attn/version.hpp"
 #include "attn/width_selection.hpp"

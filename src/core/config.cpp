@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "attn/error.hpp"
+#include "attn/version.hpp"
 #include "cpu/bf16/dot_bf16.hpp"
 
 namespace attn {
@@ -48,5 +49,7 @@ bool bf16_kernel_chosen() {
   const Bf16Kernel choice = bf16_choice.load();
   return choice != Bf16Kernel::off && bf16_kernel_available() && (choice == Bf16Kernel::on || bf16_kernel_pays());
 }
+
+const char* version() { return ATTN_VERSION_STRING; }
 
 }  // namespace attn

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attn/error.hpp"
+#include "attn/version.hpp"
 #include "bench.hpp"
 #include "commands.hpp"
 #include "demo.hpp"
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   using namespace attn_cli;
   CLI::App app{"attn: attention scoring functions on .npy files"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("attn ") + attn::version(), "Print attn's version and exit");
   add_softmax_command(app);
   add_sdpa_command(app);
   add_additive_command(app);

@@ -1,0 +1,32 @@
+#!/bin/sh
+# package.consumer (tests/package.cmake): BUILD_DIR SOURCE_DIR WORK_DIR VERSION.
+# Installs BUILD_DIR into WORK_DIR/prefix, builds examples/consumer against it twice (the CMake package,
+# then pkg-config), runs both and compares the versions. Fails on the first step that fails.
+set -eu
+build=$1 source=$2 work=$3 version=$4
+rm -rf "$work"
+prefix=$work/prefix
+cmake --install "$build" --prefix "$prefix" --component development >/dev/null
+cmake --install "$build" --prefix "$prefix" --component cli >/dev/null
+for f in include/attn/attn.hpp include/attn/version.hpp lib/libattn.a lib/cmake/attn/attnConfig.cmake \
+         lib/cmake/attn/attnConfigVersion.cmake lib/cmake/attn/attnTargets.cmake lib/pkgconfig/attn.pc bin/attn; do
+  [ -f "$prefix/$f" ] || { echo "package.consumer: $f was not installed under $prefix" >&2; exit 1; }
+done
+
+echo "-- find_package(attn 0.2 CONFIG REQUIRED)"
+cmake -S "$source/examples/consumer" -B "$work/cmake" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$prefix" >"$work/cmake.log" || { cat "$work/cmake.log"; exit 1; }
+cmake --build "$work/cmake" >>"$work/cmake.log" || { cat "$work/cmake.log"; exit 1; }
+"$work/cmake/consumer" | tee "$work/cmake.out"
+grep -q "attn headers $version, library $version;" "$work/cmake.out"
+
+echo "-- pkg-config attn"
+flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs attn)
+[ "$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --modversion attn)" = "$version" ]
+# shellcheck disable=SC2086  # the flags are words
+g++ -O2 "$source/examples/consumer/main.cpp" -o "$work/consumer_pc" $flags
+"$work/consumer_pc"
+
+echo "-- attn --version"
+[ "$("$prefix/bin/attn" --version)" = "attn $version" ]
+echo "package.consumer: the installed package builds and runs both ways, version $version"
