@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 
 # Every dependency, and why, is listed in the README ("Dependencies").
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev librandom123-dev libhwy-dev libbenchmark-dev libpng-dev libfreetype-dev
-          fonts-dejavu-core python3-numpy python3-torch python3-dev pybind11-dev python3-pytest clang libclang-rt-dev libomp-dev)
+          fonts-dejavu-core python3-numpy python3-torch python3-dev pybind11-dev python3-pytest clang libclang-rt-dev libomp-dev
+          pkg-config python3-pip python3-setuptools python3-wheel python3-venv)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 missing=()
@@ -34,8 +35,12 @@ build() {  # build DIR [cmake options...]
 }
 
 build build/release -DCMAKE_BUILD_TYPE=Release
-# `import attn` for /usr/bin/python3: the built module copied into the site-packages directory of
-# packages installed outside apt, /usr/local/lib/python3.11/dist-packages (python/CMakeLists.txt).
+# `import attn` for /usr/bin/python3: the built package (python/attn and its compiled attn/_attn)
+# copied into the site-packages directory of packages installed outside apt,
+# /usr/local/lib/python3.11/dist-packages (python/CMakeLists.txt). A module of attn 0.1 (one file,
+# attn.cpython-*.so) installed there earlier is removed: the package replaces it.
+platlib=$(/usr/bin/python3 -c "import sysconfig; print(sysconfig.get_path('platlib'))")
+$sudo rm -f "$platlib"/attn.cpython-*.so
 $sudo cmake --install build/release --component python
 if [ "$mode" = demo ]; then
   exec build/release/attn demo --out-dir out/demo

@@ -11,5 +11,6 @@ void bind_plot(pybind11::module_& m);       // plot.cpp: show_heatmaps
 void bind_config(pybind11::module_& m);     // config.cpp: SIMD target, threads
 void bind_multi_head(pybind11::module_& m);  // multi_head.cpp: MultiHeadAttention
 void bind_kv_cache(pybind11::module_& m);    // kv_cache.cpp: KVCache
+void bind_torch_bridge(pybind11::module_& m);  // torch_bridge.cpp: attn._attn._torch, what attn.torch calls
 
 }  // namespace attn_py

@@ -1,15 +1,16 @@
-// `import attn`: the Python module over the C++ library (pybind11).
+// attn._attn: the compiled part of the Python package `attn` (python/attn/__init__.py re-exports it).
 #include <pybind11/pybind11.h>
 
 #include "bindings.hpp"
 
-PYBIND11_MODULE(attn, m) {
+PYBIND11_MODULE(_attn, m) {
   m.doc() = R"(attn: attention scoring functions, computed by the attn C++ library.
 
 The chapter's PyTorch code as NumPy functions and layers: masked_softmax, bmm,
 scaled_dot_product_attention, nadaraya_watson, the layers DotProductAttention,
 AdditiveAttention and MultiHeadAttention with their backward passes, a KVCache for decoding, and
-show_heatmaps (SVG or PNG files).
+show_heatmaps and plot (SVG or PNG files). attn.torch (import attn.torch) offers the kernels
+to PyTorch with autograd.
 
 Arrays are float32 or float64 (all arrays of one call in the same dtype; scaled_dot_product_attention
 also takes float16, and computes float32 ones in bfloat16 with compute_dtype='bfloat16'); C-contiguous arrays, and
@@ -23,4 +24,5 @@ is released while attn computes. A bad argument raises ValueError (shapes, value
   attn_py::bind_config(m);
   attn_py::bind_multi_head(m);
   attn_py::bind_kv_cache(m);
+  attn_py::bind_torch_bridge(m);
 }

@@ -2,7 +2,7 @@
 
 The tests import `attn` from PYTHONPATH: CTest (tests/python.cmake) points it at the build's module,
 so that what is tested is the build, not a copy installed in site-packages. Run them by hand with
-  PYTHONPATH=build/python /usr/bin/python3 -m pytest -q python/tests
+  PYTHONPATH=build/release/python /usr/bin/python3 -m pytest -q python/tests
 """
 import zlib
 

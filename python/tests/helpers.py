@@ -1,4 +1,8 @@
-"""Helpers of the Python module's tests: the error budget of STYLE.md, torch on NumPy inputs."""
+"""Helpers of the Python module's tests: the error budget of STYLE.md, torch on NumPy inputs, the
+GIL probe."""
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -72,3 +76,28 @@ def draw_lens(rng, kind, B, n, m, zero=False):
     if zero:
         lens.reshape(-1)[::3] = 0
     return lens
+
+
+def longest_pause_during_a_call(call):
+    """The longest stretch in which the main thread could not run Python while another thread ran
+    call(), and how long call() takes alone."""
+    start = time.perf_counter()
+    call()
+    duration = time.perf_counter() - start
+    go, done = threading.Event(), threading.Event()
+
+    def work():
+        go.wait()  # start the call once the main thread is in its loop
+        call()
+        done.set()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    last = time.perf_counter()
+    longest_pause = 0.0
+    go.set()
+    while not done.is_set():
+        now = time.perf_counter()
+        longest_pause, last = max(longest_pause, now - last), now
+    worker.join()
+    return longest_pause, duration

@@ -1,13 +1,12 @@
 """How arrays reach attn: layouts used in place or converted, other array-likes, dtypes, and the
 GIL released while attn computes."""
-import threading
 import time
 
 import numpy as np
 import pytest
 
 import attn
-from helpers import torch
+from helpers import longest_pause_during_a_call, torch
 
 
 def random(rng, *shape, dtype=np.float32):
@@ -70,31 +69,6 @@ def test_empty_dimensions(rng):
     out, w = attn.scaled_dot_product_attention(random(rng, 2, 3, 4), np.zeros((2, 0, 4), np.float32),
                                                np.zeros((2, 0, 5), np.float32), return_weights=True)
     assert out.shape == (2, 3, 5) and w.shape == (2, 3, 0) and np.all(out == 0)  # no key: every row is empty
-
-
-def longest_pause_during_a_call(call):
-    """The longest stretch in which the main thread could not run Python while another thread ran
-    call(), and how long call() takes alone."""
-    start = time.perf_counter()
-    call()
-    duration = time.perf_counter() - start
-    go, done = threading.Event(), threading.Event()
-
-    def work():
-        go.wait()  # start the call once the main thread is in its loop
-        call()
-        done.set()
-
-    worker = threading.Thread(target=work)
-    worker.start()
-    last = time.perf_counter()
-    longest_pause = 0.0
-    go.set()
-    while not done.is_set():
-        now = time.perf_counter()
-        longest_pause, last = max(longest_pause, now - last), now
-    worker.join()
-    return longest_pause, duration
 
 
 def test_the_gil_is_released_while_attn_computes(rng):

@@ -65,3 +65,18 @@ def test_the_same_pictures_as_the_command_line(tmp_path, rng):
         _, weights = attn.scaled_dot_product_attention(q, k, v, lens, return_weights=True)
         attn.show_heatmaps(weights[:, None], titles=["batch 0", "batch 1"], path=tmp_path / f"python.{ext}")
         assert (tmp_path / f"python.{ext}").read_bytes() == (tmp_path / f"cli.{ext}").read_bytes(), ext
+
+
+def test_plot_draws_named_curves_and_names_bad_ones(tmp_path):
+    steps = np.arange(50)
+    path = attn.plot(tmp_path / "loss.svg", {"textbook": (steps, np.exp(-steps / 10)), "attn": (steps, np.exp(-steps / 12))},
+                     title="training loss", xlabel="step", ylabel="loss")
+    text = pathlib.Path(path).read_text()
+    for word in ("textbook", "attn", "training loss", "step", "loss"):
+        assert word in text
+    assert attn.plot(tmp_path / "loss.png", {"a": ([0, 1], [1, 0])}).endswith("loss.png")
+    assert (tmp_path / "loss.png").read_bytes().startswith(PNG_SIGNATURE)
+    with pytest.raises(ValueError, match=r"plot: .*\(\"a\"\) has 3 x values but 2"):
+        attn.plot(tmp_path / "bad.svg", {"a": ([0, 1, 2], [1, 0])})
+    with pytest.raises(TypeError, match=r'curves\["a"\] must be a pair'):
+        attn.plot(tmp_path / "bad.svg", {"a": [0, 1, 2]})

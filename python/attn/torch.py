@@ -1,0 +1,448 @@
+"""attn.torch: attn's kernels for PyTorch, as autograd functions and nn.Modules.
+
+    import attn.torch
+    out = attn.torch.scaled_dot_product_attention(q, k, v, is_causal=True)   # q.requires_grad: fine
+    out.sum().backward()                                                     # attn's backward kernels
+
+Functions (each a torch.autograd.Function whose forward and backward run attn's C++ kernels):
+  scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+      scale=None, *, valid_lens=None, window=None, alibi_slopes=None, softcap=None, segment_ids=None,
+      enable_gqa=False)
+      torch.nn.functional.scaled_dot_product_attention's arguments and mask semantics (a bool mask
+      is True where a query may attend, a float mask is added to the scores, is_causal is aligned
+      top-left), with attn's variants as keywords. float32, float64, bfloat16 and float16 tensors;
+      16-bit ones accumulate in float32 (attn/sdpa.hpp).
+  additive_attention(queries, keys, values, W_q, W_k, w_v, valid_lens=None, *, attn_mask=None,
+      is_causal=False, dropout_p=0.0)                      the seeds' additive scoring, as a function
+  nadaraya_watson(queries, keys, values, kernel="gaussian", width=1.0)
+      the seeds' kernel regression; width may be a tensor that requires grad (it gets its gradient)
+Modules, their parameters named as the textbook's modules name theirs, so that load_state_dict moves
+weights between the two either way: DotProductAttention, AdditiveAttention, MultiHeadAttention.
+
+How tensors reach attn: through their data pointer and strides (attn._attn._torch), without a copy,
+bfloat16 included, whenever the last dimension is contiguous (any other strides, 0 for an expanded
+dimension too); a tensor whose last dimension is not contiguous is copied once. CPU tensors only. The
+GIL is released while attn computes. attn and PyTorch share one thread count: both run on GCC's
+OpenMP runtime, so torch.set_num_threads and attn.set_num_threads set the same number (Debian's
+torch sets 1 when it is imported; set it back to the cores you have). Dropout draws attn's seed from PyTorch's default generator, so
+torch.manual_seed makes it repeatable; the backward drops the same weights as its forward.
+
+Gradients: for query, key and value (and the parameters and width of the other two operations).
+A float attn_mask and alibi_slopes are constants: passing one that requires grad raises ValueError
+rather than returning no gradient for it. The backward cannot itself be differentiated
+(once_differentiable): gradgradcheck and double backward are refused by PyTorch with a clear error.
+Errors: attn's checks of shapes and values raise ValueError naming the argument by PyTorch's name;
+dtypes and devices raise RuntimeError as PyTorch's own function does.
+"""
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from . import _attn
+
+_bridge = _attn._torch
+
+_SIXTEEN_BITS = (torch.bfloat16, torch.float16)
+_FLOATS = (torch.float32, torch.float64) + _SIXTEEN_BITS
+
+
+# ---- arguments -----------------------------------------------------------------------------------
+
+def _tensor(x, name, function):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{function}: {name} must be a torch.Tensor; got {type(x).__name__}")
+    if x.device.type != "cpu":
+        raise RuntimeError(f"{function}: {name} is on device {x.device}; attn computes on the CPU "
+                           f"(move it with .cpu())")
+    return x
+
+
+def _readable(x):
+    """x itself when attn reads it in place (its last dimension contiguous), else a contiguous copy."""
+    if x.dim() == 0 or x.shape[-1] <= 1 or x.stride(-1) == 1:
+        return x
+    return x.contiguous()
+
+
+def _floating(x, name, function, dtypes=_FLOATS):
+    _tensor(x, name, function)
+    if x.dtype not in dtypes:
+        names = ", ".join(str(d) for d in dtypes)
+        raise RuntimeError(f"{function}: {name} has dtype {x.dtype}; attn computes in {names}")
+    return x
+
+
+def _same_dtype(function, reference_name, reference, **tensors):
+    for name, x in tensors.items():
+        if x.dtype != reference.dtype:
+            raise RuntimeError(f"{function}: {name} has dtype {x.dtype} but {reference_name} has {reference.dtype}; "
+                               f"they must be the same")
+
+
+def _constant(x, name, function):
+    if isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"{function}: {name} requires grad, but attn computes no gradient for it; "
+                         f"pass {name}.detach() to use it as a constant")
+
+
+def _lengths(valid_lens, function):
+    if valid_lens is None:
+        return None
+    lens = torch.as_tensor(valid_lens)
+    _tensor(lens, "valid_lens", function)
+    if lens.dtype.is_floating_point or lens.dtype.is_complex or lens.dtype == torch.bool:
+        raise RuntimeError(f"{function}: valid_lens has dtype {lens.dtype}; it must hold integers")
+    return lens.to(torch.int64)
+
+
+def _segments(ids, name, function):
+    ids = torch.as_tensor(ids)
+    _tensor(ids, name, function)
+    if ids.dtype not in (torch.int32, torch.int64):
+        ids = ids.to(torch.int64)
+    return _readable(ids)
+
+
+def _window(window, function):
+    if window is None:
+        return None
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise TypeError(f"{function}: window must be a pair (left, right); got {window!r}") from None
+    bound = lambda w: -1 if w is None else int(w)  # noqa: E731
+    return (bound(left), bound(right))
+
+
+def _causal(is_causal, function):
+    if is_causal is True or is_causal == "top_left":
+        return "top_left"
+    if is_causal is False or is_causal is None:
+        return "none"
+    if is_causal == "bottom_right":
+        return "bottom_right"
+    raise ValueError(f"{function}: is_causal is {is_causal!r}; it must be False, True (top-left), "
+                     f"'top_left' or 'bottom_right'")
+
+
+def _dropout_seed(dropout_p):
+    """attn's dropout seed, drawn from PyTorch's default generator (torch.manual_seed repeats it)."""
+    if dropout_p == 0:
+        return 0
+    return int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
+
+
+def _mask_options(function, attn_mask, valid_lens, is_causal, mask_dtype):
+    """The masks of one call as the bridge reads them; a float mask in mask_dtype."""
+    options = {"causal": _causal(is_causal, function), "valid_lens": _lengths(valid_lens, function)}
+    if attn_mask is not None:
+        _tensor(attn_mask, "attn_mask", function)
+        if attn_mask.dtype == torch.bool:
+            options["keep"] = attn_mask
+        elif attn_mask.dtype.is_floating_point:
+            _constant(attn_mask, "attn_mask", function)
+            options["additive"] = attn_mask.detach().to(mask_dtype)
+        else:
+            raise RuntimeError(f"{function}: attn_mask has dtype {attn_mask.dtype}; it must be bool (True = "
+                               f"attend) or floating (added to the scores)")
+    return options
+
+
+# ---- scaled dot-product attention ----------------------------------------------------------------
+
+class _ScaledDotProductAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, query, key, value, options):
+        wide = torch.float32 if query.dtype in _SIXTEEN_BITS else query.dtype
+        out = torch.empty(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
+        lse = torch.empty(query.shape[:-1], dtype=wide)
+        _bridge.sdpa_forward(out, lse, query, key, value, options)
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.options = options
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        query, key, value, out, lse = ctx.saved_tensors
+        wanted = ctx.needs_input_grad
+        grads = [torch.empty(x.shape, dtype=x.dtype) if want else None
+                 for x, want in zip((query, key, value), wanted)]
+        if any(g is not None for g in grads):
+            _bridge.sdpa_backward(*grads, _readable(grad_out.to(out.dtype)), query, key, value, out, lse, ctx.options)
+        return (*grads, None)
+
+
+def _heads_view(x):
+    """(..., L, E) as attn's rank 3 or 4: a 2-D tensor gets a batch of one, more than 4 dimensions
+    have their leading ones flattened."""
+    if x.dim() == 2:
+        return x.unsqueeze(0)
+    if x.dim() > 4:
+        return x.flatten(0, x.dim() - 4)
+    return x
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *,
+                                 valid_lens=None, window=None, alibi_slopes=None, softcap=None, segment_ids=None,
+                                 enable_gqa=False):
+    """softmax(query key^T * scale + mask) value, with dropout on the weights: PyTorch 2's
+    torch.nn.functional.scaled_dot_product_attention computed by attn, forward and backward.
+
+    query (..., L, E), key (..., S, E), value (..., S, Ev); the leading dimensions (batch, heads) of
+    key and value equal query's or are 1 (broadcast). With enable_gqa=True the heads dimension (-3) of
+    key and value may divide query's (grouped-query attention). Returns (..., L, Ev) in query's dtype.
+    attn_mask: bool (True = attend) or float (added; same dtype as query), broadcastable to (..., L, S).
+    is_causal: True aligns the causal mask top-left as PyTorch does; 'bottom_right' aligns it to the
+      end of the keys (a decoder continuing a cache). It may be combined with attn_mask.
+    scale: default 1/sqrt(E). dropout_p: applied whenever > 0, as PyTorch's function does (pass 0.0
+      in eval mode); the seed comes from torch's default generator.
+    attn's variants (attn/mask.hpp): valid_lens (B,) or (B, L) integers; window (left, right), None
+      for an unbounded side; alibi_slopes (H,) or (B, H); softcap c > 0 (score = c tanh(score / c));
+      segment_ids (B, L) when L == S, or a pair ((B, L), (B, S)), for packed sequences.
+    """
+    function = "scaled_dot_product_attention"
+    _floating(query, "query", function)
+    _floating(key, "key", function)
+    _floating(value, "value", function)
+    _same_dtype(function, "query", query, key=key, value=value)
+    if query.dim() < 2 or key.dim() != query.dim() or value.dim() != query.dim():
+        raise ValueError(f"{function}: query {tuple(query.shape)}, key {tuple(key.shape)} and value "
+                         f"{tuple(value.shape)} must have the same number of dimensions, at least 2")
+    q, k, v = _heads_view(query), _heads_view(key), _heads_view(value)
+    if q.dim() == 4 and k.shape[1] not in (1, q.shape[1]) and not enable_gqa:  # 1: broadcast, as PyTorch
+        raise RuntimeError(f"{function}: query has {q.shape[1]} heads but key has {k.shape[1]}; pass "
+                           f"enable_gqa=True for grouped-query attention")
+    if k.shape[0] == 1 and q.shape[0] > 1:  # a batch of one broadcast: an expanded view, not a copy
+        k, v = k.expand(q.shape[0], *k.shape[1:]), v.expand(q.shape[0], *v.shape[1:])
+    q, k, v = _readable(q), _readable(k), _readable(v)
+    sixteen = query.dtype in _SIXTEEN_BITS
+    mask_dtype = torch.float32 if sixteen else query.dtype
+    options = _mask_options(function, attn_mask, valid_lens, is_causal, mask_dtype)
+    options["window"] = _window(window, function)
+    if alibi_slopes is not None:
+        _constant(alibi_slopes, "alibi_slopes", function)
+        options["alibi_slopes"] = _readable(torch.as_tensor(alibi_slopes).detach().to(mask_dtype))
+    if segment_ids is not None:
+        pair = isinstance(segment_ids, (tuple, list))
+        options["segment_ids_q"] = _segments(segment_ids[0] if pair else segment_ids, "segment_ids", function)
+        if pair:
+            options["segment_ids_k"] = _segments(segment_ids[1], "segment_ids", function)
+    options["scale"] = None if scale is None else float(scale)
+    options["softcap"] = None if softcap is None else float(softcap)
+    options["dropout_p"] = float(dropout_p)
+    options["seed"] = _dropout_seed(dropout_p)
+    out = _ScaledDotProductAttention.apply(q, k, v, options)
+    return out.reshape(query.shape[:-1] + value.shape[-1:])
+
+
+# ---- additive attention --------------------------------------------------------------------------
+
+class _AdditiveAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, queries, keys, values, W_q, W_k, w_v, options):
+        out = torch.empty(queries.shape[:-1] + values.shape[-1:], dtype=queries.dtype)
+        _bridge.additive_forward(out, queries, keys, values, W_q, W_k, w_v, options)
+        ctx.save_for_backward(queries, keys, values, W_q, W_k, w_v)
+        ctx.options = options
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        saved = ctx.saved_tensors
+        inputs = [torch.empty(x.shape, dtype=x.dtype) if want else None
+                  for x, want in zip(saved[:3], ctx.needs_input_grad[:3])]
+        params = [torch.empty(x.shape, dtype=x.dtype) for x in saved[3:]]  # attn writes all three
+        _bridge.additive_backward(*inputs, *params, _readable(grad_out.to(saved[0].dtype)), *saved, ctx.options)
+        params = [g if want else None for g, want in zip(params, ctx.needs_input_grad[3:6])]
+        return (*inputs, *params, None)
+
+
+def additive_attention(queries, keys, values, W_q, W_k, w_v, valid_lens=None, *, attn_mask=None, is_causal=False,
+                       dropout_p=0.0):
+    """The seeds' additive attention: softmax(w_v^T tanh(W_q q + W_k k)) pooling the values.
+
+    queries (B, n, q), keys (B, m, k), values (B, m, v) (or 4-D with heads); W_q (h, q), W_k (h, k) and
+    w_v (h,) or (1, h), nn.Linear's weight layout. Returns (B, n, v). Masks as
+    scaled_dot_product_attention; dropout_p applied whenever > 0. float32 and float64 compute as they
+    are; 16-bit tensors compute in float32 and are rounded back.
+    """
+    function = "additive_attention"
+    for name, x in (("queries", queries), ("keys", keys), ("values", values), ("W_q", W_q), ("W_k", W_k),
+                    ("w_v", w_v)):
+        _floating(x, name, function)
+    _same_dtype(function, "queries", queries, keys=keys, values=values, W_q=W_q, W_k=W_k, w_v=w_v)
+    dtype = queries.dtype
+    if dtype in _SIXTEEN_BITS:
+        wide = [x.float() for x in (queries, keys, values, W_q, W_k, w_v)]
+        return additive_attention(*wide, valid_lens, attn_mask=attn_mask, is_causal=is_causal,
+                                  dropout_p=dropout_p).to(dtype)
+    options = _mask_options(function, attn_mask, valid_lens, is_causal, dtype)
+    options["dropout_p"] = float(dropout_p)
+    options["seed"] = _dropout_seed(dropout_p)
+    tensors = [_readable(x) for x in (queries, keys, values, W_q, W_k, w_v.reshape(-1))]
+    return _AdditiveAttention.apply(*tensors, options)
+
+
+# ---- Nadaraya-Watson -----------------------------------------------------------------------------
+
+class _NadarayaWatson(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, queries, keys, values, width, kernel):
+        out = torch.empty(queries.shape[:-1] + values.shape[-1:], dtype=queries.dtype)
+        _bridge.nadaraya_watson_forward(out, queries, keys, values, kernel, float(width))
+        ctx.save_for_backward(queries, keys, values, width)
+        ctx.kernel = kernel
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        queries, keys, values, width = ctx.saved_tensors
+        grads = [torch.empty(x.shape, dtype=x.dtype) if want else None
+                 for x, want in zip((queries, keys, values), ctx.needs_input_grad[:3])]
+        want_width = ctx.needs_input_grad[3]
+        dwidth = _bridge.nadaraya_watson_backward(*grads, _readable(grad_out.to(queries.dtype)), queries, keys, values,
+                                                  ctx.kernel, float(width), want_width)
+        return (*grads, torch.full_like(width, dwidth) if want_width else None, None)
+
+
+def _as_batch(x):
+    """(len,) as (1, len, 1) and (len, c) as (1, len, c); batches as they are."""
+    if x.dim() == 1:
+        return x.reshape(1, -1, 1)
+    if x.dim() == 2:
+        return x.unsqueeze(0)
+    return x
+
+
+def nadaraya_watson(queries, keys, values, kernel="gaussian", width=1.0):
+    """Nadaraya-Watson regression: f(q) = sum_j K(|q - k_j| / width) v_j / sum_j K(|q - k_j| / width).
+
+    kernel: "gaussian", "boxcar", "epanechnikov" or "constant" (attn/nadaraya_watson.hpp). queries
+    (n,), keys (m,) and values (m,) as in the seeds' regression (returns (n,)); or (n, p), (m, p),
+    (m, v) (returns (n, v); (n,) for 1-D values); or batches (B, n, p), (B, m, p), (B, m, v).
+    width: a positive float, or a one-element tensor; when it requires grad it gets d loss / d width
+    (the learnable width of the seeds' parametric regression).
+    """
+    function = "nadaraya_watson"
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        _floating(x, name, function, (torch.float32, torch.float64))
+    _same_dtype(function, "queries", queries, keys=keys, values=values)
+    width_tensor = width if isinstance(width, torch.Tensor) else torch.tensor(float(width), dtype=queries.dtype)
+    if width_tensor.numel() != 1:
+        raise ValueError(f"{function}: width has shape {tuple(width_tensor.shape)}; it must hold one number")
+    batched = queries.dim() > 2
+    q, k, v = (_readable(_as_batch(x)) for x in (queries, keys, values))
+    out = _NadarayaWatson.apply(q, k, v, width_tensor.to(queries.dtype), str(kernel))
+    if batched:
+        return out
+    return out.reshape(-1) if values.dim() == 1 else out.squeeze(0)
+
+
+# ---- modules -------------------------------------------------------------------------------------
+
+class DotProductAttention(nn.Module):
+    """The seeds' DotProductAttention on attn's fused kernel: forward(queries, keys, values,
+    valid_lens=None, **variants) with queries (B, n, d) or (B, H, n, d); variants as
+    scaled_dot_product_attention's keywords (attn_mask, is_causal, window, ...). Dropout on the weights
+    in training mode only. It forms no weights: attention_weights is not kept (attn.masked_softmax
+    computes them when wanted)."""
+
+    def __init__(self, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens=None, **variants):
+        p = self.dropout.p if self.training else 0.0
+        return scaled_dot_product_attention(queries, keys, values, dropout_p=p, valid_lens=valid_lens, **variants)
+
+
+def _linear(in_features, out_features, bias, dtype=None):
+    """nn.Linear, or nn.LazyLinear (its input size taken from the first call) when in_features is None."""
+    if in_features is None:
+        return nn.LazyLinear(out_features, bias=bias, dtype=dtype)
+    return nn.Linear(in_features, out_features, bias=bias, dtype=dtype)
+
+
+def _materialize(linear, x):
+    """Gives a LazyLinear its weight from x's last size (by a call on no rows), as its first call would."""
+    if isinstance(linear, nn.modules.lazy.LazyModuleMixin) and linear.has_uninitialized_params():
+        linear(x.narrow(-2, 0, 0))
+
+
+class AdditiveAttention(nn.Module):
+    """The seeds' AdditiveAttention, its scores, softmax, dropout and pooling in attn's kernels.
+
+    AdditiveAttention(key_size, query_size, num_hiddens, dropout) as the seeds' first version, or
+    AdditiveAttention(num_hiddens, dropout) as d2l's later one (LazyLinear: sizes from the first call).
+    Parameters W_k.weight (h, k), W_q.weight (h, q), w_v.weight (1, h), as the seeds' nn.Linear layers.
+    forward(queries, keys, values, valid_lens=None, *, attn_mask=None, is_causal=False).
+    """
+
+    def __init__(self, *args, dtype=None):
+        super().__init__()
+        if len(args) == 4:
+            key_size, query_size, num_hiddens, dropout = args
+        elif len(args) == 2:
+            key_size, query_size, (num_hiddens, dropout) = None, None, args
+        else:
+            raise TypeError("AdditiveAttention(key_size, query_size, num_hiddens, dropout) or "
+                            f"AdditiveAttention(num_hiddens, dropout); got {len(args)} arguments")
+        self.W_k = _linear(key_size, num_hiddens, False, dtype)
+        self.W_q = _linear(query_size, num_hiddens, False, dtype)
+        self.w_v = _linear(num_hiddens, 1, False, dtype)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, is_causal=False):
+        _materialize(self.W_q, queries)
+        _materialize(self.W_k, keys)
+        p = self.dropout.p if self.training else 0.0
+        return additive_attention(queries, keys, values, self.W_q.weight, self.W_k.weight, self.w_v.weight, valid_lens,
+                                  attn_mask=attn_mask, is_causal=is_causal, dropout_p=p)
+
+
+class MultiHeadAttention(nn.Module):
+    """d2l's MultiHeadAttention (the chapter after the seeds') on attn's fused kernel, with grouped
+    key and value heads (num_kv_heads divides num_heads; None: as many as num_heads).
+
+    MultiHeadAttention(num_hiddens, num_heads, dropout, bias=False, num_kv_heads=None, *,
+    query_size=None, key_size=None, value_size=None): the projections W_q, W_k, W_v, W_o are nn.Linear
+    (nn.LazyLinear, as d2l's, for the sizes not given), so their parameters are W_q.weight, ..., W_o.weight
+    (and .bias with bias=True) as d2l names them. forward(queries (B, n, q), keys (B, m, k),
+    values (B, m, v), valid_lens=None, **variants) returns (B, n, num_hiddens); variants as
+    scaled_dot_product_attention's keywords. The heads are strided views of the projections: attn
+    reads them in place, without the transposed copies of d2l's transpose_qkv.
+    """
+
+    def __init__(self, num_hiddens, num_heads, dropout=0.0, bias=False, num_kv_heads=None, *, query_size=None,
+                 key_size=None, value_size=None, dtype=None):
+        super().__init__()
+        num_kv_heads = num_kv_heads or num_heads
+        if num_hiddens % num_heads or num_heads % num_kv_heads:
+            raise ValueError(f"MultiHeadAttention: num_hiddens {num_hiddens} must be a multiple of num_heads "
+                             f"{num_heads}, and num_heads a multiple of num_kv_heads {num_kv_heads}")
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        kv_hiddens = num_kv_heads * (num_hiddens // num_heads)
+        self.attention = DotProductAttention(dropout)
+        self.W_q = _linear(query_size, num_hiddens, bias, dtype)
+        self.W_k = _linear(key_size, kv_hiddens, bias, dtype)
+        self.W_v = _linear(value_size, kv_hiddens, bias, dtype)
+        self.W_o = _linear(num_hiddens, num_hiddens, bias, dtype)
+
+    @staticmethod
+    def _split_heads(x, heads):
+        # (B, n, heads * dh) -> (B, heads, n, dh): a view whose last dimension stays contiguous
+        return x.reshape(x.shape[0], x.shape[1], heads, -1).transpose(1, 2)
+
+    def forward(self, queries, keys, values, valid_lens=None, **variants):
+        q = self._split_heads(self.W_q(queries), self.num_heads)
+        k = self._split_heads(self.W_k(keys), self.num_kv_heads)
+        v = self._split_heads(self.W_v(values), self.num_kv_heads)
+        out = self.attention(q, k, v, valid_lens, enable_gqa=True, **variants)  # (B, H, n, dh)
+        return self.W_o(out.transpose(1, 2).reshape(queries.shape[0], queries.shape[1], -1))
+
+
+__all__ = ["scaled_dot_product_attention", "additive_attention", "nadaraya_watson", "DotProductAttention",
+           "AdditiveAttention", "MultiHeadAttention"]
