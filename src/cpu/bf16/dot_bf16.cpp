@@ -52,36 +52,54 @@ void pack_queries(const std::uint16_t* q, index_t qs, index_t rows, index_t d, s
     for (index_t i = 0; i < kLanes; ++i) qp[c * kLanes + i] = i < rows ? pair_of(q + i * qs, c, d) : 0;
 }
 
-ATTN_BF16_TARGET void scores(const std::uint16_t* k, index_t ks, index_t cnt, index_t d, const std::uint32_t* qp,
-                             float* s) {
-  const index_t pairs = (d + 1) / 2;
-  constexpr index_t kKeys = 6;  // 6 keys x 4 query vectors: 24 accumulators, 4 queries, 1 key pair
-  for (index_t j = 0; j < cnt; j += kKeys) {
-    const index_t nk = std::min(kKeys, cnt - j);
-    __m512 acc[kKeys][4];
-    for (index_t r = 0; r < kKeys; ++r)
-      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
-    for (index_t c = 0; c < pairs; ++c) {
-      const std::uint32_t* qc = qp + c * kLanes;
-      const __m512bh q0 = (__m512bh)_mm512_loadu_si512(qc), q1 = (__m512bh)_mm512_loadu_si512(qc + 16);
-      const __m512bh q2 = (__m512bh)_mm512_loadu_si512(qc + 32), q3 = (__m512bh)_mm512_loadu_si512(qc + 48);
-      const bool last_odd = 2 * c + 1 >= d;
-      for (index_t r = 0; r < nk; ++r) {
-        std::uint32_t word;
-        if (last_odd) {
-          word = k[(j + r) * ks + 2 * c];
-        } else {
-          std::memcpy(&word, k + (j + r) * ks + 2 * c, sizeof word);
-        }
-        const __m512bh kb = (__m512bh)_mm512_set1_epi32(static_cast<int>(word));
-        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], q0, kb);
-        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], q1, kb);
-        acc[r][2] = _mm512_dpbf16_ps(acc[r][2], q2, kb);
-        acc[r][3] = _mm512_dpbf16_ps(acc[r][3], q3, kb);
-      }
+namespace {
+
+// Scores of K key rows (stride ks) against the block's query pairs: s[r][i] for r < K, with the
+// counts known at compile time, so that the K x 4 accumulators stay in registers.
+template <int K>
+ATTN_BF16_TARGET void score_rows(const std::uint16_t* k, index_t ks, index_t d, const std::uint32_t* qp, float* s) {
+  __m512 acc[K][4];
+  for (int r = 0; r < K; ++r)
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+  const auto step = [&](index_t c, const std::uint32_t (&words)[K]) ATTN_BF16_TARGET {
+    const std::uint32_t* qc = qp + c * kLanes;
+    const __m512bh q0 = (__m512bh)_mm512_loadu_si512(qc), q1 = (__m512bh)_mm512_loadu_si512(qc + 16);
+    const __m512bh q2 = (__m512bh)_mm512_loadu_si512(qc + 32), q3 = (__m512bh)_mm512_loadu_si512(qc + 48);
+    for (int r = 0; r < K; ++r) {
+      const __m512bh kb = (__m512bh)_mm512_set1_epi32(static_cast<int>(words[r]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], q0, kb);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], q1, kb);
+      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], q2, kb);
+      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], q3, kb);
     }
-    for (index_t r = 0; r < nk; ++r)
-      for (int v = 0; v < 4; ++v) _mm512_storeu_ps(s + (j + r) * kLanes + 16 * v, acc[r][v]);
+  };
+  const index_t whole = d / 2;  // pairs with both elements; an odd d leaves one more, its high half 0
+  std::uint32_t words[K];
+  for (index_t c = 0; c < whole; ++c) {
+    for (int r = 0; r < K; ++r) std::memcpy(&words[r], k + r * ks + 2 * c, sizeof(std::uint32_t));
+    step(c, words);
+  }
+  if (d % 2 != 0) {
+    for (int r = 0; r < K; ++r) words[r] = k[r * ks + 2 * whole];
+    step(whole, words);
+  }
+  for (int r = 0; r < K; ++r)
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(s + r * kLanes + 16 * v, acc[r][v]);
+}
+
+}  // namespace
+
+void scores(const std::uint16_t* k, index_t ks, index_t cnt, index_t d, const std::uint32_t* qp, float* s) {
+  constexpr index_t kKeys = 6;  // 6 keys x 4 query vectors: 24 accumulators, 4 queries, 1 key pair
+  index_t j = 0;
+  for (; j + kKeys <= cnt; j += kKeys) score_rows<kKeys>(k + j * ks, ks, d, qp, s + j * kLanes);
+  switch (cnt - j) {
+    case 5: score_rows<5>(k + j * ks, ks, d, qp, s + j * kLanes); break;
+    case 4: score_rows<4>(k + j * ks, ks, d, qp, s + j * kLanes); break;
+    case 3: score_rows<3>(k + j * ks, ks, d, qp, s + j * kLanes); break;
+    case 2: score_rows<2>(k + j * ks, ks, d, qp, s + j * kLanes); break;
+    case 1: score_rows<1>(k + j * ks, ks, d, qp, s + j * kLanes); break;
+    default: break;
   }
 }
 
@@ -100,37 +118,65 @@ ATTN_BF16_TARGET void pack_weights(const float* w, index_t cnt, std::uint32_t* p
   }
 }
 
-void pack_values(const std::uint16_t* v, index_t vs, index_t cnt, index_t dv, std::uint32_t* vp) {
+ATTN_BF16_TARGET void pack_values(const std::uint16_t* v, index_t vs, index_t cnt, index_t dv, std::uint32_t* vp) {
   for (index_t j = 0; j < cnt; j += 2) {
     const std::uint16_t* lo = v + j * vs;
     const std::uint16_t* hi = j + 1 < cnt ? lo + vs : nullptr;
     std::uint32_t* out = vp + (j / 2) * dv;
-    for (index_t c = 0; c < dv; ++c) out[c] = static_cast<std::uint32_t>(lo[c]) | (hi != nullptr ? static_cast<std::uint32_t>(hi[c]) << 16 : 0u);
+    index_t c = 0;
+    // 16 words at a time: the low row's elements zero-extended, the high row's shifted above them.
+    for (; c + 16 <= dv; c += 16) {
+      __m512i pair = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + c)));
+      if (hi != nullptr)
+        pair = _mm512_or_si512(
+            pair, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + c))), 16));
+      _mm512_storeu_si512(out + c, pair);
+    }
+    for (; c < dv; ++c)
+      out[c] = static_cast<std::uint32_t>(lo[c]) | (hi != nullptr ? static_cast<std::uint32_t>(hi[c]) << 16 : 0u);
   }
 }
 
-ATTN_BF16_TARGET void accumulate(const std::uint32_t* vp, const std::uint32_t* pp, index_t cnt, index_t dv, float* ot) {
+namespace {
+
+// ot[c][i] += sum_j v[j][c] P[j][i] for C value columns, with C known at compile time (C x 4
+// accumulators in registers).
+template <int C>
+ATTN_BF16_TARGET void accumulate_columns(const std::uint32_t* vp, const std::uint32_t* pp, index_t pairs, index_t dv,
+                                         float* ot) {
+  __m512 acc[C][4];
+  for (int r = 0; r < C; ++r)
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_loadu_ps(ot + r * kLanes + 16 * v);
+  for (index_t j = 0; j < pairs; ++j) {
+    const std::uint32_t* pj = pp + j * kLanes;
+    const __m512bh p0 = (__m512bh)_mm512_loadu_si512(pj), p1 = (__m512bh)_mm512_loadu_si512(pj + 16);
+    const __m512bh p2 = (__m512bh)_mm512_loadu_si512(pj + 32), p3 = (__m512bh)_mm512_loadu_si512(pj + 48);
+    for (int r = 0; r < C; ++r) {
+      const __m512bh vb = (__m512bh)_mm512_set1_epi32(static_cast<int>(vp[j * dv + r]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], p0, vb);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], p1, vb);
+      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], p2, vb);
+      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], p3, vb);
+    }
+  }
+  for (int r = 0; r < C; ++r)
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(ot + r * kLanes + 16 * v, acc[r][v]);
+}
+
+}  // namespace
+
+void accumulate(const std::uint32_t* vp, const std::uint32_t* pp, index_t cnt, index_t dv, float* ot) {
   const index_t pairs = (cnt + 1) / 2;
   constexpr index_t kCols = 6;  // 6 value columns x 4 query vectors: 24 accumulators
-  for (index_t c = 0; c < dv; c += kCols) {
-    const index_t nc = std::min(kCols, dv - c);
-    __m512 acc[kCols][4];
-    for (index_t r = 0; r < nc; ++r)
-      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_loadu_ps(ot + (c + r) * kLanes + 16 * v);
-    for (index_t j = 0; j < pairs; ++j) {
-      const std::uint32_t* pj = pp + j * kLanes;
-      const __m512bh p0 = (__m512bh)_mm512_loadu_si512(pj), p1 = (__m512bh)_mm512_loadu_si512(pj + 16);
-      const __m512bh p2 = (__m512bh)_mm512_loadu_si512(pj + 32), p3 = (__m512bh)_mm512_loadu_si512(pj + 48);
-      for (index_t r = 0; r < nc; ++r) {
-        const __m512bh vb = (__m512bh)_mm512_set1_epi32(static_cast<int>(vp[j * dv + c + r]));
-        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], p0, vb);
-        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], p1, vb);
-        acc[r][2] = _mm512_dpbf16_ps(acc[r][2], p2, vb);
-        acc[r][3] = _mm512_dpbf16_ps(acc[r][3], p3, vb);
-      }
-    }
-    for (index_t r = 0; r < nc; ++r)
-      for (int v = 0; v < 4; ++v) _mm512_storeu_ps(ot + (c + r) * kLanes + 16 * v, acc[r][v]);
+  index_t c = 0;
+  for (; c + kCols <= dv; c += kCols) accumulate_columns<kCols>(vp + c, pp, pairs, dv, ot + c * kLanes);
+  switch (dv - c) {
+    case 5: accumulate_columns<5>(vp + c, pp, pairs, dv, ot + c * kLanes); break;
+    case 4: accumulate_columns<4>(vp + c, pp, pairs, dv, ot + c * kLanes); break;
+    case 3: accumulate_columns<3>(vp + c, pp, pairs, dv, ot + c * kLanes); break;
+    case 2: accumulate_columns<2>(vp + c, pp, pairs, dv, ot + c * kLanes); break;
+    case 1: accumulate_columns<1>(vp + c, pp, pairs, dv, ot + c * kLanes); break;
+    default: break;
   }
 }
 

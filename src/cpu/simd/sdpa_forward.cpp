@@ -102,7 +102,7 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
     bf16::scores(x.k.row(b, hk, j0), x.k.sR, cnt, dq, query_pairs, st.s);
     const bool partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt);
     if (partial || st.tile_bias) simd::note_masked_tile();
-    st.softmax_tile(d, cnt);
+    st.softmax_tile</*kTileSumInFloat=*/true>(d, cnt);
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
     st.rescale(d, st.ot, dv);
     const std::uint16_t* v0 = x.v.row(b, hk, j0);

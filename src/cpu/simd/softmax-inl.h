@@ -263,7 +263,10 @@ struct BlockState : BlockArrays<T> {
 
   // The online softmax step of one tile: new running maximum, alpha = exp(old max - new max),
   // s = exp(s - new max) (the tile's weights, unnormalised), sum = alpha sum + the tile's row sums.
-  template <class D>
+  // The row sums are kept in double; with kTileSumInFloat a tile's (at most kBlockK terms, each at
+  // most 1) is first summed in T, within 63 ulp of T, and only then widened: the bfloat16 kernel's
+  // choice, whose weights are rounded to bfloat16 (2^-9) before they are used anyway.
+  template <bool kTileSumInFloat = false, class D>
   void softmax_tile(D d, index_t cnt) {
     using V = hn::Vec<D>;
     const WideTag<D> dw;
@@ -279,12 +282,18 @@ struct BlockState : BlockArrays<T> {
       hn::Store(new_max, d, max + i);
       hn::Store(ExpWeight(d, hn::Sub(old_max, shift)), d, alpha + i);
       hn::Vec<WideTag<D>> lo = hn::Zero(dw), hi = hn::Zero(dw);
+      V tile_sum = hn::Zero(d);
       for (index_t jj = 0; jj < cnt; ++jj) {
         T* sj = s + jj * kBlockQ + i;
         const V w = ExpWeight(d, hn::Sub(hn::Load(d, sj), shift));
         hn::Store(w, d, sj);
-        AddWide(d, dw, w, lo, hi);
+        if constexpr (kTileSumInFloat) {
+          tile_sum = hn::Add(tile_sum, w);
+        } else {
+          AddWide(d, dw, w, lo, hi);
+        }
       }
+      if constexpr (kTileSumInFloat) AddWide(d, dw, tile_sum, lo, hi);
       const index_t W = static_cast<index_t>(hn::Lanes(dw));
       hn::StoreU(lo, dw, tsum + i);
       if (W < L) hn::StoreU(hi, dw, tsum + i + W);
