@@ -1,0 +1,94 @@
+// Exact attention over sequences split across the processes of an MPI communicator (context
+// parallelism), for sequences whose keys and values outgrow one machine. Built when CMake finds MPI
+// (the library attn_distributed; Debian's OpenMPI).
+//
+// Each of the P ranks of `comm` holds a shard of the queries, keys and values along the sequence
+// axis: queries (B, H, n_r, d) or (B, n_r, d), keys (B, Hk, m_r, d), values (B, Hk, m_r, dv), and gets
+// the rows of out and lse of its own queries, exactly as the single-process sdpa_forward would give
+// them for the whole sequences (n = sum of n_r queries, m = sum of m_r keys).
+//
+// Layouts (shard_rows below says which rows a rank holds):
+//   contiguous  rank r holds rows [floor(r L / P), floor((r + 1) L / P)) of a sequence of length L;
+//   zigzag      the sequence is cut into 2P chunks, chunk c = [floor(c L / 2P), floor((c + 1) L / 2P)),
+//               and rank r holds chunk r followed by chunk 2P - 1 - r: under a causal mask every rank
+//               then has the same work (the ring's idle time vanishes).
+// Queries and keys follow the same layout, each split by its own length.
+//
+// Algorithms:
+//   ring     (Liu et al., 2023) the key/value shards travel around the ring of ranks with
+//            non-blocking sends and receives, each overlapped with the fused kernel on the shard in
+//            hand; the partial results merge exactly through their log-sum-exp (sdpa_merge). The
+//            backward passes dK and dV around the ring with their shards (sdpa_backward_block). Blocks
+//            that a causal mask or a window leaves no key of are not computed, and a window's ring
+//            stops once no rank needs a further block (those are never sent).
+//   ulysses  (DeepSpeed-Ulysses) an all-to-all turns the sequence shards into head shards (rank t
+//            gets key/value heads [floor(t Hk / P), floor((t + 1) Hk / P)) and their query heads over
+//            the whole sequence), the local fused kernel runs, and a second all-to-all returns the
+//            rows. Needs Hk >= P for every rank to have work.
+//
+// Masks and options: causal (either alignment, in whole-sequence positions), valid lengths of shape
+// (B,) (the same on every rank: key lengths of the whole sequence), a sliding window, ALiBi slopes,
+// soft-capping and the scale, with grouped-query heads. Not yet: dropout, keep and additive masks,
+// segment ids, per-query valid lengths (B, n) and MaskedFill::seeds_minus_1e6 (each raises
+// attn::Error). float and double.
+//
+// Errors never hang: every rank first checks its own arguments, then one MPI_Allgather compares all
+// ranks' shapes, dtypes and options; if any rank's check failed or the ranks disagree, every rank
+// raises the same attn::Error (naming the rank and the argument). MPI errors (the calls run on a
+// duplicate of comm that returns errors) become attn::Error too.
+//
+// Memory per rank: the local shards, two key/value blocks in flight (the largest shard's, twice),
+// and, in the ring's backward, their dK and dV: O((n + m) d / P) plus the fused kernels' scratch.
+#pragma once
+
+#include <mpi.h>
+
+#include <utility>
+#include <vector>
+
+#include "attn/mask.hpp"
+#include "attn/sdpa.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+enum class ShardLayout { contiguous, zigzag };
+
+// The rows [begin, end) of a sequence of `length` that rank `rank` of `ranks` holds, in the order
+// they are stored in its shard (one range contiguous, two zigzag; empty ranges are kept).
+std::vector<std::pair<index_t, index_t>> shard_rows(index_t length, int ranks, int rank, ShardLayout layout);
+
+// The number of rows of that shard.
+index_t shard_length(index_t length, int ranks, int rank, ShardLayout layout);
+
+// out (B, H, n_r, dv) and lse (B, H, n_r) (or (B, n_r, dv), (B, n_r)) of this rank's queries; lse may
+// be empty. Collective over comm.
+template <class T>
+void ring_sdpa_forward(MPI_Comm comm, TensorView<T> out, TensorView<T> lse, TensorView<const T> queries,
+                       TensorView<const T> keys, TensorView<const T> values, const Mask<T>& mask = {},
+                       const SdpaOptions& options = {}, ShardLayout layout = ShardLayout::contiguous);
+
+// dqueries, dkeys, dvalues of this rank's shards from dout, given the forward's inputs, out and lse
+// (both required: the whole attention's, as ring_sdpa_forward returned them). Any gradient may be
+// empty. Collective over comm.
+template <class T>
+void ring_sdpa_backward(MPI_Comm comm, TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues,
+                        TensorView<const T> dout, TensorView<const T> queries, TensorView<const T> keys,
+                        TensorView<const T> values, TensorView<const T> out, TensorView<const T> lse,
+                        const Mask<T>& mask = {}, const SdpaOptions& options = {},
+                        ShardLayout layout = ShardLayout::contiguous);
+
+// The same results by the all-to-all on heads.
+template <class T>
+void ulysses_sdpa_forward(MPI_Comm comm, TensorView<T> out, TensorView<T> lse, TensorView<const T> queries,
+                          TensorView<const T> keys, TensorView<const T> values, const Mask<T>& mask = {},
+                          const SdpaOptions& options = {}, ShardLayout layout = ShardLayout::contiguous);
+
+template <class T>
+void ulysses_sdpa_backward(MPI_Comm comm, TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues,
+                           TensorView<const T> dout, TensorView<const T> queries, TensorView<const T> keys,
+                           TensorView<const T> values, TensorView<const T> out, TensorView<const T> lse,
+                           const Mask<T>& mask = {}, const SdpaOptions& options = {},
+                           ShardLayout layout = ShardLayout::contiguous);
+
+}  // namespace attn

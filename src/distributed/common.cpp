@@ -1,0 +1,304 @@
+// The shards, the communicator and the collective argument check of the distributed attention
+// (distributed/common.hpp).
+#include "distributed/common.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "api/checks.hpp"
+
+namespace attn {
+
+std::vector<std::pair<index_t, index_t>> shard_rows(index_t length, int ranks, int rank, ShardLayout layout) {
+  if (ranks < 1 || rank < 0 || rank >= ranks)
+    detail::fail("shard_rows: rank ", rank, " of ", ranks, " ranks; it must lie in [0, ranks) with ranks >= 1");
+  if (length < 0) detail::fail("shard_rows: length is ", length, "; it must not be negative");
+  // floor(c L / parts) without forming c L (which may pass 2^63 for a long sequence on many ranks).
+  const auto cut = [length](index_t c, index_t parts) { return c * (length / parts) + c * (length % parts) / parts; };
+  if (layout == ShardLayout::contiguous) return {{cut(rank, ranks), cut(rank + 1, ranks)}};
+  const index_t chunks = 2 * static_cast<index_t>(ranks), mirror = chunks - 1 - rank;
+  return {{cut(rank, chunks), cut(rank + 1, chunks)}, {cut(mirror, chunks), cut(mirror + 1, chunks)}};
+}
+
+index_t shard_length(index_t length, int ranks, int rank, ShardLayout layout) {
+  index_t rows = 0;
+  for (const auto& [begin, end] : shard_rows(length, ranks, rank, layout)) rows += end - begin;
+  return rows;
+}
+
+namespace distributed {
+
+Comm::Comm(MPI_Comm comm, const char* op) : op_(op) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) detail::fail(op, ": MPI is not initialized (call MPI_Init first) or already finalized");
+  if (comm == MPI_COMM_NULL) detail::fail(op, ": comm is MPI_COMM_NULL");
+  // The caller's communicator keeps its error handler; errors on the duplicate return to check().
+  check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+}
+
+Comm::~Comm() {
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void Comm::check(int code, const char* what) const {
+  if (code == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(code, message, &length);
+  detail::fail(op_, ": ", what, " failed on rank ", rank_, ": ", std::string(message, static_cast<std::size_t>(length)));
+}
+
+std::vector<Piece> pieces(index_t length, int ranks, int rank, ShardLayout layout) {
+  std::vector<Piece> out;
+  index_t local = 0;
+  for (const auto& [begin, end] : shard_rows(length, ranks, rank, layout)) {
+    out.push_back({begin, end, local});
+    local += end - begin;
+  }
+  return out;
+}
+
+bool Problem::may_attend(const Piece& q, const Piece& k) const {
+  if (q.size() <= 0 || k.size() <= 0) return false;
+  const index_t shift = causal == Causal::bottom_right ? m - n : 0;  // position p(i) = i + shift
+  const index_t first = q.begin + shift, last = q.end - 1 + shift;
+  index_t hi = std::numeric_limits<index_t>::max(), lo = std::numeric_limits<index_t>::min();
+  if (causal != Causal::none) hi = last;
+  if (window && window->right >= 0) hi = std::min(hi, last + window->right);
+  if (window && window->left >= 0) lo = first - window->left;
+  if (longest_valid >= 0) hi = std::min<index_t>(hi, longest_valid - 1);
+  return k.begin <= hi && k.end - 1 >= lo;
+}
+
+int Problem::ring_steps() const {
+  int steps = 1;
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<Piece> queries = pieces(n, ranks, r, layout);
+    for (int s = steps; s < ranks; ++s) {  // steps below the current count are needed anyway
+      const std::vector<Piece> keys = pieces(m, ranks, (r - s + ranks) % ranks, layout);
+      for (const Piece& q : queries)
+        for (const Piece& k : keys)
+          if (may_attend(q, k)) steps = s + 1;
+    }
+  }
+  return steps;
+}
+
+namespace {
+
+// What one rank passes, gathered from every rank by one MPI_Allgather. error: this rank's argument
+// error, "" when none (then every field is meaningful).
+struct Descriptor {
+  char error[512];
+  std::int64_t field[17];
+  double scale, softcap;
+};
+
+constexpr const char* kFieldNames[17] = {
+    "the element size", "the rank of queries", "B (batch)", "H (query heads)", "Hk (key/value heads)", "d (query size)",
+    "dv (value size)", "the causal mask", "the window", "the window's left bound", "the window's right bound",
+    "the number of valid lengths", "the valid lengths", "the number of ALiBi slopes", "the ALiBi slopes", "the queries' rows",
+    "the keys' rows"};
+constexpr int kQueryRows = 15, kKeyRows = 16;
+
+template <class V>
+std::int64_t hash_of(const TensorView<const V>& t) {  // FNV-1a over the elements' bytes, in index order
+  std::uint64_t h = 1469598103934665603ull;
+  const index_t count = t.empty() ? 0 : t.numel();
+  for (index_t e = 0; e < count; ++e) {
+    index_t offset = 0, rest = e;
+    for (int i = t.rank() - 1; i >= 0; --i) offset += (rest % t.dim(i)) * t.stride(i), rest /= t.dim(i);
+    unsigned char bytes[sizeof(V)];
+    std::memcpy(bytes, t.data() + offset, sizeof(V));
+    for (unsigned char byte : bytes) h = (h ^ byte) * 1099511628211ull;
+  }
+  return static_cast<std::int64_t>(h);
+}
+
+}  // namespace
+
+template <class T>
+Problem agree(const Comm& comm, const char* op, ShardLayout layout, const TensorView<const T>& queries,
+              const TensorView<const T>& keys, const TensorView<const T>& values, const Mask<T>& mask,
+              const SdpaOptions& options, const std::function<void()>& local_check) {
+  Descriptor mine{};
+  try {
+    const View4<const T> q = detail::require_tensor(queries, op, "queries", 0);
+    const int rank = queries.rank();
+    const View4<const T> k = detail::require_tensor(keys, op, "keys", rank);
+    const View4<const T> v = detail::require_tensor(values, op, "values", rank);
+    if (k.B != q.B || v.B != q.B || v.H != k.H || v.R != k.R)
+      detail::fail(op, ": queries ", queries.shape_string(), ", keys ", keys.shape_string(), " and values ",
+                   values.shape_string(), " must share B, keys and values their heads and rows");
+    if (k.C != q.C)
+      detail::fail(op, ": keys has shape ", keys.shape_string(), " but queries has last dimension ", q.C, "; they must match");
+    if (k.H == 0 ? q.H != 0 : q.H % k.H != 0)
+      detail::fail(op, ": queries has ", q.H, " heads and keys ", k.H, "; the query heads must be a multiple of the key heads");
+    if (!mask.keep.empty() || !mask.additive.empty() || !mask.segment_ids_q.empty() || !mask.segment_ids_k.empty())
+      detail::fail(op, ": keep masks, additive masks and segment ids are not supported across ranks yet");
+    if (mask.fill != MaskedFill::exclude) detail::fail(op, ": MaskedFill::seeds_minus_1e6 is not supported across ranks");
+    if (mask.query_start != 0 || mask.key_start != 0)
+      detail::fail(op, ": Mask::query_start and key_start must be 0: the ranks' shards place the rows");
+    if (!mask.valid_lens.empty() && (mask.valid_lens.rank() != 1 || mask.valid_lens.dim(0) != q.B))
+      detail::fail(op, ": valid_lens has shape ", mask.valid_lens.shape_string(), " but must be (", q.B,
+                   ",): one key length of the whole sequence per batch element (per-query lengths are not supported "
+                   "across ranks yet)");
+    if (options.dropout.p != 0) detail::fail(op, ": dropout is not supported across ranks yet (p = ", options.dropout.p, ")");
+    if (options.scale && !std::isfinite(*options.scale)) detail::fail(op, ": scale is ", *options.scale, "; it must be finite");
+    if (options.softcap && !(std::isfinite(*options.softcap) && *options.softcap > 0))
+      detail::fail(op, ": softcap is ", *options.softcap, "; it must be positive and finite");
+    local_check();
+    const std::int64_t fields[17] = {static_cast<std::int64_t>(sizeof(T)), rank, q.B, q.H, k.H, q.C, v.C,
+                                     static_cast<std::int64_t>(mask.causal), mask.window.has_value(),
+                                     mask.window ? mask.window->left : 0, mask.window ? mask.window->right : 0,
+                                     mask.valid_lens.empty() ? -1 : mask.valid_lens.numel(), hash_of(mask.valid_lens),
+                                     mask.alibi_slopes.empty() ? -1 : mask.alibi_slopes.numel(),
+                                     hash_of(mask.alibi_slopes), q.R, k.R};
+    std::copy(std::begin(fields), std::end(fields), mine.field);
+    mine.scale = options.scale ? *options.scale : std::nan("");
+    mine.softcap = options.softcap ? *options.softcap : 0;
+  } catch (const Error& e) {
+    std::strncpy(mine.error, e.what(), sizeof mine.error - 1);
+  }
+  std::vector<Descriptor> all(static_cast<std::size_t>(comm.size()));
+  comm.check(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm.get()), "MPI_Allgather");
+  for (int r = 0; r < comm.size(); ++r)
+    if (all[r].error[0] != '\0') throw Error(detail::cat(all[r].error, " (on rank ", r, " of ", comm.size(), ")"));
+  const Descriptor& first = all[0];
+  for (int r = 1; r < comm.size(); ++r) {
+    for (int f = 0; f < kQueryRows; ++f)
+      if (all[r].field[f] != first.field[f])
+        detail::fail(op, ": rank ", r, " passes ", kFieldNames[f], " = ", all[r].field[f], " but rank 0 passes ",
+                     first.field[f], "; every rank must pass the same shapes, dtypes, masks and options");
+    const bool same_scale = std::isnan(all[r].scale) ? std::isnan(first.scale) : all[r].scale == first.scale;
+    if (!same_scale || all[r].softcap != first.softcap)
+      detail::fail(op, ": rank ", r, " passes scale ", all[r].scale, " and softcap ", all[r].softcap, " but rank 0 ",
+                   first.scale, " and ", first.softcap, "; every rank must pass the same options");
+  }
+  Problem p;
+  p.op = op, p.layout = layout, p.ranks = comm.size(), p.rank = comm.rank();
+  p.tensor_rank = static_cast<int>(first.field[1]);
+  p.B = first.field[2], p.H = first.field[3], p.Hk = first.field[4], p.d = first.field[5], p.dv = first.field[6];
+  for (const Descriptor& one : all) {
+    p.n_of.push_back(one.field[kQueryRows]), p.m_of.push_back(one.field[kKeyRows]);
+    p.n += one.field[kQueryRows], p.m += one.field[kKeyRows];
+  }
+  const char* layout_name = layout == ShardLayout::contiguous ? "contiguous" : "zigzag";
+  for (int r = 0; r < comm.size(); ++r)
+    for (const auto& [name, rows, total] : {std::tuple{"queries", p.n_of[r], p.n}, std::tuple{"keys", p.m_of[r], p.m}})
+      if (rows != shard_length(total, comm.size(), r, layout))
+        detail::fail(op, ": rank ", r, " holds ", rows, " rows of ", name, " but the ", layout_name, " layout gives rank ",
+                     r, " of ", comm.size(), " ", shard_length(total, comm.size(), r, layout), " of the ", total,
+                     " rows (shard_rows in attn/distributed.hpp)");
+  p.causal = mask.causal;
+  p.window = mask.window;
+  if (!mask.valid_lens.empty())
+    for (index_t b = 0; b < p.B; ++b) {
+      const std::int64_t len = mask.valid_lens.data()[b * mask.valid_lens.stride(0)];
+      if (len < 0 || len > p.m)
+        detail::fail(op, ": valid_lens[", b, "] is ", len, "; it must lie in [0, ", p.m, "], the keys of the whole sequence");
+      p.longest_valid = std::max<std::int64_t>(p.longest_valid, len);
+    }
+  return p;
+}
+
+template <class T>
+Mask<T> block_mask(const Problem& p, const Mask<T>& mask, const Piece& q, const Piece& k,
+                   std::vector<std::int64_t>& lens_block) {
+  Mask<T> block;
+  block.causal = p.causal == Causal::none ? Causal::none : Causal::top_left;
+  block.window = p.window;
+  block.alibi_slopes = mask.alibi_slopes;
+  // Only the difference of the starts matters (p(i) - j); both are moved to be non-negative.
+  index_t query_start = q.begin + (p.causal == Causal::bottom_right ? p.m - p.n : 0), key_start = k.begin;
+  const index_t low = std::min(query_start, key_start);
+  if (low < 0) query_start -= low, key_start -= low;
+  block.query_start = query_start, block.key_start = key_start;
+  if (!mask.valid_lens.empty()) {
+    lens_block.resize(static_cast<std::size_t>(p.B));
+    for (index_t b = 0; b < p.B; ++b)
+      lens_block[b] = std::clamp<std::int64_t>(mask.valid_lens.data()[b * mask.valid_lens.stride(0)] - k.begin, 0, k.size());
+    block.valid_lens = TensorView<const std::int64_t>(lens_block.data(), {p.B});
+  }
+  return block;
+}
+
+#define ATTN_INSTANTIATE(T)                                                                                         \
+  template Problem agree<T>(const Comm&, const char*, ShardLayout, const TensorView<const T>&,                       \
+                            const TensorView<const T>&, const TensorView<const T>&, const Mask<T>&, const SdpaOptions&, \
+                            const std::function<void()>&);                                                          \
+  template Mask<T> block_mask<T>(const Problem&, const Mask<T>&, const Piece&, const Piece&, std::vector<std::int64_t>&);
+ATTN_INSTANTIATE(float)
+ATTN_INSTANTIATE(double)
+#undef ATTN_INSTANTIATE
+
+}  // namespace distributed
+}  // namespace attn
+
+namespace attn::distributed {
+
+namespace {
+
+std::vector<index_t> lse_dims(int rank, index_t B, index_t H, index_t R) {
+  if (rank == 4) return {B, H, R};
+  return {B, R};
+}
+
+}  // namespace
+
+template <class T>
+void check_forward_outputs(const char* op, const TensorView<T>& out, const TensorView<T>& lse,
+                           const TensorView<const T>& queries, const TensorView<const T>& values) {
+  const View4<const T> q = detail::to_view4(queries, op, "queries"), v = detail::to_view4(values, op, "values");
+  const int rank = queries.rank();
+  detail::require_tensor(out, op, "out", rank);
+  detail::require_shape(out, detail::caller_dims(rank, q.B, q.H, q.R, v.C), op, "out",
+                        "a row of values' size per query of this rank");
+  if (!lse.empty()) {
+    detail::require_shape(lse, lse_dims(rank, q.B, q.H, q.R), op, "lse", "one entry per query of this rank");
+    detail::to_view4(lse, op, "lse", 2, 3, true);
+  }
+}
+
+template <class T>
+void check_backward_arguments(const char* op, const TensorView<T>& dqueries, const TensorView<T>& dkeys,
+                              const TensorView<T>& dvalues, const TensorView<const T>& dout,
+                              const TensorView<const T>& queries, const TensorView<const T>& keys,
+                              const TensorView<const T>& values, const TensorView<const T>& out,
+                              const TensorView<const T>& lse) {
+  const View4<const T> q = detail::to_view4(queries, op, "queries"), v = detail::to_view4(values, op, "values");
+  const int rank = queries.rank();
+  const auto out_dims = detail::caller_dims(rank, q.B, q.H, q.R, v.C);
+  for (const auto& [name, t] : {std::pair{"dout", dout}, std::pair{"out", out}}) {
+    detail::require_tensor(t, op, name, rank);
+    detail::require_shape(t, out_dims, op, name, "the forward's out of this rank's queries");
+  }
+  if (lse.empty()) detail::fail(op, ": lse is required: the forward's log-sum-exp of this rank's queries");
+  detail::require_shape(lse, lse_dims(rank, q.B, q.H, q.R), op, "lse", "one entry per query of this rank");
+  detail::to_view4(lse, op, "lse", 2, 3, true);
+  for (const auto& [name, grad, input] : {std::tuple{"dqueries", dqueries, queries}, std::tuple{"dkeys", dkeys, keys},
+                                          std::tuple{"dvalues", dvalues, values}})
+    if (!grad.empty()) {
+      detail::require_tensor(grad, op, name, rank);
+      detail::require_shape(grad, {input.shape().begin(), input.shape().end()}, op, name, "the shape of its input");
+    }
+}
+
+#define ATTN_INSTANTIATE(T)                                                                                            \
+  template void check_forward_outputs<T>(const char*, const TensorView<T>&, const TensorView<T>&,                      \
+                                         const TensorView<const T>&, const TensorView<const T>&);                     \
+  template void check_backward_arguments<T>(const char*, const TensorView<T>&, const TensorView<T>&,                   \
+                                            const TensorView<T>&, const TensorView<const T>&, const TensorView<const T>&, \
+                                            const TensorView<const T>&, const TensorView<const T>&,                   \
+                                            const TensorView<const T>&, const TensorView<const T>&);
+ATTN_INSTANTIATE(float)
+ATTN_INSTANTIATE(double)
+#undef ATTN_INSTANTIATE
+
+}  // namespace attn::distributed

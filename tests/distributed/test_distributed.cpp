@@ -1,0 +1,308 @@
+// Sequence-parallel attention over MPI (attn/distributed.hpp), run on every rank by mpiexec with 1 to
+// 4 ranks (tests/distributed.cmake). Every rank builds the same whole problem, takes its shard of the
+// queries, keys and values (contiguous or zigzag, lengths that do not divide by the ranks), runs the
+// ring and the all-to-all forward and backward, and checks its rows of out, lse, dQ, dK and dV against
+// the single-process attn result on the whole sequences under the error budget of STYLE.md (2x the
+// float32 result's error against the float64 reference), for each mask. Bad arguments on some ranks
+// raise the same attn::Error on every rank, never a hang (CTest's timeout would catch one).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attn/config.hpp"
+#include "attn/distributed.hpp"
+#include "attn/sdpa.hpp"
+#include "support/testing.hpp"
+
+namespace attn {
+namespace {
+
+using testing::convert;
+using testing::random_tensor;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return p;
+}
+
+enum class Variant { none, causal, causal_bottom_right, window, valid_lens, alibi_softcap, all };
+enum class Algorithm { ring, ulysses };
+
+std::string variant_name(Variant v) {
+  switch (v) {
+    case Variant::none: return "none";
+    case Variant::causal: return "causal";
+    case Variant::causal_bottom_right: return "causal_bottom_right";
+    case Variant::window: return "window";
+    case Variant::valid_lens: return "valid_lens";
+    case Variant::alibi_softcap: return "alibi_softcap";
+    case Variant::all: return "all";
+  }
+  return "?";
+}
+
+// The whole problem: queries (B, H, N, D), keys and values (B, Hk, M, *) (grouped heads), dout.
+constexpr index_t B = 2, H = 4, Hk = 2, N = 45, M = 70, D = 8, V = 5;
+
+struct Problem {
+  Variant variant;
+  Tensor<std::int64_t> lens{B};
+  Tensor<double> slopes;
+
+  explicit Problem(Variant v) : variant(v), slopes(random_tensor<double>({H}, 5, 0.05, 0.5)) {
+    lens[0] = 61, lens[1] = 17;
+  }
+  bool uses(Variant v) const { return variant == v || variant == Variant::all; }
+  template <class T>
+  Mask<T> mask(const Tensor<T>& slopes_t) const {
+    Mask<T> m;
+    if (uses(Variant::causal)) m.causal = Causal::top_left;
+    if (uses(Variant::causal_bottom_right) || uses(Variant::window)) m.causal = Causal::bottom_right;
+    if (uses(Variant::window)) m.window = Window{12, variant == Variant::all ? 0 : 5};
+    if (uses(Variant::valid_lens)) m.valid_lens = lens.view();
+    if (uses(Variant::alibi_softcap)) m.alibi_slopes = slopes_t.view();
+    return m;
+  }
+  SdpaOptions options() const {
+    SdpaOptions o;
+    if (uses(Variant::alibi_softcap)) o.softcap = 2.5;
+    return o;
+  }
+};
+
+// This rank's rows of a (B, X, L, C) tensor (or (B, X, L) when 3-D) in the layout.
+template <class T>
+Tensor<T> shard(const Tensor<T>& whole, ShardLayout layout) {
+  const index_t L = whole.dim(2), C = whole.rank() == 4 ? whole.dim(3) : 1;
+  const auto rows = shard_rows(L, world_size(), world_rank(), layout);
+  index_t count = 0;
+  for (const auto& [b, e] : rows) count += e - b;
+  std::vector<index_t> shape = whole.shape();
+  shape[2] = count;
+  Tensor<T> out(shape);
+  for (index_t b = 0; b < whole.dim(0); ++b)
+    for (index_t h = 0; h < whole.dim(1); ++h) {
+      index_t local = 0;
+      for (const auto& [begin, end] : rows)
+        for (index_t g = begin; g < end; ++g, ++local)
+          for (index_t c = 0; c < C; ++c)
+            out.data()[((b * whole.dim(1) + h) * count + local) * C + c] = whole.data()[((b * whole.dim(1) + h) * L + g) * C + c];
+    }
+  return out;
+}
+
+// out, lse, dq, dk, dv of the whole attention in one process: on the cpu backend in T, or the float64
+// reference.
+template <class T>
+std::vector<Tensor<T>> whole(const Problem& s, Backend backend) {
+  ScopedBackend scoped(backend);
+  const Tensor<T> q = convert<T>(random_tensor<double>({B, H, N, D}, 1, -2, 2)),
+                  k = convert<T>(random_tensor<double>({B, Hk, M, D}, 2, -2, 2)),
+                  v = convert<T>(random_tensor<double>({B, Hk, M, V}, 3)), g = convert<T>(random_tensor<double>({B, H, N, V}, 4));
+  const Tensor<T> slopes = convert<T>(s.slopes);
+  Tensor<T> out({B, H, N, V}), lse({B, H, N}), dq(q.shape()), dk(k.shape()), dv(v.shape());
+  sdpa_forward<T>(out.view(), lse.view(), {}, q.view(), k.view(), v.view(), s.mask(slopes), s.options());
+  sdpa_backward<T>(dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(), lse.view(),
+                   s.mask(slopes), s.options());
+  return {q, k, v, g, out, lse, dq, dk, dv};
+}
+
+// out, lse, dq, dk, dv of this rank's shards, computed across the ranks.
+template <class T>
+std::vector<Tensor<T>> across_ranks(const Problem& s, const std::vector<Tensor<T>>& inputs, ShardLayout layout,
+                                    Algorithm algorithm) {
+  const Tensor<T> q = shard(inputs[0], layout), k = shard(inputs[1], layout), v = shard(inputs[2], layout),
+                  g = shard(inputs[3], layout);
+  const Tensor<T> slopes = convert<T>(s.slopes);
+  const Mask<T> mask = s.mask(slopes);
+  const index_t n_r = q.dim(2);
+  Tensor<T> out({B, H, n_r, V}), lse({B, H, n_r}), dq(q.shape()), dk(k.shape()), dv(v.shape());
+  const auto forward = algorithm == Algorithm::ring ? ring_sdpa_forward<T> : ulysses_sdpa_forward<T>;
+  const auto backward = algorithm == Algorithm::ring ? ring_sdpa_backward<T> : ulysses_sdpa_backward<T>;
+  forward(MPI_COMM_WORLD, out.view(), lse.view(), q.view(), k.view(), v.view(), mask, s.options(), layout);
+  backward(MPI_COMM_WORLD, dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(),
+           lse.view(), mask, s.options(), layout);
+  return {out, lse, dq, dk, dv};
+}
+
+struct Case {
+  Variant variant;
+  ShardLayout layout;
+  Algorithm algorithm;
+};
+
+class AcrossRanks : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AcrossRanks, EqualsTheSingleProcessResultWithinTheErrorBudget) {
+  const Case c = GetParam();
+  const Problem s(c.variant);
+  const std::vector<Tensor<float>> single = whole<float>(s, Backend::cpu);
+  const std::vector<Tensor<double>> oracle = whole<double>(s, Backend::reference);
+  const std::vector<Tensor<float>> got = across_ranks<float>(s, single, c.layout, c.algorithm);
+  const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+  for (int i = 0; i < 5; ++i) {
+    const Tensor<float> mine = shard(single[4 + i], c.layout);
+    const Tensor<double> truth = shard(oracle[4 + i], c.layout);
+    EXPECT_TRUE(testing::within_error_budget(got[i], mine, truth)) << names[i] << " on rank " << world_rank();
+  }
+  // float64 across ranks against the float64 reference: the same sums in another order.
+  const std::vector<Tensor<double>> got64 = across_ranks<double>(s, oracle, c.layout, c.algorithm);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_LT(testing::max_abs_diff(got64[i], shard(oracle[4 + i], c.layout)), 1e-12)
+        << names[i] << " in float64 on rank " << world_rank();
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (Variant v : {Variant::none, Variant::causal, Variant::causal_bottom_right, Variant::window, Variant::valid_lens,
+                    Variant::alibi_softcap, Variant::all})
+    for (ShardLayout layout : {ShardLayout::contiguous, ShardLayout::zigzag})
+      for (Algorithm a : {Algorithm::ring, Algorithm::ulysses}) out.push_back({v, layout, a});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Masks, AcrossRanks, ::testing::ValuesIn(cases()), [](const auto& info) {
+  const Case& c = info.param;
+  return variant_name(c.variant) + (c.layout == ShardLayout::zigzag ? "_zigzag" : "_contiguous") +
+         (c.algorithm == Algorithm::ring ? "_ring" : "_ulysses");
+});
+
+TEST(ShardRows, SplitTheSequenceAsDocumented) {
+  // contiguous: floor(r L / P); zigzag: chunks r and 2P - 1 - r of 2P.
+  EXPECT_EQ(shard_rows(10, 3, 1, ShardLayout::contiguous), (std::vector<std::pair<index_t, index_t>>{{3, 6}}));
+  EXPECT_EQ(shard_rows(10, 3, 2, ShardLayout::contiguous), (std::vector<std::pair<index_t, index_t>>{{6, 10}}));
+  EXPECT_EQ(shard_rows(16, 2, 0, ShardLayout::zigzag), (std::vector<std::pair<index_t, index_t>>{{0, 4}, {12, 16}}));
+  EXPECT_EQ(shard_rows(16, 2, 1, ShardLayout::zigzag), (std::vector<std::pair<index_t, index_t>>{{4, 8}, {8, 12}}));
+  index_t total = 0;
+  for (int r = 0; r < 7; ++r) total += shard_length(1001, 7, r, ShardLayout::zigzag);
+  EXPECT_EQ(total, 1001);
+  EXPECT_THROW(shard_rows(10, 0, 0, ShardLayout::contiguous), Error);
+  EXPECT_THROW(shard_rows(10, 2, 2, ShardLayout::contiguous), Error);
+}
+
+// Runs `call` on every rank and expects every rank to raise attn::Error, the same message on all of
+// them, containing `expected`.
+void expect_same_error_everywhere(const std::function<void()>& call, const std::string& expected) {
+  std::string message;
+  try {
+    call();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find(expected), std::string::npos) << "rank " << world_rank() << " got: \"" << message << "\"";
+  // Every rank's message is rank 0's.
+  std::vector<char> mine(512, 0), first(512, 0);
+  std::copy_n(message.begin(), std::min<std::size_t>(message.size(), 511), mine.begin());
+  first = mine;
+  MPI_Bcast(first.data(), 512, MPI_CHAR, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(std::string(mine.data()), std::string(first.data())) << "rank " << world_rank();
+}
+
+struct Shards {
+  Tensor<float> q, k, v, out, lse;
+  explicit Shards(index_t d_extra = 0, index_t extra_rows = 0) {
+    const int P = world_size(), r = world_rank();
+    const index_t n_r = shard_length(N, P, r, ShardLayout::contiguous) + extra_rows, m_r = shard_length(M, P, r, ShardLayout::contiguous);
+    q = random_tensor<float>({B, H, n_r, D + d_extra}, 1);
+    k = random_tensor<float>({B, Hk, m_r, D + d_extra}, 2);
+    v = random_tensor<float>({B, Hk, m_r, V}, 3);
+    out = Tensor<float>({B, H, n_r, V});
+    lse = Tensor<float>({B, H, n_r});
+  }
+  void forward(const Mask<float>& mask = {}, const SdpaOptions& options = {}) {
+    ring_sdpa_forward<float>(MPI_COMM_WORLD, out.view(), lse.view(), q.view(), k.view(), v.view(), mask, options);
+  }
+};
+
+TEST(AcrossRanksErrors, RanksThatDisagreeAllRaiseTheSameError) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  // The last rank's queries and keys have another size.
+  expect_same_error_everywhere(
+      [] { Shards(world_rank() == world_size() - 1 ? 1 : 0).forward(); }, "passes d (query size) = 9 but rank 0 passes 8");
+  // One rank holds 5 rows too many (no split of the 50 rows gives the ranks these counts).
+  expect_same_error_everywhere([] { Shards(0, world_rank() == 1 ? 5 : 0).forward(); },
+                               "rows of queries but the contiguous layout gives rank");
+  // One rank asks for a causal mask, the others do not.
+  expect_same_error_everywhere(
+      [] {
+        Mask<float> mask;
+        if (world_rank() == 0) mask.causal = Causal::top_left;
+        Shards().forward(mask);
+      },
+      "the causal mask");
+}
+
+TEST(AcrossRanksErrors, OneRanksBadArgumentReachesEveryRank) {
+  const int last = world_size() - 1;
+  expect_same_error_everywhere(
+      [last] {
+        Shards s;
+        Tensor<float> wrong({B, H, 1, V});
+        ring_sdpa_forward<float>(MPI_COMM_WORLD, world_rank() == last ? wrong.view() : s.out.view(), s.lse.view(),
+                                 s.q.view(), s.k.view(), s.v.view());
+      },
+      "ring_sdpa_forward: out has shape (2,4,1,5)");
+  expect_same_error_everywhere(
+      [] {
+        SdpaOptions options;
+        options.dropout = {0.1, 3};
+        Shards().forward({}, options);
+      },
+      "dropout is not supported across ranks yet");
+  expect_same_error_everywhere(
+      [] {
+        Tensor<std::int64_t> lens({B});
+        lens[0] = M + 1;
+        Mask<float> mask;
+        mask.valid_lens = lens.view();
+        Shards().forward(mask);
+      },
+      "valid_lens[0] is 71; it must lie in [0, 70]");
+  expect_same_error_everywhere(
+      [] {
+        Shards s;
+        ring_sdpa_backward<float>(MPI_COMM_WORLD, {}, {}, {}, s.out.view(), s.q.view(), s.k.view(), s.v.view(),
+                                  s.out.view(), {});
+      },
+      "lse is required");
+}
+
+// On ranks other than 0, in place of GoogleTest's printer: each failed assertion, with its rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (result.failed())
+      std::fprintf(stderr, "rank %d: %s:%d: %s\n", world_rank(), result.file_name() ? result.file_name() : "?",
+                   result.line_number(), result.message());
+  }
+};
+
+}  // namespace
+}  // namespace attn
+
+// Every rank runs every test; the program fails on every rank when a test failed on any.
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (attn::world_rank() != 0) {  // one rank prints the progress; every rank prints its failures
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new attn::FailurePrinter);
+  }
+  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0, any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any && attn::world_rank() == 0) std::fprintf(stderr, "a test failed on some rank\n");
+  MPI_Finalize();
+  return any;
+}
