@@ -30,6 +30,12 @@ def version():
     return match.group(1)
 
 
+# The CMake target of each compiled module (python/CMakeLists.txt). attn._distributed (attn.distributed)
+# is built where MPI is (libopenmpi-dev's mpicxx).
+TARGETS = {"attn._attn": "attn_python", "attn._distributed": "attn_python_distributed"}
+MODULES = ["attn._attn"] + (["attn._distributed"] if shutil.which("mpicxx") else [])
+
+
 class CMakeExtension(Extension):
     def __init__(self, name):
         super().__init__(name, sources=[])
@@ -46,11 +52,12 @@ class CMakeBuild(build_ext):
             subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
                             "-DATTN_BUILD_TESTS=OFF", "-DATTN_BUILD_BENCH=OFF", "-DATTN_BUILD_EXAMPLES=OFF",
                             f"-DPython3_EXECUTABLE={sys.executable}"], check=True)
-        subprocess.run(["cmake", "--build", str(build_dir), "--target", "attn_python", "-j", str(os.cpu_count() or 1)],
+        module = ext.name.split(".")[-1]
+        subprocess.run(["cmake", "--build", str(build_dir), "--target", TARGETS[ext.name], "-j", str(os.cpu_count() or 1)],
                        check=True)
-        built = sorted((build_dir / "python" / "attn").glob("_attn*.so"))
+        built = sorted((build_dir / "python" / "attn").glob(f"{module}.*.so"))
         if not built:
-            raise RuntimeError(f"setup.py: CMake built no attn/_attn*.so in {build_dir / 'python' / 'attn'}")
+            raise RuntimeError(f"setup.py: CMake built no attn/{module}.*.so in {build_dir / 'python' / 'attn'}")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built[0], target)
 
@@ -64,10 +71,10 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     install_requires=["numpy"],
-    extras_require={"torch": ["torch"]},
+    extras_require={"torch": ["torch"], "mpi": ["mpi4py"]},
     packages=["attn"],
     package_dir={"": "python"},
-    ext_modules=[CMakeExtension("attn._attn")],
+    ext_modules=[CMakeExtension(name) for name in MODULES],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,
     # setuptools' intermediate files under build/ (ignored by git), not beside the sources

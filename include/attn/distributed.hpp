@@ -91,4 +91,14 @@ void ulysses_sdpa_backward(MPI_Comm comm, TensorView<T> dqueries, TensorView<T> 
                            const Mask<T>& mask = {}, const SdpaOptions& options = {},
                            ShardLayout layout = ShardLayout::contiguous);
 
+// How this rank spent its last distributed call (on the calling thread): in the fused kernels on its
+// blocks (compute), and in MPI (the argument check, waiting for sends and receives, the all-to-alls
+// with their packing). The ring hides communication when communicate stays near 0; a rank whose
+// compute is short of the slowest rank's idles for the difference. `attn bench --distributed` reports it.
+struct DistributedTimes {
+  double compute_seconds = 0;
+  double communicate_seconds = 0;
+};
+DistributedTimes last_distributed_times();
+
 }  // namespace attn

@@ -4,6 +4,7 @@
 // (sdpa_forward, sdpa_merge, sdpa_backward_block), exactly as one process would over the whole
 // sequences.
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <limits>
 #include <utility>
@@ -18,6 +19,21 @@ namespace distributed {
 namespace {
 
 constexpr int kTagBlock = 11, kTagGradients = 12, kTagHome = 13;
+
+thread_local DistributedTimes last_times;
+
+// Adds the seconds from its construction to its destruction to one of last_times' fields.
+class Stopwatch {
+ public:
+  explicit Stopwatch(double& into) : into_(into), start_(std::chrono::steady_clock::now()) {}
+  ~Stopwatch() { into_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  Stopwatch(const Stopwatch&) = delete;
+  Stopwatch& operator=(const Stopwatch&) = delete;
+
+ private:
+  double& into_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 // ---- the ring -------------------------------------------------------------------------------------
 
@@ -78,6 +94,7 @@ class Requests {
   explicit Requests(const Comm& comm) : comm_(comm) {}
   MPI_Request* add() { return &list_.emplace_back(MPI_REQUEST_NULL); }
   void wait() {
+    const Stopwatch waiting(last_times.communicate_seconds);
     if (!list_.empty()) comm_.check(MPI_Waitall(static_cast<int>(list_.size()), list_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
     list_.clear();
   }
@@ -92,6 +109,7 @@ class Requests {
 template <class T>
 void forward_block(const Problem& p, const Mask<T>& mask, const SdpaOptions& options, const View4<const T>& q,
                    const View4<T>& out, const View4<T>& lse, int src, const T* block) {
+  const Stopwatch computing(last_times.compute_seconds);
   const Packed packed{&p};
   const View4<const T> k = packed.keys(block, src), v = packed.values(block, src);
   for (const Piece& qp : pieces(p.n, p.ranks, p.rank, p.layout))
@@ -114,6 +132,7 @@ template <class T>
 void backward_block(const Problem& p, const Mask<T>& mask, const SdpaOptions& options, const View4<const T>& q,
                     const View4<const T>& dout, const View4<const T>& out, const View4<const T>& lse, const View4<T>& dq,
                     int src, const T* block, T* grads) {
+  const Stopwatch computing(last_times.compute_seconds);
   const Packed packed{&p};
   const View4<const T> k = packed.keys(block, src), v = packed.values(block, src);
   const View4<T> dk = packed.keys(grads, src), dv = packed.values(grads, src);
@@ -182,6 +201,7 @@ struct Heads {
   // This rank's rows of every head -> every row of this rank's heads, (B, count(rank), length, C) dense.
   template <class T>
   std::vector<T> gather(const Comm& comm, const View4<const T>& x) const {
+    const Stopwatch exchanging(last_times.communicate_seconds);
     const int P = p->ranks, me = p->rank;
     std::vector<index_t> send_n, recv_n;
     for (int t = 0; t < P; ++t) {
@@ -216,6 +236,7 @@ struct Heads {
   // of every head, written into x.
   template <class T>
   void scatter(const Comm& comm, const std::vector<T>& full, const View4<T>& x) const {
+    const Stopwatch exchanging(last_times.communicate_seconds);
     const int P = p->ranks, me = p->rank;
     std::vector<index_t> send_n, recv_n;
     for (int t = 0; t < P; ++t) {
@@ -265,10 +286,20 @@ Mask<T> heads_mask(const Problem& p, const Mask<T>& mask) {
   return local;
 }
 
+// agree (distributed/common.hpp), its collective counted as communication.
+template <class T>
+Problem timed_agree(const Comm& comm, const char* op, ShardLayout layout, const TensorView<const T>& queries,
+                    const TensorView<const T>& keys, const TensorView<const T>& values, const Mask<T>& mask,
+                    const SdpaOptions& options, const std::function<void()>& local_check) {
+  const Stopwatch checking(last_times.communicate_seconds);
+  return agree<T>(comm, op, layout, queries, keys, values, mask, options, local_check);
+}
+
 }  // namespace
 }  // namespace distributed
 
-using distributed::agree;
+DistributedTimes last_distributed_times() { return distributed::last_times; }
+
 using distributed::Comm;
 using distributed::Problem;
 
@@ -277,8 +308,9 @@ void ring_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse, T
                        TensorView<const T> keys, TensorView<const T> values, const Mask<T>& mask,
                        const SdpaOptions& options, ShardLayout layout) {
   const char* op = "ring_sdpa_forward";
+  distributed::last_times = {};
   const Comm comm(comm_in, op);
-  const Problem p = agree<T>(comm, op, layout, queries, keys, values, mask, options,
+  const Problem p = distributed::timed_agree<T>(comm, op, layout, queries, keys, values, mask, options,
                              [&] { distributed::check_forward_outputs<T>(op, out, lse, queries, values); });
   const View4<const T> q = detail::to_view4(queries, op, "queries"), k = detail::to_view4(keys, op, "keys"),
                        v = detail::to_view4(values, op, "values");
@@ -320,8 +352,9 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
                         TensorView<const T> values, TensorView<const T> out, TensorView<const T> lse,
                         const Mask<T>& mask, const SdpaOptions& options, ShardLayout layout) {
   const char* op = "ring_sdpa_backward";
+  distributed::last_times = {};
   const Comm comm(comm_in, op);
-  const Problem p = agree<T>(comm, op, layout, queries, keys, values, mask, options, [&] {
+  const Problem p = distributed::timed_agree<T>(comm, op, layout, queries, keys, values, mask, options, [&] {
     distributed::check_backward_arguments<T>(op, dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse);
   });
   const index_t n_r = p.n_of[static_cast<std::size_t>(p.rank)];
@@ -381,6 +414,7 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
   if (src == me) {
     home.swap(grads);
   } else {
+    const distributed::Stopwatch returning(distributed::last_times.communicate_seconds);
     comm.check(MPI_Sendrecv(grads.data(), static_cast<int>(packed.count(src)), distributed::mpi_type<T>(), src,
                             distributed::kTagHome, home.data(), static_cast<int>(packed.count(me)),
                             distributed::mpi_type<T>(), holder, distributed::kTagHome, comm.get(), MPI_STATUS_IGNORE),
@@ -397,8 +431,9 @@ void ulysses_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse
                           TensorView<const T> keys, TensorView<const T> values, const Mask<T>& mask,
                           const SdpaOptions& options, ShardLayout layout) {
   const char* op = "ulysses_sdpa_forward";
+  distributed::last_times = {};
   const Comm comm(comm_in, op);
-  const Problem p = agree<T>(comm, op, layout, queries, keys, values, mask, options,
+  const Problem p = distributed::timed_agree<T>(comm, op, layout, queries, keys, values, mask, options,
                              [&] { distributed::check_forward_outputs<T>(op, out, lse, queries, values); });
   const index_t group = p.H / std::max<index_t>(p.Hk, 1), n_r = p.n_of[static_cast<std::size_t>(p.rank)];
   const distributed::Heads qh{&p, group, p.n, p.d}, kh{&p, 1, p.m, p.d}, vh{&p, 1, p.m, p.dv}, oh{&p, group, p.n, p.dv},
@@ -408,10 +443,12 @@ void ulysses_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse
   const std::vector<T> vf = vh.gather(comm, detail::to_view4(values, op, "values"));
   const index_t hq = qh.count(p.rank), hk = kh.count(p.rank);
   std::vector<T> of(static_cast<std::size_t>(p.B * hq * p.n * p.dv)), lf(static_cast<std::size_t>(p.B * hq * p.n));
-  if (hk > 0)
+  if (hk > 0) {
+    const distributed::Stopwatch computing(distributed::last_times.compute_seconds);
     sdpa_forward<T>(TensorView<T>(of.data(), {p.B, hq, p.n, p.dv}), TensorView<T>(lf.data(), {p.B, hq, p.n}), {},
                     TensorView<const T>(qf.data(), {p.B, hq, p.n, p.d}), TensorView<const T>(kf.data(), {p.B, hk, p.m, p.d}),
                     TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), distributed::heads_mask(p, mask), options);
+  }
   oh.scatter(comm, of, detail::to_view4(out, op, "out"));
   lh.scatter(comm, lf, lse.empty() ? View4<T>{} : distributed::lse_rows(lse, p.B, p.H, n_r));
 }
@@ -422,8 +459,9 @@ void ulysses_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<
                            TensorView<const T> values, TensorView<const T> out, TensorView<const T> lse,
                            const Mask<T>& mask, const SdpaOptions& options, ShardLayout layout) {
   const char* op = "ulysses_sdpa_backward";
+  distributed::last_times = {};
   const Comm comm(comm_in, op);
-  const Problem p = agree<T>(comm, op, layout, queries, keys, values, mask, options, [&] {
+  const Problem p = distributed::timed_agree<T>(comm, op, layout, queries, keys, values, mask, options, [&] {
     distributed::check_backward_arguments<T>(op, dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse);
   });
   const index_t group = p.H / std::max<index_t>(p.Hk, 1), n_r = p.n_of[static_cast<std::size_t>(p.rank)];
@@ -437,12 +475,14 @@ void ulysses_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<
   const std::vector<T> lf = lh.gather(comm, distributed::lse_rows(lse, p.B, p.H, n_r));
   const index_t hq = qh.count(p.rank), hk = kh.count(p.rank);
   std::vector<T> dqf(qf.size()), dkf(kf.size()), dvf(vf.size());
-  if (hk > 0)
+  if (hk > 0) {
+    const distributed::Stopwatch computing(distributed::last_times.compute_seconds);
     sdpa_backward<T>(TensorView<T>(dqf.data(), {p.B, hq, p.n, p.d}), TensorView<T>(dkf.data(), {p.B, hk, p.m, p.d}),
                      TensorView<T>(dvf.data(), {p.B, hk, p.m, p.dv}), TensorView<const T>(gf.data(), {p.B, hq, p.n, p.dv}),
                      TensorView<const T>(qf.data(), {p.B, hq, p.n, p.d}), TensorView<const T>(kf.data(), {p.B, hk, p.m, p.d}),
                      TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), TensorView<const T>(of.data(), {p.B, hq, p.n, p.dv}),
                      TensorView<const T>(lf.data(), {p.B, hq, p.n}), distributed::heads_mask(p, mask), options);
+  }
   // Every rank takes part in each exchange, wanted here or not (an empty view receives nothing).
   qh.scatter(comm, dqf, detail::to_view4(dqueries, op, "dqueries"));
   kh.scatter(comm, dkf, detail::to_view4(dkeys, op, "dkeys"));

@@ -21,7 +21,7 @@ namespace attn_cli {
 namespace {
 
 struct Options {
-  bool json = false, large = false;
+  bool json = false, large = false, distributed = false;
   int threads = 0;
   double seconds = 1.0;  // time budget per measurement
   std::string filter, target;
@@ -91,6 +91,7 @@ void print_json(const std::vector<Result>& results, double peak, double bandwidt
 }
 
 void run_bench(const Options& o) {
+  if (o.distributed) return run_distributed_bench({o.json, o.large, o.threads, o.seconds});
   if (o.threads > 0) attn::set_num_threads(o.threads);
   if (!o.target.empty()) attn::set_simd_target(o.target);
   const int threads = attn::num_threads();
@@ -173,7 +174,10 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("bench", "time the fused kernels against the unfused path and the machine's limits");
   cmd->add_flag("--json", o->json, "print the results as JSON");
-  cmd->add_flag("--large", o->large, "add the n = m = 16384 forward (extra memory at scale)");
+  cmd->add_flag("--large", o->large, "add the n = m = 16384 forward (extra memory at scale); with --distributed, n = m = 65536");
+  cmd->add_flag("--distributed", o->distributed,
+                "under mpiexec -n P: ring and all-to-all attention across the ranks against one process of all their "
+                "threads (--threads: per rank), n = m = 16384, d = 64");
   cmd->add_option("--threads", o->threads, "OpenMP threads (default: all)");
   cmd->add_option("--seconds", o->seconds, "time budget of each measurement (default 1)");
   cmd->add_option("--filter", o->filter, "only the cases whose name contains this");

@@ -19,6 +19,16 @@ namespace attn_cli {
 // Registers the `bench` subcommand on `app`.
 void add_bench_command(CLI::App& app);
 
+// `attn bench --distributed` (bench_distributed.cpp), run under mpiexec: ring and all-to-all
+// attention across the ranks against one process with all their threads. threads: per rank (0: the
+// cores over the ranks); large: n = m = 65536 too.
+struct DistributedBenchOptions {
+  bool json = false, large = false;
+  int threads = 0;
+  double seconds = 1.0;
+};
+void run_distributed_bench(const DistributedBenchOptions& options);
+
 // One benchmark case (bench_cases.cpp). run_fused and run_unfused each execute the operation once
 // on inputs made by prepare(); check() compares their last results and returns the largest
 // difference relative to the largest unfused output (after both ran). A case reports one rate:

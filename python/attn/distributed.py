@@ -1,0 +1,114 @@
+"""attn.distributed: exact attention over sequences split across MPI ranks (mpi4py communicators).
+
+    from mpi4py import MPI
+    import attn.distributed
+    out = attn.distributed.scaled_dot_product_attention(q, k, v, comm=MPI.COMM_WORLD, causal=True,
+                                                        layout="zigzag")
+    dq, dk, dv = attn.distributed.backward(dout, q, k, v, out, lse, comm=MPI.COMM_WORLD, causal=True,
+                                           layout="zigzag")   # lse from return_lse=True
+
+Each rank passes its shard of the queries (B, [H,] n_r, d), keys (B, [Hk,] m_r, d) and values
+(B, [Hk,] m_r, dv) and gets the rows of out (and lse) of its own queries: the single-process result
+over the whole sequences. shard(x, comm=..., layout=...) cuts a whole array into this rank's shard.
+
+layout: "contiguous": rank r holds rows [floor(r L / P), floor((r + 1) L / P)) of a sequence of
+length L (n and m need not divide by P); "zigzag": the sequence is cut into 2P chunks
+[floor(c L / 2P), floor((c + 1) L / 2P)) and rank r holds chunk r then chunk 2P - 1 - r, which
+balances a causal mask's work. algorithm: "ring" (key/value blocks travel around the ranks, merged
+through their log-sum-exp; any number of heads) or "ulysses" (an all-to-all on heads; needs
+Hk >= P for every rank to work).
+
+Masks and options: causal (True or "top_left" as PyTorch's is_causal, or "bottom_right"), valid_lens
+(B,) (key lengths of the whole sequence, the same on every rank), window (left, right), alibi_slopes
+(H,) or (B, H), softcap and scale. float32 and float64 (other dtypes are converted to float32). Bad
+arguments on any rank raise the same ValueError on every rank (never a hang).
+
+Needs mpi4py (Debian's python3-mpi4py) and attn built with MPI (libopenmpi-dev).
+"""
+import numpy as np
+
+from . import _distributed
+
+__all__ = ["scaled_dot_product_attention", "backward", "shard", "shard_rows"]
+
+_LAYOUTS = ("contiguous", "zigzag")
+_ALGORITHMS = ("ring", "ulysses")
+
+
+def _handle(comm):
+    if comm is None or not hasattr(comm, "py2f"):
+        raise TypeError(f"comm must be an mpi4py communicator (e.g. MPI.COMM_WORLD); got {type(comm).__name__}")
+    return comm.py2f()
+
+
+def _settings(function, causal, layout, algorithm, valid_lens, window, scale, softcap):
+    if layout not in _LAYOUTS:
+        raise ValueError(f"{function}: layout is {layout!r}; it must be one of {_LAYOUTS}")
+    if algorithm not in _ALGORITHMS:
+        raise ValueError(f"{function}: algorithm is {algorithm!r}; it must be one of {_ALGORITHMS}")
+    s = _distributed.Settings()
+    if causal is True or causal == "top_left":
+        s.causal = "top_left"
+    elif causal == "bottom_right":
+        s.causal = "bottom_right"
+    elif causal is False or causal is None:
+        s.causal = ""
+    else:
+        raise ValueError(f"{function}: causal is {causal!r}; it must be True, False, 'top_left' or 'bottom_right'")
+    s.layout, s.algorithm = layout, algorithm
+    if valid_lens is not None:
+        s.valid_lens = np.ascontiguousarray(valid_lens, dtype=np.int64)
+    if window is not None:
+        left, right = window
+        s.window = (int(-1 if left is None else left), int(-1 if right is None else right))
+    s.scale = None if scale is None else float(scale)
+    s.softcap = None if softcap is None else float(softcap)
+    return s
+
+
+def _dtype_of(*arrays):
+    return np.float64 if all(np.asarray(a).dtype == np.float64 for a in arrays) else np.float32
+
+
+def _arrays(dtype, *arrays):
+    return [np.ascontiguousarray(a, dtype=dtype) for a in arrays]
+
+
+def scaled_dot_product_attention(queries, keys, values, *, comm, causal=False, layout="contiguous", algorithm="ring",
+                                 valid_lens=None, window=None, scale=None, alibi_slopes=None, softcap=None,
+                                 return_lse=False):
+    """This rank's rows of softmax(Q K^T scale + masks) V over the whole sequences; (out, lse) with
+    return_lse=True (lse: (B, [H,] n_r), what backward needs). Collective over comm."""
+    s = _settings("scaled_dot_product_attention", causal, layout, algorithm, valid_lens, window, scale, softcap)
+    dtype = _dtype_of(queries, keys, values)
+    q, k, v = _arrays(dtype, queries, keys, values)
+    slopes = None if alibi_slopes is None else np.ascontiguousarray(alibi_slopes, dtype=dtype)
+    name = "float64" if dtype == np.float64 else "float32"
+    out, lse = getattr(_distributed, "forward_" + name)(_handle(comm), q, k, v, slopes, s)
+    return (out, lse) if return_lse else out
+
+
+def backward(grad_out, queries, keys, values, out, lse, *, comm, causal=False, layout="contiguous", algorithm="ring",
+             valid_lens=None, window=None, scale=None, alibi_slopes=None, softcap=None):
+    """(dqueries, dkeys, dvalues) of this rank's shards, given the forward's inputs, out and lse and the
+    same options. Collective over comm."""
+    s = _settings("backward", causal, layout, algorithm, valid_lens, window, scale, softcap)
+    dtype = _dtype_of(grad_out, queries, keys, values, out, lse)
+    g, q, k, v, o, l = _arrays(dtype, grad_out, queries, keys, values, out, lse)
+    slopes = None if alibi_slopes is None else np.ascontiguousarray(alibi_slopes, dtype=dtype)
+    name = "float64" if dtype == np.float64 else "float32"
+    return getattr(_distributed, "backward_" + name)(_handle(comm), g, q, k, v, o, l, slopes, s)
+
+
+def shard_rows(length, ranks, rank, layout="contiguous"):
+    """The rows [(begin, end), ...] of a sequence of `length` that rank `rank` of `ranks` holds."""
+    if layout not in _LAYOUTS:
+        raise ValueError(f"shard_rows: layout is {layout!r}; it must be one of {_LAYOUTS}")
+    return _distributed.shard_rows(length, ranks, rank, layout)
+
+
+def shard(x, *, comm, layout="contiguous", axis=-2):
+    """This rank's shard of a whole array along its sequence axis (default: the second to last)."""
+    x = np.asarray(x)
+    rows = shard_rows(x.shape[axis], comm.Get_size(), comm.Get_rank(), layout)
+    return np.concatenate([np.take(x, np.arange(b, e), axis=axis) for b, e in rows], axis=axis)
