@@ -244,6 +244,16 @@ TEST(AcrossRanksErrors, RanksThatDisagreeAllRaiseTheSameError) {
       "the causal mask");
 }
 
+TEST(AcrossRanksErrors, NoCommunicatorIsAnError) {
+  Shards s;
+  try {
+    ring_sdpa_forward<float>(MPI_COMM_NULL, s.out.view(), s.lse.view(), s.q.view(), s.k.view(), s.v.view());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "ring_sdpa_forward: comm is MPI_COMM_NULL");
+  }
+}
+
 TEST(AcrossRanksErrors, OneRanksBadArgumentReachesEveryRank) {
   const int last = world_size() - 1;
   expect_same_error_everywhere(
