@@ -29,7 +29,7 @@ constexpr index_t B = 2, H = 4, Hk = 2, N = 37, M = 150, D = 8, V = 5;
 const std::vector<index_t> kQueryStarts = {0, 13, 37};
 const std::vector<index_t> kKeyStarts = {0, 29, 100, 150};
 
-enum class Variant { none, causal, causal_bottom_right, window, alibi_softcap, keep, valid_lens, all };
+enum class Variant { none, causal, causal_bottom_right, window, alibi_softcap, keep, valid_lens, dropout, all };
 
 std::string variant_name(Variant v) {
   switch (v) {
@@ -40,6 +40,7 @@ std::string variant_name(Variant v) {
     case Variant::alibi_softcap: return "alibi_softcap";
     case Variant::keep: return "keep";
     case Variant::valid_lens: return "valid_lens";
+    case Variant::dropout: return "dropout";
     case Variant::all: return "all";
   }
   return "?";
@@ -87,9 +88,12 @@ struct Problem {
     }
     return m;
   }
-  SdpaOptions options() const {
+  // The options of the block whose queries and keys start at qs and ks: dropout keyed by the whole
+  // attention's rows and keys (Dropout's offsets).
+  SdpaOptions options(index_t qs = 0, index_t ks = 0) const {
     SdpaOptions o;
     if (uses(Variant::alibi_softcap)) o.softcap = 3.0;
+    if (uses(Variant::dropout)) o.dropout = Dropout{0.3, 99, qs, ks};
     return o;
   }
 };
@@ -131,7 +135,7 @@ std::vector<Tensor<T>> blocks(Variant which) {
       const Mask<T> mask = p.mask(qs, qe, ks, ke, lens);
       Tensor<T> part({B, H, qe - qs, V}), part_lse({B, H, qe - qs});
       sdpa_forward<T>(part.view(), part_lse.view(), {}, rows(p.q, qs, qe), rows(p.k, ks, ke), rows(p.v, ks, ke), mask,
-                      p.options());
+                      p.options(qs, ks));
       sdpa_merge<T>(rows(out, qs, qe), rows(lse, qs, qe), part.view(), part_lse.view());
       block_lse.push_back(std::move(part_lse));
     }
@@ -143,7 +147,7 @@ std::vector<Tensor<T>> blocks(Variant which) {
       Tensor<T> dq_part({B, H, qe - qs, D}), dk_part({B, Hk, ke - ks, D}), dv_part({B, Hk, ke - ks, V});
       sdpa_backward_block<T>(dq_part.view(), dk_part.view(), dv_part.view(), rows(p.g, qs, qe), rows(p.q, qs, qe),
                              rows(p.k, ks, ke), rows(p.v, ks, ke), rows(out, qs, qe), rows(lse, qs, qe),
-                             block_lse[static_cast<std::size_t>(a * nk + c)].view(), mask, p.options());
+                             block_lse[static_cast<std::size_t>(a * nk + c)].view(), mask, p.options(qs, ks));
       auto add = [](TensorView<T> to, const Tensor<T>& from) {
         for (index_t b = 0; b < from.dim(0); ++b)
           for (index_t h = 0; h < from.dim(1); ++h)
@@ -194,7 +198,7 @@ TEST_P(SdpaBlocks, MergedBlocksEqualTheWholeAttentionOnEveryBackend) {
 INSTANTIATE_TEST_SUITE_P(Masks, SdpaBlocks,
                          ::testing::Values(Variant::none, Variant::causal, Variant::causal_bottom_right,
                                            Variant::window, Variant::alibi_softcap, Variant::keep,
-                                           Variant::valid_lens, Variant::all),
+                                           Variant::valid_lens, Variant::dropout, Variant::all),
                          [](const auto& info) { return variant_name(info.param); });
 
 TEST(SdpaBlocks, BadArgumentsAreNamed) {

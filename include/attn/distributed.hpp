@@ -28,9 +28,10 @@
 //
 // Masks and options: causal (either alignment, in whole-sequence positions), valid lengths of shape
 // (B,) (the same on every rank: key lengths of the whole sequence), a sliding window, ALiBi slopes,
-// soft-capping and the scale, with grouped-query heads. Not yet: dropout, keep and additive masks,
-// segment ids, per-query valid lengths (B, n) and MaskedFill::seeds_minus_1e6 (each raises
-// attn::Error). float and double.
+// soft-capping, the scale and dropout (the weights one process drops with the same seed: every block
+// call's draws are keyed by the whole attention's rows, keys and heads, Dropout's offsets), with
+// grouped-query heads. Not yet: keep and additive masks, segment ids, per-query valid lengths (B, n)
+// and MaskedFill::seeds_minus_1e6 (each raises attn::Error). float and double.
 //
 // Errors never hang: every rank first checks its own arguments, then one MPI_Allgather compares all
 // ranks' shapes, dtypes and options; if any rank's check failed or the ranks disagree, every rank

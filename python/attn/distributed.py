@@ -20,7 +20,8 @@ Hk >= P for every rank to work).
 
 Masks and options: causal (True or "top_left" as PyTorch's is_causal, or "bottom_right"), valid_lens
 (B,) (key lengths of the whole sequence, the same on every rank), window (left, right), alibi_slopes
-(H,) or (B, H), softcap and scale. float32 and float64 (other dtypes are converted to float32). Bad
+(H,) or (B, H), softcap, scale, and dropout_p with its seed (the weights dropped are those one
+process drops with that seed: the random numbers follow the whole sequence's positions). float32 and float64 (other dtypes are converted to float32). Bad
 arguments on any rank raise the same ValueError on every rank (never a hang).
 
 Needs mpi4py (Debian's python3-mpi4py) and attn built with MPI (libopenmpi-dev).
@@ -41,7 +42,7 @@ def _handle(comm):
     return comm.py2f()
 
 
-def _settings(function, causal, layout, algorithm, valid_lens, window, scale, softcap):
+def _settings(function, causal, layout, algorithm, valid_lens, window, scale, softcap, dropout_p, seed):
     if layout not in _LAYOUTS:
         raise ValueError(f"{function}: layout is {layout!r}; it must be one of {_LAYOUTS}")
     if algorithm not in _ALGORITHMS:
@@ -63,6 +64,7 @@ def _settings(function, causal, layout, algorithm, valid_lens, window, scale, so
         s.window = (int(-1 if left is None else left), int(-1 if right is None else right))
     s.scale = None if scale is None else float(scale)
     s.softcap = None if softcap is None else float(softcap)
+    s.dropout, s.seed = float(dropout_p), int(seed)
     return s
 
 
@@ -76,10 +78,11 @@ def _arrays(dtype, *arrays):
 
 def scaled_dot_product_attention(queries, keys, values, *, comm, causal=False, layout="contiguous", algorithm="ring",
                                  valid_lens=None, window=None, scale=None, alibi_slopes=None, softcap=None,
-                                 return_lse=False):
+                                 dropout_p=0.0, seed=0, return_lse=False):
     """This rank's rows of softmax(Q K^T scale + masks) V over the whole sequences; (out, lse) with
     return_lse=True (lse: (B, [H,] n_r), what backward needs). Collective over comm."""
-    s = _settings("scaled_dot_product_attention", causal, layout, algorithm, valid_lens, window, scale, softcap)
+    s = _settings("scaled_dot_product_attention", causal, layout, algorithm, valid_lens, window, scale, softcap,
+                  dropout_p, seed)
     dtype = _dtype_of(queries, keys, values)
     q, k, v = _arrays(dtype, queries, keys, values)
     slopes = None if alibi_slopes is None else np.ascontiguousarray(alibi_slopes, dtype=dtype)
@@ -89,10 +92,10 @@ def scaled_dot_product_attention(queries, keys, values, *, comm, causal=False, l
 
 
 def backward(grad_out, queries, keys, values, out, lse, *, comm, causal=False, layout="contiguous", algorithm="ring",
-             valid_lens=None, window=None, scale=None, alibi_slopes=None, softcap=None):
+             valid_lens=None, window=None, scale=None, alibi_slopes=None, softcap=None, dropout_p=0.0, seed=0):
     """(dqueries, dkeys, dvalues) of this rank's shards, given the forward's inputs, out and lse and the
     same options. Collective over comm."""
-    s = _settings("backward", causal, layout, algorithm, valid_lens, window, scale, softcap)
+    s = _settings("backward", causal, layout, algorithm, valid_lens, window, scale, softcap, dropout_p, seed)
     dtype = _dtype_of(grad_out, queries, keys, values, out, lse)
     g, q, k, v, o, l = _arrays(dtype, grad_out, queries, keys, values, out, lse)
     slopes = None if alibi_slopes is None else np.ascontiguousarray(alibi_slopes, dtype=dtype)

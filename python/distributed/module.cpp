@@ -47,6 +47,8 @@ struct Settings {
   std::optional<Array<std::int64_t>> valid_lens;
   std::optional<std::pair<index_t, index_t>> window;
   std::optional<double> scale, softcap;
+  double dropout = 0;
+  std::uint64_t seed = 0;
 
   bool ring() const { return algorithm == "ring"; }
   attn::ShardLayout shard_layout() const {
@@ -64,6 +66,7 @@ struct Settings {
   attn::SdpaOptions options() const {
     attn::SdpaOptions o;
     o.scale = scale, o.softcap = softcap;
+    o.dropout = attn::Dropout{dropout, seed};
     return o;
   }
 };
@@ -123,7 +126,9 @@ PYBIND11_MODULE(_distributed, m) {
       .def_readwrite("valid_lens", &Settings::valid_lens)
       .def_readwrite("window", &Settings::window)
       .def_readwrite("scale", &Settings::scale)
-      .def_readwrite("softcap", &Settings::softcap);
+      .def_readwrite("softcap", &Settings::softcap)
+      .def_readwrite("dropout", &Settings::dropout)
+      .def_readwrite("seed", &Settings::seed);
   bind_dtype<float>(m, "float32");  // one name per dtype: forcecast would turn float64 into float32
   bind_dtype<double>(m, "float64");
   m.def("shard_rows", [](index_t length, int ranks, int rank, const std::string& layout) {

@@ -59,7 +59,7 @@ SdpaCall<T> check_inputs(const TensorView<const T>& queries, const TensorView<co
     p.softcap = static_cast<T>(cap);
   }
   p.mask = plan_mask(mask, c.B, c.H, c.n, c.m, c.rank, op);
-  p.dropout = plan_dropout(options.dropout, op);
+  p.dropout = plan_dropout(options.dropout, op, c.H, /*offsets=*/true);
   return c;
 }
 

@@ -4,6 +4,7 @@
 
 #include <Random123/philox.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -19,8 +20,19 @@ struct DropoutPlan {
 
   // One Philox call gives four 32-bit draws: keys 4t .. 4t+3 of a row share the counter
   // (t, i, bh, high bits of i) and take lanes 0..3.
+  // The call's place in a larger attention (Dropout's offsets): draws are keyed by the larger one's
+  // row stream, row and key. call_heads: the call's H, set by the plan.
+  index_t row_start = 0, key_start = 0, head_start = 0, heads = 0, call_heads = 1;
+
+  bool shifted() const { return row_start != 0 || key_start != 0 || head_start != 0 || heads != 0; }
+
   bool keep(index_t bh, index_t i, index_t j) const {
     if (!active) return true;
+    if (shifted()) {
+      const index_t b = bh / call_heads, h = bh % call_heads, g = key_start + j;
+      return draw(b * (heads != 0 ? heads : call_heads) + head_start + h, row_start + i, g >> 2)[static_cast<int>(g & 3)] >=
+             threshold;
+    }
     return draw(bh, i, j >> 2)[static_cast<int>(j & 3)] >= threshold;
   }
 
@@ -34,11 +46,26 @@ struct DropoutPlan {
   }
 };
 
-// Validates p (attn::Error naming `op` unless 0 <= p < 1) and builds the plan.
-inline DropoutPlan plan_dropout(const Dropout& d, const char* op) {
+// Validates p (attn::Error naming `op` unless 0 <= p < 1) and the offsets, and builds the plan for
+// a call of `call_heads` heads; `offsets`: whether the operation honours Dropout's offsets (draw()
+// callers that take four keys at once must then take them one by one when the plan is shifted()).
+inline DropoutPlan plan_dropout(const Dropout& d, const char* op, index_t call_heads = 1, bool offsets = false) {
   if (!(d.p >= 0.0 && d.p < 1.0)) detail::fail(op, ": dropout p is ", d.p, "; it must lie in [0, 1)");
   DropoutPlan plan;
   plan.seed = d.seed;
+  plan.row_start = d.row_start, plan.key_start = d.key_start, plan.head_start = d.head_start, plan.heads = d.heads;
+  plan.call_heads = std::max<index_t>(call_heads, 1);
+  if (plan.shifted()) {
+    if (!offsets) detail::fail(op, ": dropout's row_start, key_start, head_start and heads apply to scaled dot-product attention only");
+    constexpr index_t kMaxStart = index_t(1) << 48;
+    if (d.row_start < 0 || d.key_start < 0 || d.head_start < 0 || d.heads < 0 || d.row_start >= kMaxStart ||
+        d.key_start >= kMaxStart || d.head_start >= kMaxStart || d.heads >= kMaxStart)
+      detail::fail(op, ": dropout's row_start ", d.row_start, ", key_start ", d.key_start, ", head_start ", d.head_start,
+                   " and heads ", d.heads, " must lie in [0, 2^48)");
+    if (d.heads != 0 && d.head_start + call_heads > d.heads)
+      detail::fail(op, ": dropout's head_start ", d.head_start, " plus the call's ", call_heads, " heads pass its heads ",
+                   d.heads);
+  }
   if (d.p == 0.0) return plan;
   plan.active = true;
   const double t = std::round(d.p * 4294967296.0);

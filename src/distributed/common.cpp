@@ -96,16 +96,17 @@ namespace {
 // error, "" when none (then every field is meaningful).
 struct Descriptor {
   char error[512];
-  std::int64_t field[17];
-  double scale, softcap;
+  std::int64_t field[22];
+  double scale, softcap, dropout;
 };
 
-constexpr const char* kFieldNames[17] = {
+constexpr const char* kFieldNames[22] = {
     "the element size", "the rank of queries", "B (batch)", "H (query heads)", "Hk (key/value heads)", "d (query size)",
     "dv (value size)", "the causal mask", "the window", "the window's left bound", "the window's right bound",
-    "the number of valid lengths", "the valid lengths", "the number of ALiBi slopes", "the ALiBi slopes", "the queries' rows",
-    "the keys' rows"};
-constexpr int kQueryRows = 15, kKeyRows = 16;
+    "the number of valid lengths", "the valid lengths", "the number of ALiBi slopes", "the ALiBi slopes",
+    "the dropout seed", "dropout's row_start", "dropout's key_start", "dropout's head_start", "dropout's heads",
+    "the queries' rows", "the keys' rows"};
+constexpr int kQueryRows = 20, kKeyRows = 21;
 
 template <class V>
 std::int64_t hash_of(const TensorView<const V>& t) {  // FNV-1a over the elements' bytes, in index order
@@ -149,20 +150,24 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
       detail::fail(op, ": valid_lens has shape ", mask.valid_lens.shape_string(), " but must be (", q.B,
                    ",): one key length of the whole sequence per batch element (per-query lengths are not supported "
                    "across ranks yet)");
-    if (options.dropout.p != 0) detail::fail(op, ": dropout is not supported across ranks yet (p = ", options.dropout.p, ")");
+    if (!(options.dropout.p >= 0 && options.dropout.p < 1))
+      detail::fail(op, ": dropout p is ", options.dropout.p, "; it must lie in [0, 1)");
     if (options.scale && !std::isfinite(*options.scale)) detail::fail(op, ": scale is ", *options.scale, "; it must be finite");
     if (options.softcap && !(std::isfinite(*options.softcap) && *options.softcap > 0))
       detail::fail(op, ": softcap is ", *options.softcap, "; it must be positive and finite");
     local_check();
-    const std::int64_t fields[17] = {static_cast<std::int64_t>(sizeof(T)), rank, q.B, q.H, k.H, q.C, v.C,
+    const Dropout& drop = options.dropout;
+    const std::int64_t fields[22] = {static_cast<std::int64_t>(sizeof(T)), rank, q.B, q.H, k.H, q.C, v.C,
                                      static_cast<std::int64_t>(mask.causal), mask.window.has_value(),
                                      mask.window ? mask.window->left : 0, mask.window ? mask.window->right : 0,
                                      mask.valid_lens.empty() ? -1 : mask.valid_lens.numel(), hash_of(mask.valid_lens),
                                      mask.alibi_slopes.empty() ? -1 : mask.alibi_slopes.numel(),
-                                     hash_of(mask.alibi_slopes), q.R, k.R};
+                                     hash_of(mask.alibi_slopes), static_cast<std::int64_t>(drop.seed), drop.row_start,
+                                     drop.key_start, drop.head_start, drop.heads, q.R, k.R};
     std::copy(std::begin(fields), std::end(fields), mine.field);
     mine.scale = options.scale ? *options.scale : std::nan("");
     mine.softcap = options.softcap ? *options.softcap : 0;
+    mine.dropout = options.dropout.p;
   } catch (const Error& e) {
     std::strncpy(mine.error, e.what(), sizeof mine.error - 1);
   }
@@ -177,9 +182,10 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
         detail::fail(op, ": rank ", r, " passes ", kFieldNames[f], " = ", all[r].field[f], " but rank 0 passes ",
                      first.field[f], "; every rank must pass the same shapes, dtypes, masks and options");
     const bool same_scale = std::isnan(all[r].scale) ? std::isnan(first.scale) : all[r].scale == first.scale;
-    if (!same_scale || all[r].softcap != first.softcap)
-      detail::fail(op, ": rank ", r, " passes scale ", all[r].scale, " and softcap ", all[r].softcap, " but rank 0 ",
-                   first.scale, " and ", first.softcap, "; every rank must pass the same options");
+    if (!same_scale || all[r].softcap != first.softcap || all[r].dropout != first.dropout)
+      detail::fail(op, ": rank ", r, " passes scale ", all[r].scale, ", softcap ", all[r].softcap, " and dropout ",
+                   all[r].dropout, " but rank 0 ", first.scale, ", ", first.softcap, " and ", first.dropout,
+                   "; every rank must pass the same options");
   }
   Problem p;
   p.op = op, p.layout = layout, p.ranks = comm.size(), p.rank = comm.rank();
@@ -226,6 +232,14 @@ Mask<T> block_mask(const Problem& p, const Mask<T>& mask, const Piece& q, const 
       lens_block[b] = std::clamp<std::int64_t>(mask.valid_lens.data()[b * mask.valid_lens.stride(0)] - k.begin, 0, k.size());
     block.valid_lens = TensorView<const std::int64_t>(lens_block.data(), {p.B});
   }
+  return block;
+}
+
+SdpaOptions block_options(const SdpaOptions& options, const Piece& q, const Piece& k, index_t head_start, index_t heads) {
+  SdpaOptions block = options;
+  Dropout& d = block.dropout;
+  d.row_start += q.begin, d.key_start += k.begin;
+  if (heads != 0) d.head_start += head_start, d.heads = d.heads != 0 ? d.heads : heads;
   return block;
 }
 

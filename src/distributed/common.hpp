@@ -86,6 +86,12 @@ template <class T>
 Mask<T> block_mask(const Problem& p, const Mask<T>& mask, const Piece& q, const Piece& k,
                    std::vector<std::int64_t>& lens_block);
 
+// The options of one block call: dropout keyed by the whole attention's rows, keys and heads
+// (Dropout's offsets moved by where the block's queries and keys start and, for a call on heads
+// [head_start, ...) of `heads`, by its first head; heads 0: the call has every head).
+SdpaOptions block_options(const SdpaOptions& options, const Piece& q, const Piece& k, index_t head_start = 0,
+                          index_t heads = 0);
+
 // A (B, H, rows, C) view of rows [r0, r1) of x, or of (B, H, rows) when C is 0: an lse, kept as a
 // View4 whose C of 0 says it has no column axis.
 template <class T>

@@ -120,7 +120,8 @@ void forward_block(const Problem& p, const Mask<T>& mask, const SdpaOptions& opt
       const index_t nq = qp.size();
       Tensor<T> part_out({p.B, p.H, nq, p.dv}), part_lse({p.B, p.H, nq});
       sdpa_forward<T>(part_out.view(), part_lse.view(), {}, rows_of(q, qp.local, qp.local + nq),
-                      rows_of(k, kp.local, kp.local + kp.size()), rows_of(v, kp.local, kp.local + kp.size()), bm, options);
+                      rows_of(k, kp.local, kp.local + kp.size()), rows_of(v, kp.local, kp.local + kp.size()), bm,
+                      block_options(options, qp, kp));
       sdpa_merge<T>(rows_of(out, qp.local, qp.local + nq), rows_of(lse, qp.local, qp.local + nq), part_out.cview(),
                     part_lse.cview());
     }
@@ -145,11 +146,12 @@ void backward_block(const Problem& p, const Mask<T>& mask, const SdpaOptions& op
       // The block's own lse (the weights of the block are the whole attention's times e^(lse_block - lse)).
       Tensor<T> part_out({p.B, p.H, nq, p.dv}), part_lse({p.B, p.H, nq});
       const TensorView<const T> qv = rows_of(q, q0, q0 + nq), kv = rows_of(k, k0, k0 + nk), vv = rows_of(v, k0, k0 + nk);
-      sdpa_forward<T>(part_out.view(), part_lse.view(), {}, qv, kv, vv, bm, options);
+      const SdpaOptions bo = block_options(options, qp, kp);
+      sdpa_forward<T>(part_out.view(), part_lse.view(), {}, qv, kv, vv, bm, bo);
       Tensor<T> block_dq({p.B, p.H, dq.empty() ? 0 : nq, p.d}), block_dk({p.B, p.Hk, nk, p.d}), block_dv({p.B, p.Hk, nk, p.dv});
       sdpa_backward_block<T>(dq.empty() ? TensorView<T>{} : block_dq.view(), block_dk.view(), block_dv.view(),
                              rows_of(dout, q0, q0 + nq), qv, kv, vv, rows_of(out, q0, q0 + nq), rows_of(lse, q0, q0 + nq),
-                             part_lse.cview(), bm, options);
+                             part_lse.cview(), bm, bo);
       if (!dq.empty()) add_rows<T>(dense_view4(block_dq.data(), p.B, p.H, nq, p.d), rows4(dq, q0, q0 + nq));
       add_rows<T>(dense_view4(block_dk.data(), p.B, p.Hk, nk, p.d), rows4(dk, k0, k0 + nk));
       add_rows<T>(dense_view4(block_dv.data(), p.B, p.Hk, nk, p.dv), rows4(dv, k0, k0 + nk));
@@ -284,6 +286,12 @@ Mask<T> heads_mask(const Problem& p, const Mask<T>& mask) {
         TensorView<const T>(s.data() + h0 * group * s.stride(1), {s.dim(0), (h1 - h0) * group}, {s.stride(0), s.stride(1)});
   }
   return local;
+}
+
+// The options of this rank's heads over the whole sequences: dropout keyed by the global heads.
+SdpaOptions heads_options(const Problem& p, const SdpaOptions& options) {
+  const index_t group = p.H / std::max<index_t>(p.Hk, 1);
+  return block_options(options, Piece{}, Piece{}, kv_heads(p, p.rank).first * group, p.H);
 }
 
 // agree (distributed/common.hpp), its collective counted as communication.
@@ -447,7 +455,7 @@ void ulysses_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse
     const distributed::Stopwatch computing(distributed::last_times.compute_seconds);
     sdpa_forward<T>(TensorView<T>(of.data(), {p.B, hq, p.n, p.dv}), TensorView<T>(lf.data(), {p.B, hq, p.n}), {},
                     TensorView<const T>(qf.data(), {p.B, hq, p.n, p.d}), TensorView<const T>(kf.data(), {p.B, hk, p.m, p.d}),
-                    TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), distributed::heads_mask(p, mask), options);
+                    TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), distributed::heads_mask(p, mask), distributed::heads_options(p, options));
   }
   oh.scatter(comm, of, detail::to_view4(out, op, "out"));
   lh.scatter(comm, lf, lse.empty() ? View4<T>{} : distributed::lse_rows(lse, p.B, p.H, n_r));
@@ -481,7 +489,8 @@ void ulysses_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<
                      TensorView<T>(dvf.data(), {p.B, hk, p.m, p.dv}), TensorView<const T>(gf.data(), {p.B, hq, p.n, p.dv}),
                      TensorView<const T>(qf.data(), {p.B, hq, p.n, p.d}), TensorView<const T>(kf.data(), {p.B, hk, p.m, p.d}),
                      TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), TensorView<const T>(of.data(), {p.B, hq, p.n, p.dv}),
-                     TensorView<const T>(lf.data(), {p.B, hq, p.n}), distributed::heads_mask(p, mask), options);
+                     TensorView<const T>(lf.data(), {p.B, hq, p.n}), distributed::heads_mask(p, mask),
+                     distributed::heads_options(p, options));
   }
   // Every rank takes part in each exchange, wanted here or not (an empty view receives nothing).
   qh.scatter(comm, dqf, detail::to_view4(dqueries, op, "dqueries"));

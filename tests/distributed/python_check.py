@@ -108,6 +108,17 @@ for case, options in cases.items():
             check(f"{tag} out float32", out32.dtype == np.float32 and np.max(np.abs(out32 - expect[0])) <= budget,
                   f"error {np.max(np.abs(out32 - expect[0]))} over budget {budget}")
 
+# Dropout: the weights one process drops with the same seed (attn's own single-process result).
+for layout in ("contiguous", "zigzag"):
+    for algorithm in ("ring", "ulysses"):
+        mine = [dist.shard(x, comm=comm, layout=layout) for x in (q, k, v)]
+        got = dist.scaled_dot_product_attention(*mine, comm=comm, layout=layout, algorithm=algorithm, causal=True,
+                                                dropout_p=0.3, seed=5)
+        whole = attn.scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.3, seed=5)
+        want = dist.shard(whole, comm=comm, layout=layout)
+        check(f"dropout {layout} {algorithm}", np.allclose(got, want, rtol=0, atol=1e-10),
+              f"max diff {np.max(np.abs(got - want))}")
+
 # A bad argument on the last rank only: every rank raises the same ValueError.
 mine = [dist.shard(x, comm=comm) for x in (q, k, v)]
 if me == P - 1:

@@ -37,7 +37,7 @@ int world_size() {
   return p;
 }
 
-enum class Variant { none, causal, causal_bottom_right, window, valid_lens, alibi_softcap, all };
+enum class Variant { none, causal, causal_bottom_right, window, valid_lens, alibi_softcap, dropout, all };
 enum class Algorithm { ring, ulysses };
 
 std::string variant_name(Variant v) {
@@ -48,6 +48,7 @@ std::string variant_name(Variant v) {
     case Variant::window: return "window";
     case Variant::valid_lens: return "valid_lens";
     case Variant::alibi_softcap: return "alibi_softcap";
+    case Variant::dropout: return "dropout";
     case Variant::all: return "all";
   }
   return "?";
@@ -69,7 +70,8 @@ struct Problem {
   Mask<T> mask(const Tensor<T>& slopes_t) const {
     Mask<T> m;
     if (uses(Variant::causal)) m.causal = Causal::top_left;
-    if (uses(Variant::causal_bottom_right) || uses(Variant::window)) m.causal = Causal::bottom_right;
+    if (uses(Variant::causal_bottom_right) || uses(Variant::window) || variant == Variant::dropout)
+      m.causal = Causal::bottom_right;
     if (uses(Variant::window)) m.window = Window{12, variant == Variant::all ? 0 : 5};
     if (uses(Variant::valid_lens)) m.valid_lens = lens.view();
     if (uses(Variant::alibi_softcap)) m.alibi_slopes = slopes_t.view();
@@ -78,6 +80,7 @@ struct Problem {
   SdpaOptions options() const {
     SdpaOptions o;
     if (uses(Variant::alibi_softcap)) o.softcap = 2.5;
+    if (uses(Variant::dropout)) o.dropout = Dropout{0.25, 1234};
     return o;
   }
 };
@@ -167,7 +170,7 @@ TEST_P(AcrossRanks, EqualsTheSingleProcessResultWithinTheErrorBudget) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (Variant v : {Variant::none, Variant::causal, Variant::causal_bottom_right, Variant::window, Variant::valid_lens,
-                    Variant::alibi_softcap, Variant::all})
+                    Variant::alibi_softcap, Variant::dropout, Variant::all})
     for (ShardLayout layout : {ShardLayout::contiguous, ShardLayout::zigzag})
       for (Algorithm a : {Algorithm::ring, Algorithm::ulysses}) out.push_back({v, layout, a});
   return out;
@@ -267,10 +270,10 @@ TEST(AcrossRanksErrors, OneRanksBadArgumentReachesEveryRank) {
   expect_same_error_everywhere(
       [] {
         SdpaOptions options;
-        options.dropout = {0.1, 3};
+        options.dropout = {1.5, 3};
         Shards().forward({}, options);
       },
-      "dropout is not supported across ranks yet");
+      "dropout p is 1.5; it must lie in [0, 1)");
   expect_same_error_everywhere(
       [] {
         Tensor<std::int64_t> lens({B});

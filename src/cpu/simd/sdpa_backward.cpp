@@ -208,7 +208,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
               const T w = st.s[jj * kBlockQ + i];
               T& ds = dst[jj * kBlockQ + i];  // dP on entry
               T factor = T(1);
-              if (drop.active) factor = drop.draw(b * H + h, i0 + i, j >> 2)[static_cast<int>(j & 3)] >= drop.threshold ? keep_scale : T(0);
+              if (drop.active) factor = drop.keep(b * H + h, i0 + i, j) ? keep_scale : T(0);
               ds = w != T(0) && st.allowed(i, j)
                        ? static_cast<T>(static_cast<double>(w) * (static_cast<double>(ds * factor) - row_dot[i]))
                        : T(0);

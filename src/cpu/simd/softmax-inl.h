@@ -303,9 +303,17 @@ struct BlockState : BlockArrays<T> {
 
   // Dropout of the tile's weights (after their sum was taken: the softmax is normalised before
   // dropout): a kept weight is scaled by 1/(1-p), a dropped one becomes 0. One Philox call serves
-  // four keys: j0 is a multiple of 4.
+  // four keys: j0 is a multiple of 4 (a plan shifted to another key start draws key by key).
   void drop_tile(const DropoutPlan& dropout, index_t bh, index_t i0, index_t count, index_t j0, index_t cnt) {
     const T scale = static_cast<T>(dropout.scale);
+    if (dropout.shifted()) {
+      for (index_t i = 0; i < count; ++i)
+        for (index_t jj = 0; jj < cnt; ++jj) {
+          T& w = s[jj * kBlockQ + i];
+          w = dropout.keep(bh, i0 + i, j0 + jj) ? w * scale : T(0);
+        }
+      return;
+    }
     for (index_t i = 0; i < count; ++i)
       for (index_t jj = 0; jj < cnt; jj += 4) {
         const auto r = dropout.draw(bh, i0 + i, (j0 + jj) >> 2);
