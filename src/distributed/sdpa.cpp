@@ -294,11 +294,13 @@ SdpaOptions heads_options(const Problem& p, const SdpaOptions& options) {
   return block_options(options, Piece{}, Piece{}, kv_heads(p, p.rank).first * group, p.H);
 }
 
-// agree (distributed/common.hpp), its collective counted as communication.
+// agree (distributed/common.hpp), its collective counted as communication: the first step of every
+// call, which starts last_times afresh.
 template <class T>
 Problem timed_agree(const Comm& comm, const char* op, ShardLayout layout, const TensorView<const T>& queries,
                     const TensorView<const T>& keys, const TensorView<const T>& values, const Mask<T>& mask,
                     const SdpaOptions& options, const std::function<void()>& local_check) {
+  last_times = {};
   const Stopwatch checking(last_times.communicate_seconds);
   return agree<T>(comm, op, layout, queries, keys, values, mask, options, local_check);
 }
@@ -316,7 +318,6 @@ void ring_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse, T
                        TensorView<const T> keys, TensorView<const T> values, const Mask<T>& mask,
                        const SdpaOptions& options, ShardLayout layout) {
   const char* op = "ring_sdpa_forward";
-  distributed::last_times = {};
   const Comm comm(comm_in, op);
   const Problem p = distributed::timed_agree<T>(comm, op, layout, queries, keys, values, mask, options,
                              [&] { distributed::check_forward_outputs<T>(op, out, lse, queries, values); });
@@ -360,7 +361,6 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
                         TensorView<const T> values, TensorView<const T> out, TensorView<const T> lse,
                         const Mask<T>& mask, const SdpaOptions& options, ShardLayout layout) {
   const char* op = "ring_sdpa_backward";
-  distributed::last_times = {};
   const Comm comm(comm_in, op);
   const Problem p = distributed::timed_agree<T>(comm, op, layout, queries, keys, values, mask, options, [&] {
     distributed::check_backward_arguments<T>(op, dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse);
@@ -439,7 +439,6 @@ void ulysses_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse
                           TensorView<const T> keys, TensorView<const T> values, const Mask<T>& mask,
                           const SdpaOptions& options, ShardLayout layout) {
   const char* op = "ulysses_sdpa_forward";
-  distributed::last_times = {};
   const Comm comm(comm_in, op);
   const Problem p = distributed::timed_agree<T>(comm, op, layout, queries, keys, values, mask, options,
                              [&] { distributed::check_forward_outputs<T>(op, out, lse, queries, values); });
@@ -455,7 +454,8 @@ void ulysses_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse
     const distributed::Stopwatch computing(distributed::last_times.compute_seconds);
     sdpa_forward<T>(TensorView<T>(of.data(), {p.B, hq, p.n, p.dv}), TensorView<T>(lf.data(), {p.B, hq, p.n}), {},
                     TensorView<const T>(qf.data(), {p.B, hq, p.n, p.d}), TensorView<const T>(kf.data(), {p.B, hk, p.m, p.d}),
-                    TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), distributed::heads_mask(p, mask), distributed::heads_options(p, options));
+                    TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), distributed::heads_mask(p, mask),
+                    distributed::heads_options(p, options));
   }
   oh.scatter(comm, of, detail::to_view4(out, op, "out"));
   lh.scatter(comm, lf, lse.empty() ? View4<T>{} : distributed::lse_rows(lse, p.B, p.H, n_r));
@@ -467,7 +467,6 @@ void ulysses_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<
                            TensorView<const T> values, TensorView<const T> out, TensorView<const T> lse,
                            const Mask<T>& mask, const SdpaOptions& options, ShardLayout layout) {
   const char* op = "ulysses_sdpa_backward";
-  distributed::last_times = {};
   const Comm comm(comm_in, op);
   const Problem p = distributed::timed_agree<T>(comm, op, layout, queries, keys, values, mask, options, [&] {
     distributed::check_backward_arguments<T>(op, dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse);

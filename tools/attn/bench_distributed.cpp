@@ -114,12 +114,26 @@ struct Case {
   bool causal;
 };
 
-Tensor<float> uniform(std::vector<index_t> shape, std::uint64_t seed) {
-  Tensor<float> t(shape);
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (index_t e = 0; e < t.numel(); ++e) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    t[e] = static_cast<float>(static_cast<double>(x >> 11) / 9007199254740992.0 * 2 - 1);
+// Element e of a tensor drawn from `seed`: uniform in [-1, 1), a function of (seed, e) alone, so that
+// a rank draws its shard's rows without the whole tensor (splitmix64).
+float uniform_at(std::uint64_t seed, index_t e) {
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(e) + 1;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return static_cast<float>(static_cast<double>(x >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+// Rows `rows` (global [begin, end) ranges, in order) of the (1, kHeads, n, kD) tensor drawn from `seed`.
+Tensor<float> rows_of(std::uint64_t seed, index_t n, const std::vector<std::pair<index_t, index_t>>& rows) {
+  index_t count = 0;
+  for (const auto& [begin, end] : rows) count += end - begin;
+  Tensor<float> t({1, kHeads, count, kD});
+  for (index_t h = 0; h < kHeads; ++h) {
+    index_t local = 0;
+    for (const auto& [begin, end] : rows)
+      for (index_t i = begin; i < end; ++i, ++local)
+        for (index_t c = 0; c < kD; ++c) t[(h * count + local) * kD + c] = uniform_at(seed, (h * n + i) * kD + c);
   }
   return t;
 }
@@ -138,8 +152,8 @@ std::vector<Row> run_case(MPI_Comm comm, const Case& c, int threads, double budg
   double base_forward = 0, base_both = 0;
   if (me == 0) {
     attn::set_num_threads(threads * P);
-    const Tensor<float> q = uniform({1, kHeads, c.n, kD}, 1), k = uniform({1, kHeads, c.n, kD}, 2),
-                        v = uniform({1, kHeads, c.n, kD}, 3), g = uniform({1, kHeads, c.n, kD}, 4);
+    const std::vector<std::pair<index_t, index_t>> all = {{0, c.n}};
+    const Tensor<float> q = rows_of(1, c.n, all), k = rows_of(2, c.n, all), v = rows_of(3, c.n, all), g = rows_of(4, c.n, all);
     Tensor<float> out({1, kHeads, c.n, kD}), lse({1, kHeads, c.n}), dq(q.shape()), dk(k.shape()), dv(v.shape());
     const auto forward = [&] { attn::sdpa_forward<float>(out.view(), lse.view(), {}, q.view(), k.view(), v.view(), mask); };
     base_forward = median_alone(forward, budget);
@@ -154,22 +168,11 @@ std::vector<Row> run_case(MPI_Comm comm, const Case& c, int threads, double budg
   }
   quiet_barrier(comm);
 
-  // This rank's shards of the same tensors (each rank draws the whole and keeps its rows: the shards
-  // of one problem whatever P).
+  // This rank's shards of the same tensors, drawn row by row (never the whole).
   const auto rows = attn::shard_rows(c.n, P, me, layout);
   const index_t n_r = attn::shard_length(c.n, P, me, layout);
-  auto shard = [&](std::uint64_t seed) {
-    const Tensor<float> whole = uniform({1, kHeads, c.n, kD}, seed);
-    Tensor<float> part({1, kHeads, n_r, kD});
-    for (index_t h = 0; h < kHeads; ++h) {
-      index_t local = 0;
-      for (const auto& [begin, end] : rows)
-        for (index_t i = begin; i < end; ++i, ++local)
-          std::copy(whole.data() + (h * c.n + i) * kD, whole.data() + (h * c.n + i + 1) * kD, part.data() + (h * n_r + local) * kD);
-    }
-    return part;
-  };
-  const Tensor<float> q = shard(1), k = shard(2), v = shard(3), g = shard(4);
+  const Tensor<float> q = rows_of(1, c.n, rows), k = rows_of(2, c.n, rows), v = rows_of(3, c.n, rows),
+                      g = rows_of(4, c.n, rows);
   Tensor<float> out({1, kHeads, n_r, kD}), lse({1, kHeads, n_r}), dq(q.shape()), dk(k.shape()), dv(v.shape());
   std::vector<Row> result;
   for (const bool ring : {true, false}) {
@@ -217,6 +220,14 @@ void run_distributed_bench(const DistributedBenchOptions& o) {
   if (me == 0)
     std::cerr << "bench --distributed: " << P << " ranks of " << threads << " threads against 1 process of " << threads * P
               << " threads, simd " << attn::simd_target() << "\n";
+  // Resident memory before any case (MPI's and OpenMP's runtimes), so that the peak over it is the
+  // cases' own.
+  const auto resident_mib = [] {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<double>(usage.ru_maxrss) / 1024;
+  };
+  const double floor_mib = resident_mib();
   std::vector<Case> cases = {{16384, false}, {16384, true}};
   if (o.large) cases.push_back({65536, false}), cases.push_back({65536, true});
   std::vector<Row> rows;
@@ -224,9 +235,7 @@ void run_distributed_bench(const DistributedBenchOptions& o) {
     if (me == 0) std::cerr << "  n = m = " << c.n << (c.causal ? " causal" : "") << "...\n";
     for (Row& r : run_case(comm, c, threads, o.seconds)) rows.push_back(r);
   }
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  const double mine_mib = static_cast<double>(usage.ru_maxrss) / 1024;
+  const double mine_mib = resident_mib() - floor_mib;
   std::vector<double> peak_mib(static_cast<std::size_t>(P));
   MPI_Gather(&mine_mib, 1, MPI_DOUBLE, peak_mib.data(), 1, MPI_DOUBLE, 0, comm);
   if (me == 0) {
@@ -243,7 +252,7 @@ void run_distributed_bench(const DistributedBenchOptions& o) {
         for (std::size_t k = 0; k < r.ranks.size(); ++k) std::cout << (k ? ", " : "") << r.ranks[k].communicate;
         std::cout << "]}" << (i + 1 < rows.size() ? "," : "") << "\n";
       }
-      std::cout << "], \"peak_rss_mib\": [";
+      std::cout << "], \"peak_rss_over_runtime_mib\": [";
       for (int r = 0; r < P; ++r) std::cout << (r ? ", " : "") << peak_mib[static_cast<std::size_t>(r)];
       std::cout << "]}\n";
     } else {
@@ -261,7 +270,7 @@ void run_distributed_bench(const DistributedBenchOptions& o) {
       }
       std::printf("GFLOP/s count 4 d H per attended (query, key) pair forward (n (n + 1) / 2 pairs causal), 3x that\n"
                   "forward+backward; efficiency = the single process's time / the ranks' step (equal cores). Peak\n"
-                  "resident memory per rank (MiB; rank 0 also ran the single-process baseline):");
+                  "resident memory of the cases per rank, over the runtimes' (MiB; rank 0 also ran the baseline):");
       for (int r = 0; r < P; ++r) std::printf(" %.0f", peak_mib[static_cast<std::size_t>(r)]);
       std::printf("\n");
     }
