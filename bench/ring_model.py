@@ -19,7 +19,8 @@ pair where one process spends 12 d.
     python3 bench/ring_model.py --check P2.json P3.json P4.json
         against `mpiexec -n P attn bench --distributed --json` runs: the model is given the single
         process's measured rate (split evenly over the ranks, which share the machine's cores) and
-        the machine's copy bandwidth, and predicts each measured ring case
+        the machine's copy bandwidth, and predicts each measured ring case (several files of one P:
+        medians of their cases)
 
 The model leaves out what the kernels spend beside their FLOPs on small blocks (many ranks, short
 shards) and the merges of partial results (O(n d) per step); --check shows how far that goes.
@@ -28,6 +29,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 
 
@@ -103,26 +105,30 @@ def table(args):
 
 
 def check(args):
-    worst = 0.0
+    # Several runs of one P are merged case by case into medians (the machine is shared and noisy).
+    runs = {}
     for path in args.check:
         with open(path) as f:
             run = json.load(f)
-        ranks = run["ranks"]
         for case in run["cases"]:
-            name = case["name"]
-            if not name.startswith("ring"):
-                continue
-            heads, n, _, d = map(int, re.search(r"\(1,(\d+),(\d+),(\d+),(\d+)\)", name).groups())
-            causal, backward = "causal" in name, "backward" in name
-            # The machine's rate, measured by the single process on all cores, shared evenly by the ranks.
-            pairs = n * (n + 1) / 2 if causal else n * n
-            rate = (12 if backward else 4) * d * heads * pairs / case["single_process_s"] / ranks
-            predicted, _, idle = predict(n, d, heads, ranks, rate, args.bandwidth * 1e9, args.latency * 1e-6, causal,
-                                         "zigzag" if causal else "contiguous", backward)
-            error = predicted / case["median_s"] - 1
-            worst = max(worst, abs(error))
-            print(f"P = {ranks}: {name:<52} measured {case['median_s']:8.3f} s, predicted {predicted:8.3f} s "
-                  f"({100 * error:+.0f}%), predicted idle {100 * idle:.0f}%")
+            if case["name"].startswith("ring"):
+                runs.setdefault((run["ranks"], case["name"]), []).append(case)
+    worst = 0.0
+    for (ranks, name), cases in sorted(runs.items()):
+        measured = statistics.median(c["median_s"] for c in cases)
+        single_process = statistics.median(c["single_process_s"] for c in cases)
+        heads, n, _, d = map(int, re.search(r"\(1,(\d+),(\d+),(\d+),(\d+)\)", name).groups())
+        causal, backward = "causal" in name, "backward" in name
+        # The machine's rate, measured by the single process on all cores, shared evenly by the ranks.
+        pairs = n * (n + 1) / 2 if causal else n * n
+        rate = (12 if backward else 4) * d * heads * pairs / single_process / ranks
+        predicted, _, idle = predict(n, d, heads, ranks, rate, args.bandwidth * 1e9, args.latency * 1e-6, causal,
+                                     "zigzag" if causal else "contiguous", backward)
+        error = predicted / measured - 1
+        worst = max(worst, abs(error))
+        print(f"P = {ranks}: {name:<52} measured {measured:8.3f} s, predicted {predicted:8.3f} s "
+              f"({100 * error:+.0f}%), predicted idle {100 * idle:.0f}%"
+              + (f" (medians of {len(cases)} runs)" if len(cases) > 1 else ""))
     print(f"largest difference: {100 * worst:.0f}%")
     return worst
 

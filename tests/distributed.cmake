@@ -1,8 +1,9 @@
 # Sequence-parallel attention over MPI (attn/distributed.hpp), run by mpiexec on 1 to 4 ranks
 # (oversubscribed on a 2-core machine, one OpenMP thread per rank): distributed.ranks_<P> runs
 # tests/distributed/test_distributed.cpp on every rank, distributed.python_ranks_<P> runs
-# tests/distributed/python_check.py (attn.distributed through mpi4py). Only where attn_distributed is
-# built; the Python check where the Python modules are too.
+# tests/distributed/python_check.py (attn.distributed through mpi4py), distributed.ring_model checks
+# bench/ring_model.py's shards and pair counts against attn's. Only where attn_distributed is built;
+# the Python checks where the Python modules are too.
 if(TARGET attn_distributed)
   add_executable(test_distributed ${CMAKE_CURRENT_LIST_DIR}/distributed/test_distributed.cpp)
   target_link_libraries(test_distributed PRIVATE attn_distributed attn_test_support GTest::gtest)
@@ -22,4 +23,9 @@ if(TARGET attn_distributed)
                            ENVIRONMENT "${attn_mpi_env};PYTHONPATH=${PROJECT_BINARY_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
     endif()
   endforeach()
+  if(TARGET attn_python_distributed)
+    add_test(NAME distributed.ring_model COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/distributed/ring_model_check.py)
+    set_tests_properties(distributed.ring_model PROPERTIES LABELS distributed TIMEOUT 120
+                         ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
+  endif()
 endif()
