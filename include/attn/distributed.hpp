@@ -27,10 +27,11 @@
 //            rows. Needs Hk >= P for every rank to have work.
 //
 // Masks and options: causal (either alignment, in whole-sequence positions), valid lengths of shape
-// (B,) (the same on every rank: key lengths of the whole sequence), a sliding window, ALiBi slopes,
-// soft-capping, the scale and dropout (the weights one process drops with the same seed: every block
-// call's draws are keyed by the whole attention's rows, keys and heads, Dropout's offsets), with
-// grouped-query heads. Not yet: keep and additive masks, segment ids, per-query valid lengths (B, n)
+// (B,) (the same on every rank: key lengths of the whole sequence) or (B, n_r) (per query: this
+// rank's rows of the whole (B, n), in its shard's order; lengths count keys of the whole sequence), a
+// sliding window, ALiBi slopes, soft-capping, the scale and dropout (the weights one process drops
+// with the same seed: every block call's draws are keyed by the whole attention's rows, keys and
+// heads, Dropout's offsets), with grouped-query heads. Not yet: keep and additive masks, segment ids
 // and MaskedFill::seeds_minus_1e6 (each raises attn::Error). float and double.
 //
 // Errors never hang: every rank first checks its own arguments, then one MPI_Allgather compares all

@@ -19,7 +19,8 @@ through their log-sum-exp; any number of heads) or "ulysses" (an all-to-all on h
 Hk >= P for every rank to work).
 
 Masks and options: causal (True or "top_left" as PyTorch's is_causal, or "bottom_right"), valid_lens
-(B,) (key lengths of the whole sequence, the same on every rank), window (left, right), alibi_slopes
+(B,) (key lengths of the whole sequence, the same on every rank) or (B, n_r) (per query: this rank's
+rows of the whole (B, n), e.g. shard(lens, comm=comm, axis=1)), window (left, right), alibi_slopes
 (H,) or (B, H), softcap, scale, and dropout_p with its seed (the weights dropped are those one
 process drops with that seed: the random numbers follow the whole sequence's positions). float32 and float64 (other dtypes are converted to float32). Bad
 arguments on any rank raise the same ValueError on every rank (never a hang).

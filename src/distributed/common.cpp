@@ -96,17 +96,19 @@ namespace {
 // error, "" when none (then every field is meaningful).
 struct Descriptor {
   char error[512];
-  std::int64_t field[22];
+  std::int64_t field[24];
   double scale, softcap, dropout;
 };
 
-constexpr const char* kFieldNames[22] = {
+// Fields below kQueryRows must be equal on every rank; the rest are the rank's own: its rows, and
+// the smallest and largest of its per-query valid lengths (0 and -1 without them).
+constexpr const char* kFieldNames[24] = {
     "the element size", "the rank of queries", "B (batch)", "H (query heads)", "Hk (key/value heads)", "d (query size)",
     "dv (value size)", "the causal mask", "the window", "the window's left bound", "the window's right bound",
     "the number of valid lengths", "the valid lengths", "the number of ALiBi slopes", "the ALiBi slopes",
     "the dropout seed", "dropout's row_start", "dropout's key_start", "dropout's head_start", "dropout's heads",
-    "the queries' rows", "the keys' rows"};
-constexpr int kQueryRows = 20, kKeyRows = 21;
+    "the queries' rows", "the keys' rows", "the smallest valid length", "the largest valid length"};
+constexpr int kQueryRows = 20, kKeyRows = 21, kLowestLength = 22, kLongestLength = 23;
 
 template <class V>
 std::int64_t hash_of(const TensorView<const V>& t) {  // FNV-1a over the elements' bytes, in index order
@@ -146,10 +148,12 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
     if (mask.fill != MaskedFill::exclude) detail::fail(op, ": MaskedFill::seeds_minus_1e6 is not supported across ranks");
     if (mask.query_start != 0 || mask.key_start != 0)
       detail::fail(op, ": Mask::query_start and key_start must be 0: the ranks' shards place the rows");
-    if (!mask.valid_lens.empty() && (mask.valid_lens.rank() != 1 || mask.valid_lens.dim(0) != q.B))
-      detail::fail(op, ": valid_lens has shape ", mask.valid_lens.shape_string(), " but must be (", q.B,
-                   ",): one key length of the whole sequence per batch element (per-query lengths are not supported "
-                   "across ranks yet)");
+    const TensorView<const std::int64_t>& lens = mask.valid_lens;
+    const bool per_query = lens.rank() == 2;
+    if (!lens.empty() && !((lens.rank() == 1 && lens.dim(0) == q.B) || (per_query && lens.dim(0) == q.B && lens.dim(1) == q.R)))
+      detail::fail(op, ": valid_lens has shape ", lens.shape_string(), " but must be (", q.B,
+                   ",), one key length of the whole sequence per batch element and the same on every rank, or (", q.B,
+                   ", ", q.R, "), one per query row this rank holds");
     if (!(options.dropout.p >= 0 && options.dropout.p < 1))
       detail::fail(op, ": dropout p is ", options.dropout.p, "; it must lie in [0, 1)");
     if (options.scale && !std::isfinite(*options.scale)) detail::fail(op, ": scale is ", *options.scale, "; it must be finite");
@@ -157,13 +161,20 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
       detail::fail(op, ": softcap is ", *options.softcap, "; it must be positive and finite");
     local_check();
     const Dropout& drop = options.dropout;
-    const std::int64_t fields[22] = {static_cast<std::int64_t>(sizeof(T)), rank, q.B, q.H, k.H, q.C, v.C,
+    std::int64_t lowest = 0, longest = -1;  // of this rank's per-query lengths
+    if (per_query)
+      for (index_t b = 0; b < lens.dim(0); ++b)
+        for (index_t i = 0; i < lens.dim(1); ++i) {
+          const std::int64_t len = lens.data()[b * lens.stride(0) + i * lens.stride(1)];
+          lowest = std::min(lowest, len), longest = std::max(longest, len);
+        }
+    const std::int64_t fields[24] = {static_cast<std::int64_t>(sizeof(T)), rank, q.B, q.H, k.H, q.C, v.C,
                                      static_cast<std::int64_t>(mask.causal), mask.window.has_value(),
                                      mask.window ? mask.window->left : 0, mask.window ? mask.window->right : 0,
-                                     mask.valid_lens.empty() ? -1 : mask.valid_lens.numel(), hash_of(mask.valid_lens),
+                                     lens.empty() ? -1 : per_query ? -2 : lens.numel(), per_query ? 0 : hash_of(lens),
                                      mask.alibi_slopes.empty() ? -1 : mask.alibi_slopes.numel(),
                                      hash_of(mask.alibi_slopes), static_cast<std::int64_t>(drop.seed), drop.row_start,
-                                     drop.key_start, drop.head_start, drop.heads, q.R, k.R};
+                                     drop.key_start, drop.head_start, drop.heads, q.R, k.R, lowest, longest};
     std::copy(std::begin(fields), std::end(fields), mine.field);
     mine.scale = options.scale ? *options.scale : std::nan("");
     mine.softcap = options.softcap ? *options.softcap : 0;
@@ -204,13 +215,22 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
                      " rows (shard_rows in attn/distributed.hpp)");
   p.causal = mask.causal;
   p.window = mask.window;
-  if (!mask.valid_lens.empty())
+  if (mask.valid_lens.rank() == 2) {  // per-query lengths: every rank checks every rank's, so all raise alike
+    for (int r = 0; r < comm.size(); ++r) {
+      const std::int64_t lowest = all[r].field[kLowestLength], longest = all[r].field[kLongestLength];
+      if (lowest < 0 || longest > p.m)
+        detail::fail(op, ": rank ", r, " passes a valid length of ", lowest < 0 ? lowest : longest,
+                     "; each must lie in [0, ", p.m, "], the keys of the whole sequence");
+      p.longest_valid = std::max<std::int64_t>(p.longest_valid, longest);
+    }
+  } else if (!mask.valid_lens.empty()) {
     for (index_t b = 0; b < p.B; ++b) {
       const std::int64_t len = mask.valid_lens.data()[b * mask.valid_lens.stride(0)];
       if (len < 0 || len > p.m)
         detail::fail(op, ": valid_lens[", b, "] is ", len, "; it must lie in [0, ", p.m, "], the keys of the whole sequence");
       p.longest_valid = std::max<std::int64_t>(p.longest_valid, len);
     }
+  }
   return p;
 }
 
@@ -226,11 +246,19 @@ Mask<T> block_mask(const Problem& p, const Mask<T>& mask, const Piece& q, const 
   const index_t low = std::min(query_start, key_start);
   if (low < 0) query_start -= low, key_start -= low;
   block.query_start = query_start, block.key_start = key_start;
-  if (!mask.valid_lens.empty()) {
+  const TensorView<const std::int64_t>& lens = mask.valid_lens;
+  if (lens.rank() == 1) {
     lens_block.resize(static_cast<std::size_t>(p.B));
     for (index_t b = 0; b < p.B; ++b)
-      lens_block[b] = std::clamp<std::int64_t>(mask.valid_lens.data()[b * mask.valid_lens.stride(0)] - k.begin, 0, k.size());
+      lens_block[b] = std::clamp<std::int64_t>(lens.data()[b * lens.stride(0)] - k.begin, 0, k.size());
     block.valid_lens = TensorView<const std::int64_t>(lens_block.data(), {p.B});
+  } else if (lens.rank() == 2) {  // this rank's rows of (B, n): the piece's from row q.local
+    lens_block.resize(static_cast<std::size_t>(p.B * q.size()));
+    for (index_t b = 0; b < p.B; ++b)
+      for (index_t i = 0; i < q.size(); ++i)
+        lens_block[b * q.size() + i] = std::clamp<std::int64_t>(
+            lens.data()[b * lens.stride(0) + (q.local + i) * lens.stride(1)] - k.begin, 0, k.size());
+    block.valid_lens = TensorView<const std::int64_t>(lens_block.data(), {p.B, q.size()});
   }
   return block;
 }

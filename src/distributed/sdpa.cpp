@@ -271,20 +271,45 @@ struct Heads {
   }
 };
 
-// The user's mask for this rank's query heads over the whole sequences: ALiBi's slopes cut to them.
+// The user's mask for this rank's query heads over the whole sequences: ALiBi's slopes cut to them,
+// and per-query valid lengths gathered from every rank's rows into the whole (B, n), held by `whole`.
+// Collective: every rank calls it.
 template <class T>
-Mask<T> heads_mask(const Problem& p, const Mask<T>& mask) {
+Mask<T> heads_mask(const Comm& comm, const Problem& p, const Mask<T>& mask, std::vector<std::int64_t>& whole) {
   Mask<T> local = mask;
-  if (mask.alibi_slopes.empty()) return local;
   const index_t group = p.H / std::max<index_t>(p.Hk, 1);
   const auto [h0, h1] = kv_heads(p, p.rank);
   const TensorView<const T>& s = mask.alibi_slopes;
   if (s.rank() == 1) {
     local.alibi_slopes = TensorView<const T>(s.data() + h0 * group * s.stride(0), {(h1 - h0) * group}, {s.stride(0)});
-  } else {
+  } else if (s.rank() == 2) {
     local.alibi_slopes =
         TensorView<const T>(s.data() + h0 * group * s.stride(1), {s.dim(0), (h1 - h0) * group}, {s.stride(0), s.stride(1)});
   }
+  const TensorView<const std::int64_t>& lens = mask.valid_lens;
+  if (lens.rank() != 2) return local;
+  const Stopwatch exchanging(last_times.communicate_seconds);
+  const int P = p.ranks;
+  const index_t n_r = p.n_of[static_cast<std::size_t>(p.rank)];
+  std::vector<std::int64_t> mine(static_cast<std::size_t>(p.B * n_r));
+  for (index_t b = 0; b < p.B; ++b)
+    for (index_t i = 0; i < n_r; ++i) mine[b * n_r + i] = lens.data()[b * lens.stride(0) + i * lens.stride(1)];
+  std::vector<index_t> sizes;
+  for (int t = 0; t < P; ++t) sizes.push_back(p.B * p.n_of[static_cast<std::size_t>(t)]);
+  const std::vector<int> counts = Heads::ints(p.op, sizes), displacements = Heads::offsets(counts);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(p.B * p.n));
+  comm.check(MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(), counts.data(),
+                            displacements.data(), MPI_INT64_T, comm.get()),
+             "MPI_Allgatherv");
+  whole.assign(all.size(), 0);
+  for (int t = 0; t < P; ++t) {
+    const index_t n_t = p.n_of[static_cast<std::size_t>(t)];
+    const std::int64_t* from = all.data() + displacements[static_cast<std::size_t>(t)];
+    for (index_t b = 0; b < p.B; ++b)
+      for (const Piece& piece : pieces(p.n, P, t, p.layout))
+        for (index_t g = piece.begin; g < piece.end; ++g) whole[b * p.n + g] = from[b * n_t + piece.local + g - piece.begin];
+  }
+  local.valid_lens = TensorView<const std::int64_t>(whole.data(), {p.B, p.n});
   return local;
 }
 
@@ -449,13 +474,14 @@ void ulysses_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse
   const std::vector<T> kf = kh.gather(comm, detail::to_view4(keys, op, "keys"));
   const std::vector<T> vf = vh.gather(comm, detail::to_view4(values, op, "values"));
   const index_t hq = qh.count(p.rank), hk = kh.count(p.rank);
+  std::vector<std::int64_t> whole_lens;
+  const Mask<T> local_mask = distributed::heads_mask(comm, p, mask, whole_lens);
   std::vector<T> of(static_cast<std::size_t>(p.B * hq * p.n * p.dv)), lf(static_cast<std::size_t>(p.B * hq * p.n));
   if (hk > 0) {
     const distributed::Stopwatch computing(distributed::last_times.compute_seconds);
     sdpa_forward<T>(TensorView<T>(of.data(), {p.B, hq, p.n, p.dv}), TensorView<T>(lf.data(), {p.B, hq, p.n}), {},
                     TensorView<const T>(qf.data(), {p.B, hq, p.n, p.d}), TensorView<const T>(kf.data(), {p.B, hk, p.m, p.d}),
-                    TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), distributed::heads_mask(p, mask),
-                    distributed::heads_options(p, options));
+                    TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), local_mask, distributed::heads_options(p, options));
   }
   oh.scatter(comm, of, detail::to_view4(out, op, "out"));
   lh.scatter(comm, lf, lse.empty() ? View4<T>{} : distributed::lse_rows(lse, p.B, p.H, n_r));
@@ -481,6 +507,8 @@ void ulysses_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<
   const std::vector<T> gf = oh.gather(comm, detail::to_view4(dout, op, "dout"));
   const std::vector<T> lf = lh.gather(comm, distributed::lse_rows(lse, p.B, p.H, n_r));
   const index_t hq = qh.count(p.rank), hk = kh.count(p.rank);
+  std::vector<std::int64_t> whole_lens;
+  const Mask<T> local_mask = distributed::heads_mask(comm, p, mask, whole_lens);
   std::vector<T> dqf(qf.size()), dkf(kf.size()), dvf(vf.size());
   if (hk > 0) {
     const distributed::Stopwatch computing(distributed::last_times.compute_seconds);
@@ -488,8 +516,7 @@ void ulysses_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<
                      TensorView<T>(dvf.data(), {p.B, hk, p.m, p.dv}), TensorView<const T>(gf.data(), {p.B, hq, p.n, p.dv}),
                      TensorView<const T>(qf.data(), {p.B, hq, p.n, p.d}), TensorView<const T>(kf.data(), {p.B, hk, p.m, p.d}),
                      TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), TensorView<const T>(of.data(), {p.B, hq, p.n, p.dv}),
-                     TensorView<const T>(lf.data(), {p.B, hq, p.n}), distributed::heads_mask(p, mask),
-                     distributed::heads_options(p, options));
+                     TensorView<const T>(lf.data(), {p.B, hq, p.n}), local_mask, distributed::heads_options(p, options));
   }
   // Every rank takes part in each exchange, wanted here or not (an empty view receives nothing).
   qh.scatter(comm, dqf, detail::to_view4(dqueries, op, "dqueries"));

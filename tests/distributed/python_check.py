@@ -35,8 +35,8 @@ def reference(q, k, v, g, causal, lens, window, slopes, softcap):
     if slopes is not None:
         s = s - slopes[None, :, None, None] * np.abs(pos - j)[None, None]
     allowed = np.broadcast_to(allowed, (B, H, N, M)).copy()
-    if lens is not None:
-        allowed &= (j[None, None] < lens[:, None, None, None])
+    if lens is not None:  # (B,) per batch element or (B, N) per query
+        allowed &= (j[None, None] < (lens[:, None, None, None] if lens.ndim == 1 else lens[:, None, :, None]))
     s = np.where(allowed, s, -np.inf)
     top = np.max(s, axis=-1, keepdims=True)
     top = np.where(np.isfinite(top), top, 0)
@@ -72,11 +72,13 @@ v = rng.uniform(-1, 1, (B, Hk, M, V))
 g = rng.uniform(-1, 1, (B, H, N, V))
 slopes = rng.uniform(0.05, 0.5, H)
 lens = np.array([33, 9])
+query_lens = (np.arange(N)[None, :] * 5 + np.arange(B)[:, None] * 11) % (M + 1)  # (B, N): 0 to M
 cases = {
     "none": {},
     "causal": {"causal": True},
     "bottom_right_window": {"causal": "bottom_right", "window": (7, 0)},
     "lens_alibi_softcap": {"valid_lens": lens, "alibi_slopes": slopes, "softcap": 2.0},
+    "query_lens_causal": {"valid_lens": query_lens, "causal": True},
 }
 for case, options in cases.items():
     truth = reference(q, k, v, g, options.get("causal", False), options.get("valid_lens"), options.get("window"),
@@ -87,18 +89,20 @@ for case, options in cases.items():
             mine = [dist.shard(x, comm=comm, layout=layout) for x in (q, k, v, g)]
             expect = [dist.shard(x, comm=comm, layout=layout, axis=2) for x in truth]
             kw = dict(comm=comm, layout=layout, algorithm=algorithm, **options)
+            if kw.get("valid_lens") is not None and kw["valid_lens"].ndim == 2:  # per query: this rank's rows
+                kw["valid_lens"] = dist.shard(kw["valid_lens"], comm=comm, layout=layout, axis=1)
             out, lse = dist.scaled_dot_product_attention(*mine[:3], return_lse=True, **kw)
             grads = dist.backward(mine[3], *mine[:3], out, lse, **kw)
             for what, got, want in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, *grads), expect):
                 finite = np.isfinite(want)
                 check(f"{tag} {what}", np.array_equal(finite, np.isfinite(got)) and
                       np.allclose(got[finite], want[finite], rtol=0, atol=1e-10),
-                      f"max diff {np.max(np.abs(np.where(finite, got - want, 0)))}")
+                      f"max diff {np.max(np.abs(np.where(finite, got, 0) - np.where(finite, want, 0)))}")
             # float32 across the ranks against the single-process float32 result, both against float64.
             out32 = dist.scaled_dot_product_attention(*[x.astype(np.float32) for x in mine[:3]], **kw)
             single32 = attn.scaled_dot_product_attention(
                 q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
-                **({"valid_lens": lens} if "valid_lens" in options else {}),
+                **({"valid_lens": options["valid_lens"]} if "valid_lens" in options else {}),
                 **({"causal": options["causal"]} if "causal" in options else {}),
                 **({"window": options["window"]} if "window" in options else {}),
                 **({"alibi_slopes": slopes.astype(np.float32)} if "alibi_slopes" in options else {}),

@@ -37,7 +37,7 @@ int world_size() {
   return p;
 }
 
-enum class Variant { none, causal, causal_bottom_right, window, valid_lens, alibi_softcap, dropout, all };
+enum class Variant { none, causal, causal_bottom_right, window, valid_lens, query_lens, alibi_softcap, dropout, all };
 enum class Algorithm { ring, ulysses };
 
 std::string variant_name(Variant v) {
@@ -47,6 +47,7 @@ std::string variant_name(Variant v) {
     case Variant::causal_bottom_right: return "causal_bottom_right";
     case Variant::window: return "window";
     case Variant::valid_lens: return "valid_lens";
+    case Variant::query_lens: return "query_lens";
     case Variant::alibi_softcap: return "alibi_softcap";
     case Variant::dropout: return "dropout";
     case Variant::all: return "all";
@@ -60,10 +61,13 @@ constexpr index_t B = 2, H = 4, Hk = 2, N = 45, M = 70, D = 8, V = 5;
 struct Problem {
   Variant variant;
   Tensor<std::int64_t> lens{B};
+  Tensor<std::int64_t> query_lens{B, N};  // per query, 0 to M: empty rows, whole rows and between
   Tensor<double> slopes;
 
   explicit Problem(Variant v) : variant(v), slopes(random_tensor<double>({H}, 5, 0.05, 0.5)) {
     lens[0] = 61, lens[1] = 17;
+    for (index_t b = 0; b < B; ++b)
+      for (index_t i = 0; i < N; ++i) query_lens[b * N + i] = (i * 7 + b * 13) % (M + 1);
   }
   bool uses(Variant v) const { return variant == v || variant == Variant::all; }
   template <class T>
@@ -74,6 +78,7 @@ struct Problem {
       m.causal = Causal::bottom_right;
     if (uses(Variant::window)) m.window = Window{12, variant == Variant::all ? 0 : 5};
     if (uses(Variant::valid_lens)) m.valid_lens = lens.view();
+    if (variant == Variant::query_lens) m.causal = Causal::top_left, m.valid_lens = query_lens.view();
     if (uses(Variant::alibi_softcap)) m.alibi_slopes = slopes_t.view();
     return m;
   }
@@ -106,6 +111,16 @@ Tensor<T> shard(const Tensor<T>& whole, ShardLayout layout) {
   return out;
 }
 
+// This rank's rows of per-query lengths (B, N), in its shard's order: (B, n_r).
+Tensor<std::int64_t> shard_lengths(const Tensor<std::int64_t>& lens, ShardLayout layout) {
+  Tensor<std::int64_t> as_rows({B, 1, N});
+  std::copy(lens.data(), lens.data() + lens.numel(), as_rows.data());
+  const Tensor<std::int64_t> rows = shard(as_rows, layout);
+  Tensor<std::int64_t> out({B, rows.dim(2)});
+  std::copy(rows.data(), rows.data() + rows.numel(), out.data());
+  return out;
+}
+
 // out, lse, dq, dk, dv of the whole attention in one process: on the cpu backend in T, or the float64
 // reference.
 template <class T>
@@ -129,8 +144,11 @@ std::vector<Tensor<T>> across_ranks(const Problem& s, const std::vector<Tensor<T
   const Tensor<T> q = shard(inputs[0], layout), k = shard(inputs[1], layout), v = shard(inputs[2], layout),
                   g = shard(inputs[3], layout);
   const Tensor<T> slopes = convert<T>(s.slopes);
-  const Mask<T> mask = s.mask(slopes);
+  Mask<T> mask = s.mask(slopes);
   const index_t n_r = q.dim(2);
+  // Per-query lengths: this rank's rows of the whole (B, N), in its shard's order.
+  const Tensor<std::int64_t> lens_rows = shard_lengths(s.query_lens, layout);
+  if (s.variant == Variant::query_lens) mask.valid_lens = lens_rows.view();
   Tensor<T> out({B, H, n_r, V}), lse({B, H, n_r}), dq(q.shape()), dk(k.shape()), dv(v.shape());
   const auto forward = algorithm == Algorithm::ring ? ring_sdpa_forward<T> : ulysses_sdpa_forward<T>;
   const auto backward = algorithm == Algorithm::ring ? ring_sdpa_backward<T> : ulysses_sdpa_backward<T>;
@@ -170,7 +188,7 @@ TEST_P(AcrossRanks, EqualsTheSingleProcessResultWithinTheErrorBudget) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (Variant v : {Variant::none, Variant::causal, Variant::causal_bottom_right, Variant::window, Variant::valid_lens,
-                    Variant::alibi_softcap, Variant::dropout, Variant::all})
+                    Variant::query_lens, Variant::alibi_softcap, Variant::dropout, Variant::all})
     for (ShardLayout layout : {ShardLayout::contiguous, ShardLayout::zigzag})
       for (Algorithm a : {Algorithm::ring, Algorithm::ulysses}) out.push_back({v, layout, a});
   return out;
@@ -283,6 +301,22 @@ TEST(AcrossRanksErrors, OneRanksBadArgumentReachesEveryRank) {
         Shards().forward(mask);
       },
       "valid_lens[0] is 71; it must lie in [0, 70]");
+  // Per-query lengths (B, n_r): the last rank's hold one out of range, or the wrong number of rows.
+  for (const bool wrong_shape : {false, true})
+    expect_same_error_everywhere(
+        [last, wrong_shape] {
+          Shards s;
+          const index_t rows = s.q.dim(2) + (wrong_shape && world_rank() == last ? 1 : 0);
+          Tensor<std::int64_t> lens({B, rows});
+          for (index_t e = 0; e < lens.numel(); ++e) lens[e] = M / 2;
+          if (!wrong_shape && world_rank() == last && rows > 0) lens[rows - 1] = M + 1;
+          Mask<float> mask;
+          mask.valid_lens = lens.view();
+          s.forward(mask);
+        },
+        wrong_shape ? "valid_lens has shape (2," + std::to_string(shard_length(N, world_size(), last, ShardLayout::contiguous) + 1) +
+                          ") but must be (2,), one key length"
+                    : "ring_sdpa_forward: rank " + std::to_string(last) + " passes a valid length of 71; each must lie in [0, 70]");
   expect_same_error_everywhere(
       [] {
         Shards s;
