@@ -1,7 +1,8 @@
 #!/bin/sh
 # package.consumer (tests/package.cmake): BUILD_DIR SOURCE_DIR WORK_DIR VERSION.
 # Installs BUILD_DIR into WORK_DIR/prefix, builds examples/consumer against it twice (the CMake package,
-# then pkg-config), runs both and compares the versions. Fails on the first step that fails.
+# then pkg-config), runs both and compares the versions; where attn::distributed was installed, runs
+# its ring attention consumer on 2 ranks. Fails on the first step that fails.
 set -eu
 build=$1 source=$2 work=$3 version=$4
 rm -rf "$work"
@@ -19,6 +20,12 @@ cmake -S "$source/examples/consumer" -B "$work/cmake" -G Ninja -DCMAKE_BUILD_TYP
 cmake --build "$work/cmake" >>"$work/cmake.log" || { cat "$work/cmake.log"; exit 1; }
 "$work/cmake/consumer" | tee "$work/cmake.out"
 grep -q "attn headers $version, library $version;" "$work/cmake.out"
+
+if [ -x "$work/cmake/ring" ]; then  # attn::distributed was installed: ring attention on 2 ranks
+  echo "-- attn::distributed"
+  OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 \
+    mpiexec --allow-run-as-root --oversubscribe --bind-to none -n 2 "$work/cmake/ring"
+fi
 
 echo "-- pkg-config attn"
 flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs attn)
