@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "api/checks.hpp"
 
@@ -108,7 +109,12 @@ constexpr const char* kFieldNames[24] = {
     "the number of valid lengths", "the valid lengths", "the number of ALiBi slopes", "the ALiBi slopes",
     "the dropout seed", "dropout's row_start", "dropout's key_start", "dropout's head_start", "dropout's heads",
     "the queries' rows", "the keys' rows", "the smallest valid length", "the largest valid length"};
-constexpr int kQueryRows = 20, kKeyRows = 21, kLowestLength = 22, kLongestLength = 23;
+constexpr int kLengthCount = 11, kQueryRows = 20, kKeyRows = 21, kLowestLength = 22, kLongestLength = 23;
+
+// The valid lengths a rank passes, from its kLengthCount field: -1 none, -2 per query, else (B,).
+std::string lengths_kind(std::int64_t count) {
+  return count == -1 ? "no valid lengths" : count == -2 ? "per-query valid lengths (B, n_r)" : "valid lengths (B,)";
+}
 
 template <class V>
 std::int64_t hash_of(const TensorView<const V>& t) {  // FNV-1a over the elements' bytes, in index order
@@ -189,7 +195,10 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
   const Descriptor& first = all[0];
   for (int r = 1; r < comm.size(); ++r) {
     for (int f = 0; f < kQueryRows; ++f)
-      if (all[r].field[f] != first.field[f])
+      if (f == kLengthCount && all[r].field[f] != first.field[f] && (all[r].field[f] == -2 || first.field[f] == -2))
+        detail::fail(op, ": rank ", r, " passes ", lengths_kind(all[r].field[f]), " but rank 0 passes ",
+                     lengths_kind(first.field[f]), "; every rank must pass the same kind");
+      else if (all[r].field[f] != first.field[f])
         detail::fail(op, ": rank ", r, " passes ", kFieldNames[f], " = ", all[r].field[f], " but rank 0 passes ",
                      first.field[f], "; every rank must pass the same shapes, dtypes, masks and options");
     const bool same_scale = std::isnan(all[r].scale) ? std::isnan(first.scale) : all[r].scale == first.scale;

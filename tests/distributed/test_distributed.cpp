@@ -263,6 +263,18 @@ TEST(AcrossRanksErrors, RanksThatDisagreeAllRaiseTheSameError) {
         Shards().forward(mask);
       },
       "the causal mask");
+  // The last rank passes per-query lengths, the others one per batch element.
+  expect_same_error_everywhere(
+      [] {
+        Shards s;
+        const bool per_query = world_rank() == world_size() - 1;
+        Tensor<std::int64_t> lens(per_query ? std::vector<index_t>{B, s.q.dim(2)} : std::vector<index_t>{B});
+        for (index_t e = 0; e < lens.numel(); ++e) lens[e] = M / 2;
+        Mask<float> mask;
+        mask.valid_lens = lens.view();
+        s.forward(mask);
+      },
+      "passes per-query valid lengths (B, n_r) but rank 0 passes valid lengths (B,); every rank must pass the same kind");
 }
 
 TEST(AcrossRanksErrors, NoCommunicatorIsAnError) {
