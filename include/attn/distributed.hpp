@@ -40,8 +40,8 @@
 // duplicate of comm that returns errors) become attn::Error too.
 //
 // Memory per rank, beside its shards: O((n + m) d H / P). The ring's forward adds its output, two
-// key/value blocks in flight and a block's partial output; its backward six key/value-sized buffers
-// (two blocks and two gradient blocks in flight, one being summed, one coming home) and a block's
+// key/value blocks in flight and a block's partial output; its backward five key/value-sized buffers
+// (two blocks and two gradient blocks in flight, one being summed) and a block's
 // gradients; the all-to-all its heads over the whole sequence, and in its backward the fused
 // kernel's partial dQ of about 16 key chunks (16 n d). Measured by distributed.memory_ranks_P.
 #pragma once

@@ -404,7 +404,9 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
   const distributed::Packed packed{&p};
   const int P = p.ranks, me = p.rank, steps = p.ring_steps();
   const std::size_t capacity = static_cast<std::size_t>(packed.capacity());
-  std::vector<T> cur(capacity), next(capacity), grads(capacity), incoming(capacity), outgoing(capacity), home(capacity);
+  // Two blocks in flight (cur, next), a block's gradients being summed (grads), two gradient blocks
+  // in flight (incoming, outgoing); incoming, free after the last step, takes this rank's own home.
+  std::vector<T> cur(capacity), next(capacity), grads(capacity), incoming(capacity), outgoing(capacity);
   distributed::copy_rows<T>(k, packed.keys(cur.data(), me));
   distributed::copy_rows<T>(v, packed.values(cur.data(), me));
   distributed::Requests blocks(comm), sent(comm);
@@ -444,6 +446,7 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
   sent.wait();
   // Home: the block held last (src) goes to its rank; this rank's own block comes from where it is.
   const int holder = (me + steps - 1) % P;
+  std::vector<T>& home = incoming;
   if (src == me) {
     home.swap(grads);
   } else {
