@@ -50,6 +50,8 @@ struct RowMask {
     if (alibi != T(0)) b -= alibi * static_cast<T>(std::abs(pos - j));
     return b;
   }
+  // Whether every key in [begin, end) is attended with no bias: nothing masked or added key by key.
+  bool plain() const { return keep == nullptr && bias == nullptr && seg_k.empty() && alibi == T(0); }
   // Whether key j takes part in the weighted sum: the allowed ones, or all of them under the
   // seeds' -1e6 fill (a masked key then has a tiny, or for an empty row uniform, weight).
   bool participates(index_t j) const { return seeds_fill || allowed(j); }
