@@ -1,5 +1,5 @@
 // `attn bench` (bench.hpp): the machine's limits first, then every case: validated (fused against
-// unfused), then timed, median of repeated runs.
+// unfused), then timed, median of repeated runs (the fused and unfused runs of a case interleaved).
 #include "bench.hpp"
 
 #include <CLI/CLI.hpp>
@@ -27,6 +27,11 @@ struct Options {
   std::string filter, target;
 };
 
+double median(std::vector<double> times) {
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 // Median seconds of `f` over at least 3 runs and about `budget` seconds (at most 50 runs), after
 // one run that warms caches and per-thread scratch.
 double median_seconds(const std::function<void()>& f, double budget) {
@@ -39,8 +44,31 @@ double median_seconds(const std::function<void()>& f, double budget) {
     f();
     times.push_back(std::chrono::duration<double>(clock::now() - t0).count());
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return median(times);
+}
+
+// Median seconds of `fused` and of `baseline` (both warmed already), their runs interleaved so that
+// a shared machine's slow and fast minutes fall on both alike: each round one baseline run, then
+// fused runs for as long (at least one). At least 3 runs each and about 2 `budget` seconds in all;
+// at most 50 rounds.
+std::pair<double, double> interleaved_medians(const std::function<void()>& fused, const std::function<void()>& baseline,
+                                              double budget) {
+  using clock = std::chrono::steady_clock;
+  auto seconds_of = [](const std::function<void()>& f) {
+    const auto t0 = clock::now();
+    f();
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  std::vector<double> fused_times, baseline_times;
+  const auto start = clock::now();
+  while (baseline_times.size() < 3 || fused_times.size() < 3 ||
+         (baseline_times.size() < 50 && std::chrono::duration<double>(clock::now() - start).count() < 2 * budget)) {
+    baseline_times.push_back(seconds_of(baseline));
+    double spent = 0;
+    do spent += fused_times.emplace_back(seconds_of(fused));
+    while (spent < baseline_times.back() && fused_times.size() < 1000);
+  }
+  return {median(fused_times), median(baseline_times)};
 }
 
 std::string fixed(double x, int digits) {
@@ -116,15 +144,20 @@ void run_bench(const Options& o) {
     Result r;
     r.name = c.name, r.formula = c.formula;
     r.unit = c.pairs ? Unit::pairs : c.tanhs > 0 ? Unit::tanhs : c.bytes > 0 ? Unit::bytes : Unit::flops;
-    r.seconds = median_seconds(c.run_fused, o.seconds);
+    c.run_fused();  // warms caches and per-thread scratch: what the threads hold now is the case's
     r.extra_mib = static_cast<double>(attn::machine::scratch_bytes()) / (1 << 20);
     if (c.run_unfused) {
-      r.unfused_seconds = median_seconds(c.run_unfused, o.seconds) * c.baseline_scale;
+      c.run_unfused();
+      const auto [fused, unfused] = interleaved_medians(c.run_fused, c.run_unfused, o.seconds);
+      r.seconds = fused;
+      r.unfused_seconds = unfused * c.baseline_scale;
       r.scaled_baseline = c.baseline_scale != 1;
       r.baseline_mib = c.baseline_bytes / (1 << 20);
       r.error = c.check();
       if (!(r.error <= c.tolerance))
         mismatches += (mismatches.empty() ? "" : "; ") + c.name + " by " + fixed(r.error, 6) + " (allowed " + fixed(c.tolerance, 6) + ")";
+    } else {
+      r.seconds = median_seconds(c.run_fused, o.seconds);
     }
     r.rate = (r.unit == Unit::pairs ? c.pairs() : r.unit == Unit::tanhs ? c.tanhs : r.unit == Unit::bytes ? c.bytes : c.flops) /
              r.seconds;
