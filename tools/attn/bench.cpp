@@ -32,11 +32,10 @@ double median(std::vector<double> times) {
   return times[times.size() / 2];
 }
 
-// Median seconds of `f` over at least 3 runs and about `budget` seconds (at most 50 runs), after
-// one run that warms caches and per-thread scratch.
+// Median seconds of `f` (warmed already) over at least 3 runs and about `budget` seconds (at most
+// 50 runs).
 double median_seconds(const std::function<void()>& f, double budget) {
   using clock = std::chrono::steady_clock;
-  f();
   std::vector<double> times;
   const auto start = clock::now();
   while (times.size() < 3 || (times.size() < 50 && std::chrono::duration<double>(clock::now() - start).count() < budget)) {
