@@ -17,6 +17,14 @@ class Error : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// A call that would need more memory than attn may use (attn/memory.hpp): thrown before the buffer
+// is allocated, its message naming the bytes. An attn::Error, so one catch sees every refusal; the
+// Python module raises it as MemoryError and the command line exits 1 (a failed run, not bad usage).
+class MemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 
 // Concatenates anything that can be streamed: cat("n = ", n, ", m = ", m).

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attn/error.hpp"
+#include "attn/memory.hpp"
 
 namespace attn {
 
@@ -142,7 +143,9 @@ struct Stored<bool> {
 };
 }  // namespace detail
 
-// An owning, contiguous tensor, zero-initialised. view() and cview() give TensorViews of it.
+// An owning, contiguous tensor, zero-initialised. view() and cview() give TensorViews of it. Its
+// elements count against the memory attn may use (attn/memory.hpp): a shape too large for it throws
+// attn::MemoryError before anything is allocated.
 template <class T>
 class Tensor {
   using Storage = std::vector<typename detail::Stored<T>::type>;
@@ -155,6 +158,9 @@ class Tensor {
       if (s < 0) detail::fail("Tensor: shape ", detail::dims_string(shape_), " has a negative size");
       n = detail::checked_mul(n, s, "Tensor shape");
     }
+    reservation_ = detail::MemoryReservation(
+        static_cast<std::size_t>(detail::checked_mul(n, sizeof(typename Storage::value_type), "Tensor bytes")), "a tensor",
+        shape_);
     values_.assign(static_cast<std::size_t>(n), {});
   }
   Tensor(std::initializer_list<index_t> shape) : Tensor(std::span<const index_t>(shape.begin(), shape.size())) {}
@@ -192,6 +198,7 @@ class Tensor {
 
  private:
   std::vector<index_t> shape_;
+  detail::MemoryReservation reservation_;  // values_'s bytes, counted against attn's memory limit
   Storage values_;
 };
 

@@ -83,16 +83,24 @@ class Call {
 
   // Runs `body` with the GIL released; an attn::Error it throws becomes a ValueError. Views must be
   // made before (they read the arrays, a Python API).
+  // An attn::MemoryError (more memory than attn may use) becomes a MemoryError.
   template <class F>
   void run(F&& body) {
     std::string error;
+    bool memory = false;
     {
       py::gil_scoped_release released;
       try {
         body();
+      } catch (const attn::MemoryError& e) {
+        error = e.what(), memory = true;
       } catch (const attn::Error& e) {
         error = e.what();
       }
+    }
+    if (memory) {
+      PyErr_SetString(PyExc_MemoryError, (function_ + ": " + error).c_str());
+      throw py::error_already_set();
     }
     if (!error.empty()) throw py::value_error(rewrite(error));
   }
@@ -133,9 +141,15 @@ attn::TensorView<const T> cview(const py::array& a) {
   return view_of<const T>(a);
 }
 
-// A new C-ordered array of `shape`.
+// A new C-ordered array of `shape`, checked first against the memory attn may use (attn/memory.hpp):
+// MemoryError naming `name` and the bytes, before NumPy allocates. NumPy owns the array; attn does
+// not count it as held.
 template <class T>
-py::array_t<T> new_array(const std::vector<index_t>& shape) {
+py::array_t<T> new_array(const std::vector<index_t>& shape, const char* name = "a result array") {
+  index_t n = 1;
+  for (const index_t s : shape) n = attn::detail::checked_mul(n, s, "result array");
+  attn::detail::release_memory(attn::detail::reserve_memory(
+      static_cast<std::size_t>(attn::detail::checked_mul(n, sizeof(T), "result array bytes")), name, shape));
   return py::array_t<T>(std::vector<py::ssize_t>(shape.begin(), shape.end()));
 }
 

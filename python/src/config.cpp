@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "attn/config.hpp"
+#include "attn/memory.hpp"
 #include "bindings.hpp"
 
 namespace attn_py {
@@ -23,6 +24,13 @@ kernels record it: what ran, not what was chosen.)");
   m.def("num_threads", &attn::num_threads, "The threads attn's kernels use.");
   m.def("set_num_threads", &attn::set_num_threads, py::arg("threads"),
         "Threads for attn's kernels; 0 restores the default (OMP_NUM_THREADS or every core).");
+  m.def("set_memory_limit", &attn::set_memory_limit, py::arg("bytes"),
+        R"(The most memory attn may hold at once, in bytes (its tensors, the kernels' scratch; each result
+array is checked against it too); 0 goes back to the environment variable ATTN_MAX_BYTES ("8G"), or,
+without it, to the memory the machine has available. A call that would need more raises MemoryError
+naming the bytes, before it allocates.)");
+  m.def("memory_limit", &attn::memory_limit, "The memory attn may use now, in bytes (set_memory_limit).");
+  m.def("memory_in_use", &attn::memory_in_use, "The bytes attn holds now: its tensors and the kernels' scratch.");
 }
 
 }  // namespace attn_py

@@ -183,7 +183,7 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
   return dispatch(call.dtype(), [&](auto tag) -> py::object {
     using T = decltype(tag);
     py::array_t<T> out = new_array<T>(out_shape);
-    const py::array weights = return_weights ? py::array(new_array<T>(weights_shape)) : no_array();
+    const py::array weights = return_weights ? py::array(new_array<T>(weights_shape, "the weights")) : no_array();
     const py::array lse = return_lse ? py::array(new_array<T>(lse_shape)) : no_array();
     const auto o = view_of<T>(out);
     const auto w = return_weights ? view_of<T>(weights) : attn::TensorView<T>{};
@@ -245,7 +245,7 @@ py::object nadaraya_watson(py::object x_train_obj, py::object y_train_obj, py::o
   return dispatch(call.dtype(), [&](auto tag) -> py::object {
     using T = decltype(tag);
     py::array_t<T> out = new_array<T>(out_shape);
-    const py::array weights = return_weights ? py::array(new_array<T>(weights_shape)) : no_array();
+    const py::array weights = return_weights ? py::array(new_array<T>(weights_shape, "the weights")) : no_array();
     // The outputs as (1, n, v) and (1, n, m) batches when unbatched: the same C-ordered memory.
     attn::TensorView<T> o = view_of<T>(out), w = return_weights ? view_of<T>(weights) : attn::TensorView<T>{};
     if (!batched) {

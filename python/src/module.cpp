@@ -1,7 +1,10 @@
 // attn._attn: the compiled part of the Python package `attn` (python/attn/__init__.py re-exports it).
 #include <pybind11/pybind11.h>
 
+#include "attn/error.hpp"
 #include "bindings.hpp"
+
+namespace py = pybind11;
 
 PYBIND11_MODULE(_attn, m) {
   m.doc() = R"(attn: attention scoring functions, computed by the attn C++ library.
@@ -16,7 +19,17 @@ Arrays are float32 or float64 (all arrays of one call in the same dtype; scaled_
 also takes float16, and computes float32 ones in bfloat16 with compute_dtype='bfloat16'); C-contiguous arrays, and
 any array whose last axis is contiguous, are used without a copy; other layouts are copied. The GIL
 is released while attn computes. A bad argument raises ValueError (shapes, values) or TypeError
-(types, dtypes) whose message names the argument.)";
+(types, dtypes) whose message names the argument; a call needing more memory than attn may use
+(memory_limit) raises MemoryError naming the bytes, before it allocates.)";
+  // attn::MemoryError (attn/memory.hpp) wherever it is thrown: before the library's other errors,
+  // which pybind11 raises as ValueError (attn::Error is a std::invalid_argument).
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const attn::MemoryError& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
+    }
+  });
   m.attr("__version__") = ATTN_VERSION;
   attn_py::bind_functions(m);
   attn_py::bind_layers(m);

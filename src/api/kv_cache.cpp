@@ -14,6 +14,7 @@
 #include "attn/error.hpp"
 #include "attn/half.hpp"
 #include "attn/sdpa.hpp"
+#include "core/buffer.hpp"
 
 namespace attn {
 namespace {
@@ -44,8 +45,8 @@ KvType kv_type(KvDtype t) {
 // One block: keys and values (kv_heads, block_size, head_dim) in the storage type, and for int8 one
 // scale per 32 of them.
 struct Block {
-  std::vector<std::uint8_t> k, v;
-  std::vector<float> k_scales, v_scales;
+  detail::Buffer<std::uint8_t> k, v;  // counted against the memory limit (attn/memory.hpp)
+  detail::Buffer<float> k_scales, v_scales;
 };
 
 // Row `from` (head_dim floats) stored as `type` at `to` (and its scales for int8).

@@ -133,6 +133,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
                                      &dropout, kp,    qpt,     row_max, row_inv,     row_dot,     dkp,
                                      dqp_partial, dwv_partial, h, chunk_keys, chunks, simd};
   const index_t tasks = B * H * chunks;
+  check_thread_scratch(work);
 #pragma omp parallel if (threads && tasks > 1)
   {
     const ScratchFrame frame(work);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "cpu/linear.hpp"
 #include "cpu/unfused.hpp"
 
@@ -19,7 +20,7 @@ namespace {
 template <class T>
 struct AdditiveScores {
   index_t B, H, n, m, h;
-  std::vector<T> qp, kp, scores;
+  detail::Buffer<T> qp, kp, scores;
   View4<T> qp_view() { return dense_view4(qp.data(), B, H, n, h); }
   View4<T> kp_view() { return dense_view4(kp.data(), B, H, m, h); }
   View4<T> scores_view() { return dense_view4(scores.data(), B, H, n, m); }
@@ -127,7 +128,7 @@ void additive_forward(View4<T> out, View4<T> weights, View4<const T> queries, Vi
                       View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
                       const MaskPlan<T>& mask, const DropoutPlan& dropout) {
   AdditiveScores<T> a = additive_scores(queries, keys, w_q, w_k, w_v, mask);
-  std::vector<T> own_weights;
+  detail::Buffer<T> own_weights;
   if (weights.empty()) {
     own_weights.resize(a.scores.size());
     weights = dense_view4(own_weights.data(), a.B, a.H, a.n, a.m);
@@ -144,7 +145,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   const index_t B = a.B, H = a.H, n = a.n, m = a.m, h = a.h;
   // weights = masked_softmax(scores); the scores are then no longer needed and their buffer
   // receives dscores, from out = dropout(weights) @ values.
-  std::vector<T> weights(a.scores.size());
+  detail::Buffer<T> weights(a.scores.size());
   const View4<T> w = dense_view4(weights.data(), B, H, n, m), ds = a.scores_view();
   masked_softmax_forward<T>(w, ds, mask);
   pool_backward<T>(ds, dvalues, dout, w, values, mask, dropout);
@@ -152,7 +153,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   // scores[i, j] = sum_p w_v[p] tanh(qp[i, p] + kp[j, p]): the gradients of qp, kp and each
   // row's share of dw_v.
   const T* wv = w_v.row(0, 0, 0);
-  std::vector<T> dqp_buf(a.qp.size()), dkp_buf(a.kp.size()), dwv_rows(a.qp.size());
+  detail::Buffer<T> dqp_buf(a.qp.size()), dkp_buf(a.kp.size()), dwv_rows(a.qp.size());
   const View4<T> dqp = dense_view4(dqp_buf.data(), B, H, n, h), dkp = dense_view4(dkp_buf.data(), B, H, m, h);
   projection_grads<T>(dqp, dkp, dense_view4(dwv_rows.data(), B, H, n, h), ds, a.qp_view(), a.kp_view(), wv);
   // dw_v: the rows' shares summed in row order.

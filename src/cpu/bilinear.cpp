@@ -2,6 +2,7 @@
 // row by row into an (n, m) buffer, then the shared pooling pass.
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/linear.hpp"
 
@@ -12,7 +13,7 @@ namespace {
 // queries (B, H, n, q), keys (B, H, m, k), w (1, 1, q, k). Rows in parallel; only keys before the
 // row's mask limit are scored (the others are never read), their entries are set to 0.
 template <class T>
-void bilinear_scores(std::vector<T>& qw_buf, std::vector<T>& scores_buf, View4<const T> queries, View4<const T> keys,
+void bilinear_scores(detail::Buffer<T>& qw_buf, detail::Buffer<T>& scores_buf, View4<const T> queries, View4<const T> keys,
                      View4<const T> w, const MaskPlan<T>& mask) {
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, k = keys.C;
   qw_buf.resize(static_cast<std::size_t>(B * H * n * k));
@@ -42,7 +43,7 @@ void bilinear_scores(std::vector<T>& qw_buf, std::vector<T>& scores_buf, View4<c
 template <class T>
 void bilinear_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys,
                       View4<const T> values, View4<const T> w, const MaskPlan<T>& mask, const DropoutPlan& dropout) {
-  std::vector<T> qw, scores, own_weights;
+  detail::Buffer<T> qw, scores, own_weights;
   bilinear_scores(qw, scores, queries, keys, w, mask);
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R;
   if (weights.empty()) {
@@ -57,11 +58,11 @@ void bilinear_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
                        View4<const T> queries, View4<const T> keys, View4<const T> values, View4<const T> w,
                        const MaskPlan<T>& mask, const DropoutPlan& dropout) {
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, k = keys.C;
-  std::vector<T> qw_buf, scores;
+  detail::Buffer<T> qw_buf, scores;
   bilinear_scores(qw_buf, scores, queries, keys, w, mask);
   // weights = masked_softmax(scores); the scores are then no longer needed and their buffer
   // receives dscores, from out = dropout(weights) @ values.
-  std::vector<T> weights(scores.size());
+  detail::Buffer<T> weights(scores.size());
   const View4<T> wt = dense_view4(weights.data(), B, H, n, m), ds = dense_view4(scores.data(), B, H, n, m);
   masked_softmax_forward<T>(wt, ds, mask);
   pool_backward<T>(ds, dvalues, dout, wt, values, mask, dropout);
@@ -69,7 +70,7 @@ void bilinear_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   // scores[i, j] = qw[i] . keys[j]:  g[i] = dqw[i] = sum_j dscores[i, j] keys[j] (rows in parallel),
   // dkeys[j] = sum_i dscores[i, j] qw[i] (columns in parallel). dscores is exactly 0 for masked
   // keys: skipping zeros skips them, so whatever their rows hold is not read.
-  std::vector<T> g_buf(qw_buf.size());
+  detail::Buffer<T> g_buf(qw_buf.size());
   const View4<T> g = dense_view4(g_buf.data(), B, H, n, k);
   const View4<const T> qw = dense_view4(qw_buf.data(), B, H, n, k);
 #pragma omp parallel for collapse(3) schedule(static)

@@ -374,6 +374,7 @@ bool nw_forward(View4<T> out, View4<const T> queries, View4<const T> keys, View4
   sorted->fill(keys, values);
   const T cutoff = static_cast<T>(gaussian_cutoff<T>(m));
   const index_t chunks = (n + kChunk - 1) / kChunk, tasks = G * chunks;
+  check_thread_scratch(static_cast<std::size_t>(v) * sizeof(double));
   with_kernel(kernel, [&]<Kernel K>() {
 #pragma omp parallel if (tasks > 1 && worth_threads(G * n, m, v))
     {
@@ -414,10 +415,11 @@ bool nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
   p.keys.fill(keys, values);
   const index_t q_chunks = (n + kChunk - 1) / kChunk, k_chunks = (m + kChunk - 1) / kChunk;
   const bool parallel = G * std::max(q_chunks, k_chunks) > 1 && worth_threads(G * n, m, v);
+  const std::size_t work = static_cast<std::size_t>(std::max(3 * m, kChunk * (1 + v)));
+  check_thread_scratch(work * sizeof(double));
   with_kernel(kernel, [&]<Kernel K>() {
 #pragma omp parallel if (parallel)
     {
-      const std::size_t work = static_cast<std::size_t>(std::max(3 * m, kChunk * (1 + v)));
       const ScratchFrame frame(work * sizeof(double));
       auto* w = static_cast<double*>(frame.data());
       // Queries in ascending order per group, so that pass 2 finds a key chunk's queries together.

@@ -1,6 +1,8 @@
 // The per-thread arenas behind ScratchFrame (cpu/scratch.hpp), and the public accounting of them (attn/machine.hpp).
 #include "cpu/scratch.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "attn/machine.hpp"
+#include "attn/memory.hpp"
 
 namespace attn::cpu {
 namespace {
@@ -63,6 +66,7 @@ class Arena {
     void operator()(std::byte* p) const { std::free(p); }
   };
   struct Chunk {
+    detail::MemoryReservation reservation;  // counted against attn's memory limit (attn/memory.hpp)
     std::unique_ptr<std::byte, Free> data;
     std::size_t size = 0;
   };
@@ -70,6 +74,9 @@ class Arena {
   void allocate(std::size_t bytes) {
     const std::size_t size = std::max<std::size_t>(Carve::round_up(bytes), Carve::kAlign);
     Chunk c;
+    // Checked, except inside a parallel region: the region's caller checked (check_thread_scratch).
+    c.reservation = omp_get_level() > 0 ? detail::MemoryReservation::unchecked(size)
+                                        : detail::MemoryReservation(size, "the kernels' scratch memory");
     c.data.reset(static_cast<std::byte*>(std::aligned_alloc(Carve::kAlign, size)));
     if (!c.data) throw std::bad_alloc();
     c.size = size;
@@ -103,6 +110,14 @@ ScratchFrame::~ScratchFrame() { arena().pop(saved_chunk_, saved_top_); }
 std::size_t ScratchFrame::held() { return total_held.load(); }
 void ScratchFrame::release() { arena().release(); }
 void ScratchFrame::set_fill(int byte) { fill_byte.store(byte < 0 ? -1 : byte & 0xFF); }
+
+void check_thread_scratch(std::size_t bytes_per_thread) {
+  if (omp_get_level() > 0) return;  // inside a region: its caller checked
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(bytes_per_thread, static_cast<std::size_t>(omp_get_max_threads()), &bytes))
+    bytes = SIZE_MAX;
+  detail::release_memory(detail::reserve_memory(bytes, "the kernels' scratch memory of every thread"));
+}
 
 }  // namespace attn::cpu
 

@@ -104,12 +104,20 @@ class Scratch {
   Layout layout_;
 };
 
+// Memory limits in parallel regions (attn/memory.hpp): an exception cannot leave an OpenMP region,
+// so a frame opened inside one (at any nesting level) counts its arena's growth without checking it.
+// Before such a region, on the calling thread, check_thread_scratch checks that each of the region's
+// threads could take `bytes_per_thread` of fresh scratch on top of what attn holds, and throws
+// attn::MemoryError otherwise (conservative: an arena that already holds the bytes is counted again).
+void check_thread_scratch(std::size_t bytes_per_thread);
+
 // Runs task(t, work) for every t in [0, tasks) on OpenMP threads, dynamically scheduled (tasks may
 // differ in cost, as causal blocks do), each thread with `work_bytes` of its own scratch (`work`,
 // 64-byte aligned, in a frame of that thread). On the calling thread alone unless `threads` and
 // there is more than one task.
 template <class Task>
 void run_tasks(std::int64_t tasks, std::size_t work_bytes, bool threads, const Task& task) {
+  check_thread_scratch(work_bytes);
 #pragma omp parallel if (threads && tasks > 1)
   {
     const ScratchFrame frame(work_bytes);

@@ -151,6 +151,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
     p.out = o, p.lse = l;
   }
   const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv, chunk_keys);
+  check_thread_scratch(work);
 #pragma omp parallel
   {
     const ScratchFrame frame(work);

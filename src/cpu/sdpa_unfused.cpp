@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "cpu/unfused.hpp"
 #include "cpu/softmax_row.hpp"
 
@@ -16,10 +17,10 @@ namespace {
 // One batched product per key head: its group's query heads against that head seen with a head
 // stride of 0 (nothing is copied).
 template <class T>
-std::vector<T> scaled_scores(const SdpaPlan<T>& p) {
+detail::Buffer<T> scaled_scores(const SdpaPlan<T>& p) {
   const View4<const T>& q = p.q;
   const index_t m = p.k.R, G = p.group;
-  std::vector<T> s(static_cast<std::size_t>(q.B * q.H * q.R * m));
+  detail::Buffer<T> s(static_cast<std::size_t>(q.B * q.H * q.R * m));
   const View4<T> sv = dense_view4(s.data(), q.B, q.H, q.R, m);
   for (index_t hk = 0; hk < p.k.H; ++hk) {
     const View4<const T> qg{q.row(0, hk * G, 0), q.B, G, q.R, q.C, q.sB, q.sH, q.sR};
@@ -42,8 +43,8 @@ std::vector<T> scaled_scores(const SdpaPlan<T>& p) {
 template <class T>
 void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T>& p) {
   const index_t B = p.q.B, H = p.q.H, n = p.q.R, m = p.k.R;
-  const std::vector<T> scores = scaled_scores(p);
-  std::vector<T> own_weights;
+  const detail::Buffer<T> scores = scaled_scores(p);
+  detail::Buffer<T> own_weights;
   if (weights.empty()) {
     own_weights.resize(scores.size());
     weights = dense_view4(own_weights.data(), B, H, n, m);
@@ -55,8 +56,8 @@ template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> out,
                    View4<const T> /*lse*/, const SdpaPlan<T>& p) {
   const index_t B = p.q.B, H = p.q.H, n = p.q.R, m = p.k.R, d = p.q.C;
-  std::vector<T> scores = scaled_scores(p);
-  std::vector<T> weights(scores.size());
+  detail::Buffer<T> scores = scaled_scores(p);
+  detail::Buffer<T> weights(scores.size());
   const View4<T> s = dense_view4(scores.data(), B, H, n, m), w = dense_view4(weights.data(), B, H, n, m);
 #pragma omp parallel for collapse(3) schedule(static)
   for (index_t b = 0; b < B; ++b)
@@ -64,7 +65,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
       for (index_t i = 0; i < n; ++i)
         softmax_row(w.row(b, h, i), s.row(b, h, i), p.mask.row(b, h, i), m);
   // The capped scores' tanh, t = s / softcap, before their buffer receives dscores.
-  std::vector<T> t;
+  detail::Buffer<T> t;
   if (p.softcap != T(0)) {
     t.resize(scores.size());
     for (std::size_t e = 0; e < scores.size(); ++e) t[e] = scores[e] / p.softcap;

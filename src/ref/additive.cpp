@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "ref/linear.hpp"
 #include "ref/ref.hpp"
 
@@ -16,7 +17,7 @@ namespace {
 template <class T>
 struct AdditiveScores {
   index_t B, H, n, m, h;
-  std::vector<T> qp, kp, scores;
+  detail::Buffer<T> qp, kp, scores;
   View4<T> qp_view() { return dense_view4(qp.data(), B, H, n, h); }
   View4<T> kp_view() { return dense_view4(kp.data(), B, H, m, h); }
   View4<T> scores_view() { return dense_view4(scores.data(), B, H, n, m); }
@@ -51,7 +52,7 @@ void additive_forward(View4<T> out, View4<T> weights, View4<const T> queries, Vi
                       View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
                       const MaskPlan<T>& mask, const DropoutPlan& dropout) {
   AdditiveScores<T> a = additive_scores(queries, keys, w_q, w_k, w_v);
-  std::vector<T> own_weights;
+  detail::Buffer<T> own_weights;
   if (weights.empty()) {
     own_weights.resize(a.scores.size());
     weights = dense_view4(own_weights.data(), a.B, a.H, a.n, a.m);
@@ -67,7 +68,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   AdditiveScores<T> a = additive_scores(queries, keys, w_q, w_k, w_v);
   const index_t B = a.B, H = a.H, n = a.n, m = a.m, h = a.h;
   // weights = masked_softmax(scores), then dscores and dvalues from out = dropout(weights) @ values.
-  std::vector<T> weights(a.scores.size()), dscores(a.scores.size());
+  detail::Buffer<T> weights(a.scores.size()), dscores(a.scores.size());
   const View4<T> w = dense_view4(weights.data(), B, H, n, m), ds = dense_view4(dscores.data(), B, H, n, m);
   masked_softmax_forward<T>(w, a.scores_view(), mask);
   pool_backward<T>(ds, dvalues, dout, w, values, mask, dropout);
@@ -75,7 +76,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   // scores[i, j] = sum_p w_v[p] tanh(qp[i, p] + kp[j, p]), with t = tanh(..):
   //   dw_v[p] = sum dscores[i, j] t,  dqp[i, p] += dt,  dkp[j, p] += dt,  dt = dscores[i, j] w_v[p] (1 - t^2).
   // Masked keys have no score (their dscores is 0 and whatever their rows hold is not read).
-  std::vector<T> dqp_buf(a.qp.size()), dkp_buf(a.kp.size());
+  detail::Buffer<T> dqp_buf(a.qp.size()), dkp_buf(a.kp.size());
   const View4<T> dqp = dense_view4(dqp_buf.data(), B, H, n, h), dkp = dense_view4(dkp_buf.data(), B, H, m, h);
   const View4<T> qp = a.qp_view(), kp = a.kp_view();
   for (index_t p = 0; p < h; ++p) dw_v.at(0, 0, 0, p) = 0;

@@ -4,6 +4,7 @@
 //   out          = dropout(masked_softmax(scores)) @ values
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "ref/linear.hpp"
 #include "ref/ref.hpp"
 
@@ -13,7 +14,7 @@ namespace {
 // qw (B, H, n, k) = queries W and scores (B, H, n, m) = qw keys^T, which the backward recomputes.
 // queries (B, H, n, q), keys (B, H, m, k), w (1, 1, q, k).
 template <class T>
-void bilinear_scores(std::vector<T>& qw_buf, std::vector<T>& scores_buf, View4<const T> queries, View4<const T> keys,
+void bilinear_scores(detail::Buffer<T>& qw_buf, detail::Buffer<T>& scores_buf, View4<const T> queries, View4<const T> keys,
                      View4<const T> w) {
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, k = keys.C;
   qw_buf.assign(static_cast<std::size_t>(B * H * n * k), T(0));
@@ -35,7 +36,7 @@ void bilinear_scores(std::vector<T>& qw_buf, std::vector<T>& scores_buf, View4<c
 template <class T>
 void bilinear_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys,
                       View4<const T> values, View4<const T> w, const MaskPlan<T>& mask, const DropoutPlan& dropout) {
-  std::vector<T> qw, scores, own_weights;
+  detail::Buffer<T> qw, scores, own_weights;
   bilinear_scores(qw, scores, queries, keys, w);
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R;
   if (weights.empty()) {
@@ -50,17 +51,17 @@ void bilinear_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
                        View4<const T> queries, View4<const T> keys, View4<const T> values, View4<const T> w,
                        const MaskPlan<T>& mask, const DropoutPlan& dropout) {
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, k = keys.C;
-  std::vector<T> qw_buf, scores;
+  detail::Buffer<T> qw_buf, scores;
   bilinear_scores(qw_buf, scores, queries, keys, w);
   // weights = masked_softmax(scores), then dscores and dvalues from out = dropout(weights) @ values.
-  std::vector<T> weights(scores.size()), dscores(scores.size());
+  detail::Buffer<T> weights(scores.size()), dscores(scores.size());
   const View4<T> wt = dense_view4(weights.data(), B, H, n, m), ds = dense_view4(dscores.data(), B, H, n, m);
   masked_softmax_forward<T>(wt, dense_view4(scores.data(), B, H, n, m), mask);
   pool_backward<T>(ds, dvalues, dout, wt, values, mask, dropout);
 
   // scores[i, j] = qw[i] . keys[j]:  dkeys[j] = sum_i dscores[i, j] qw[i],  g[i] = dqw[i] = sum_j dscores[i, j] keys[j].
   // Masked keys have no score: they are skipped, so whatever their rows hold is not read.
-  std::vector<T> g_buf(qw_buf.size());
+  detail::Buffer<T> g_buf(qw_buf.size());
   const View4<T> g = dense_view4(g_buf.data(), B, H, n, k);
   const View4<const T> qw = dense_view4(qw_buf.data(), B, H, n, k);
   if (!dkeys.empty())

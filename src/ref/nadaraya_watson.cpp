@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "ref/ref.hpp"
 
 namespace attn::ref {
@@ -19,7 +20,7 @@ namespace {
 // K = 1 and a row is never empty; the scale cancels in K / Z. The subtraction is done on squared
 // distances so that a tiny sigma gives exp(-0 / 2) for the nearest key, not exp(inf - inf).
 template <class T>
-T kernel_row(std::vector<T>& K, std::vector<T>& t, View4<const T> q, View4<const T> k, index_t b, index_t h,
+T kernel_row(detail::Buffer<T>& K, detail::Buffer<T>& t, View4<const T> q, View4<const T> k, index_t b, index_t h,
              index_t i, Kernel kernel, T sigma) {
   const T* qi = q.row(b, h, i);
   for (index_t j = 0; j < k.R; ++j) {  // t holds ||q - k_j||^2 until the end
@@ -63,7 +64,7 @@ template <class T>
 void nw_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys, View4<const T> values,
                 Kernel kernel, T sigma) {
   const index_t m = keys.R;
-  std::vector<T> K(static_cast<std::size_t>(m)), t(K.size());
+  detail::Buffer<T> K(static_cast<std::size_t>(m)), t(K.size());
   for (index_t b = 0; b < queries.B; ++b)
     for (index_t h = 0; h < queries.H; ++h)
       for (index_t i = 0; i < queries.R; ++i) {
@@ -86,7 +87,7 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
   const index_t m = keys.R, p = keys.C, v = values.C;
   fill_zero(dqueries), fill_zero(dkeys), fill_zero(dvalues);
   T ds = 0;
-  std::vector<T> K(static_cast<std::size_t>(m)), t(K.size()), g(K.size());
+  detail::Buffer<T> K(static_cast<std::size_t>(m)), t(K.size()), g(K.size());
   for (index_t b = 0; b < queries.B; ++b)
     for (index_t h = 0; h < queries.H; ++h)
       for (index_t i = 0; i < queries.R; ++i) {

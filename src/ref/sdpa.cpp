@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "ref/ref.hpp"
 
 namespace attn::ref {
@@ -12,10 +13,10 @@ namespace {
 // read); cap(s) = softcap tanh(s / softcap), or s without soft-capping. With `tanh_out`, also
 // tanh(s / softcap) per entry, for the backward.
 template <class T>
-std::vector<T> scores_of(const SdpaPlan<T>& p, std::vector<T>* tanh_out = nullptr) {
+detail::Buffer<T> scores_of(const SdpaPlan<T>& p, detail::Buffer<T>* tanh_out = nullptr) {
   const View4<const T>& q = p.q;
   const index_t m = p.k.R;
-  std::vector<T> s;  // (B, H, n, m), dense
+  detail::Buffer<T> s;  // (B, H, n, m), dense
   s.reserve(static_cast<std::size_t>(q.B * q.H * q.R * m));
   if (tanh_out != nullptr) tanh_out->clear();
   for (index_t b = 0; b < q.B; ++b)
@@ -40,8 +41,8 @@ std::vector<T> scores_of(const SdpaPlan<T>& p, std::vector<T>* tanh_out = nullpt
 template <class T>
 void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T>& p) {
   const index_t B = p.q.B, H = p.q.H, n = p.q.R, m = p.k.R;
-  const std::vector<T> scores = scores_of(p);
-  std::vector<T> own_weights;
+  const detail::Buffer<T> scores = scores_of(p);
+  detail::Buffer<T> own_weights;
   if (weights.empty()) {
     own_weights.resize(scores.size());
     weights = dense_view4(own_weights.data(), B, H, n, m);
@@ -55,9 +56,9 @@ template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> given_out,
                    View4<const T> /*lse*/, const SdpaPlan<T>& p) {
   const index_t B = p.q.B, H = p.q.H, n = p.q.R, m = p.k.R, d = p.q.C;
-  std::vector<T> t;  // tanh(s / softcap)
-  const std::vector<T> scores = scores_of(p, &t);
-  std::vector<T> weights(scores.size()), dscores(scores.size()), out(static_cast<std::size_t>(B * H * n * p.v.C));
+  detail::Buffer<T> t;  // tanh(s / softcap)
+  const detail::Buffer<T> scores = scores_of(p, &t);
+  detail::Buffer<T> weights(scores.size()), dscores(scores.size()), out(static_cast<std::size_t>(B * H * n * p.v.C));
   const View4<T> w = dense_view4(weights.data(), B, H, n, m), ds = dense_view4(dscores.data(), B, H, n, m);
   pool_forward<T>(dense_view4(out.data(), B, H, n, p.v.C), {}, w, dense_view4(scores.data(), B, H, n, m), p.v,
                   p.mask, p.dropout, p.group);

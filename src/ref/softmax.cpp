@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "ref/ref.hpp"
 
 namespace attn::ref {
@@ -52,7 +53,7 @@ void softmax_row_backward(T* ds, const T* dw, const T* w, const RowMask<T>& rm, 
 
 template <class T>
 void masked_softmax_forward(View4<T> weights, View4<const T> scores, const MaskPlan<T>& mask) {
-  std::vector<T> row(static_cast<std::size_t>(scores.C));  // weights may alias scores
+  detail::Buffer<T> row(static_cast<std::size_t>(scores.C));  // weights may alias scores
   for (index_t b = 0; b < scores.B; ++b)
     for (index_t h = 0; h < scores.H; ++h)
       for (index_t i = 0; i < scores.R; ++i) {
@@ -64,7 +65,7 @@ void masked_softmax_forward(View4<T> weights, View4<const T> scores, const MaskP
 template <class T>
 void masked_softmax_backward(View4<T> dscores, View4<const T> dweights, View4<const T> weights,
                              const MaskPlan<T>& mask) {
-  std::vector<T> row(static_cast<std::size_t>(weights.C));  // dscores may alias dweights
+  detail::Buffer<T> row(static_cast<std::size_t>(weights.C));  // dscores may alias dweights
   for (index_t b = 0; b < weights.B; ++b)
     for (index_t h = 0; h < weights.H; ++h)
       for (index_t i = 0; i < weights.R; ++i) {
@@ -99,7 +100,7 @@ void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View
                    View4<const T> out) {
   const T keep_scale = static_cast<T>(dropout.scale);
   const index_t m = weights.C;
-  std::vector<T> dw(static_cast<std::size_t>(m));
+  detail::Buffer<T> dw(static_cast<std::size_t>(m));
   if (!dvalues.empty())
     for (index_t b = 0; b < dvalues.B; ++b)
       for (index_t h = 0; h < dvalues.H; ++h)

@@ -26,11 +26,13 @@ class UsageError : public std::runtime_error {
 
 // Runs `work` (a library call on inputs the caller gave) and returns its result, turning the
 // library's argument errors (attn::Error: a shape or value the operation does not accept) into
-// UsageError. Anything else (std::bad_alloc, ...) passes through as a failed run.
+// UsageError. Anything else (attn::MemoryError, std::bad_alloc, ...) passes through as a failed run.
 template <class Work>
 decltype(auto) as_usage(Work&& work) {
   try {
     return std::forward<Work>(work)();
+  } catch (const attn::MemoryError&) {
+    throw;  // valid inputs, too large for the memory attn may use: exit 1
   } catch (const attn::Error& e) {
     throw UsageError(e.what());
   }
