@@ -1,4 +1,16 @@
 // Run-time switches: which implementation runs, and how many threads it may use.
+//
+// Threads. Every switch may be read and set from any thread while other threads compute: each call
+// of an op reads the switches once, on the calling thread, when it starts, and runs on what it read
+// to the end, on all of its OpenMP threads. A call's result depends only on its arguments and the
+// switches it read (tests/test_concurrency.cpp: 16 threads calling at once give bit-identical results
+// to the same calls made one by one). Three levels:
+//   - set_backend, set_simd_target, set_bf16_kernel: the process's setting;
+//   - ScopedBackend and ScopedSimdTarget: the calling thread's own setting for a scope, over the
+//     process's (other threads do not see it): a caller that needs one setting for its calls does
+//     not race with threads that need another;
+//   - set_num_threads is the calling thread's (OpenMP's nthreads-var is per thread): a thread that
+//     never set it uses the default; ScopedThreads sets it for a scope.
 #pragma once
 
 #include <string>
@@ -17,8 +29,9 @@ enum class Backend { cpu, reference, unfused };
 void set_backend(Backend backend);
 Backend backend();
 
-// Threads used by the cpu backend (OpenMP). 0 restores the default (OMP_NUM_THREADS or all cores).
-// Results never depend on it: dropout masks are keyed by position, reductions by row.
+// Threads the cpu backend uses for the calling thread's calls (OpenMP). 0 restores the default
+// (OMP_NUM_THREADS or all cores). Results never depend on it: dropout masks are keyed by position,
+// reductions by row.
 void set_num_threads(int threads);
 int num_threads();
 
@@ -30,7 +43,8 @@ std::vector<std::string> simd_targets();
 std::string simd_target();
 // name: one of simd_targets(), or "" for the best. Throws attn::Error for any other name. Safe to
 // call while other threads compute: each call of an op reads the target once, when it starts, and
-// runs on it to the end, on all of its threads.
+// runs on it to the end, on all of its threads. simd_target() is the calling thread's: its
+// ScopedSimdTarget's, else the process's.
 void set_simd_target(const std::string& name);
 
 // The targets the fused kernels actually ran on, on any thread, since the last call with
@@ -52,16 +66,42 @@ Bf16Kernel bf16_kernel();
 // Whether a bfloat16 forward on this thread's settings now would run the kernel (not the target).
 bool bf16_kernel_chosen();
 
-// Sets the backend for the lifetime of a scope and restores the previous one after it.
+// The calling thread's backend for the lifetime of a scope (other threads keep theirs); the previous
+// one after it. Scopes nest.
 class ScopedBackend {
  public:
-  explicit ScopedBackend(Backend b) : saved_(backend()) { set_backend(b); }
-  ~ScopedBackend() { set_backend(saved_); }
+  explicit ScopedBackend(Backend b);
+  ~ScopedBackend();
   ScopedBackend(const ScopedBackend&) = delete;
   ScopedBackend& operator=(const ScopedBackend&) = delete;
 
  private:
-  Backend saved_;
+  int saved_;  // the thread's previous override, -1 for none
+};
+
+// The calling thread's SIMD target for the lifetime of a scope (name as set_simd_target takes it;
+// attn::Error for an unknown one); the previous one after it. Scopes nest.
+class ScopedSimdTarget {
+ public:
+  explicit ScopedSimdTarget(const std::string& name);
+  ~ScopedSimdTarget();
+  ScopedSimdTarget(const ScopedSimdTarget&) = delete;
+  ScopedSimdTarget& operator=(const ScopedSimdTarget&) = delete;
+
+ private:
+  long long saved_;  // the thread's previous override, 0 for none
+};
+
+// The calling thread's number of threads (set_num_threads) for the lifetime of a scope.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int threads) : saved_(num_threads()) { set_num_threads(threads); }
+  ~ScopedThreads() { set_num_threads(saved_); }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int saved_;
 };
 
 }  // namespace attn

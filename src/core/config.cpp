@@ -27,10 +27,16 @@ std::atomic<Backend>& current_backend() {
 
 const int default_threads = omp_get_max_threads();
 
+// The calling thread's ScopedBackend, -1 for none.
+thread_local int backend_override = -1;
+
 }  // namespace
 
 void set_backend(Backend b) { current_backend().store(b); }
-Backend backend() { return current_backend().load(); }
+Backend backend() { return backend_override >= 0 ? static_cast<Backend>(backend_override) : current_backend().load(); }
+
+ScopedBackend::ScopedBackend(Backend b) : saved_(backend_override) { backend_override = static_cast<int>(b); }
+ScopedBackend::~ScopedBackend() { backend_override = saved_; }
 
 void set_num_threads(int threads) {
   if (threads < 0) detail::fail("set_num_threads: threads is ", threads, "; it must be 0 (default) or positive");

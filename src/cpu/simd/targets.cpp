@@ -69,6 +69,22 @@ std::atomic<std::int64_t>& chosen() {
   return bit;
 }
 
+// The calling thread's ScopedSimdTarget's bit, 0 for none.
+thread_local std::int64_t target_override = 0;
+
+// The calling thread's bit: its ScopedSimdTarget's, else the process's.
+std::int64_t thread_bit() {
+  return target_override != 0 ? target_override : chosen().load(std::memory_order_relaxed);
+}
+
+// name's bit, or an attn::Error naming `who` and the targets there are.
+std::int64_t checked_bit(const char* who, const std::string& name) {
+  const std::int64_t bit = name.empty() ? best() : named(name);
+  if (bit == 0)
+    detail::fail(who, ": target \"", name, "\" is not one this build and CPU can run; they are: ", known());
+  return bit;
+}
+
 // One cache line per thread slot, so that threads recording at once do not share a line.
 struct alignas(64) Probe {
   std::atomic<std::int64_t> bits{0};
@@ -85,7 +101,7 @@ std::string name(std::int64_t bit) {
 }
 
 Target current() {
-  const std::int64_t bit = chosen().load(std::memory_order_relaxed);
+  const std::int64_t bit = thread_bit();
   return {bit, table_index(bit)};
 }
 
@@ -128,7 +144,7 @@ std::vector<std::string> simd_targets() {
   return names;
 }
 
-std::string simd_target() { return cpu::simd::name(cpu::simd::chosen().load()); }
+std::string simd_target() { return cpu::simd::name(cpu::simd::thread_bit()); }
 
 std::vector<std::string> simd_targets_ran(bool reset) {
   std::int64_t bits = 0;
@@ -139,12 +155,11 @@ std::vector<std::string> simd_targets_ran(bool reset) {
   return names;
 }
 
-void set_simd_target(const std::string& name) {
-  const std::int64_t bit = name.empty() ? cpu::simd::best() : cpu::simd::named(name);
-  if (bit == 0)
-    detail::fail("set_simd_target: target \"", name, "\" is not one this build and CPU can run; they are: ",
-                 cpu::simd::known());
-  cpu::simd::chosen().store(bit);
+void set_simd_target(const std::string& name) { cpu::simd::chosen().store(cpu::simd::checked_bit("set_simd_target", name)); }
+
+ScopedSimdTarget::ScopedSimdTarget(const std::string& name) : saved_(cpu::simd::target_override) {
+  cpu::simd::target_override = cpu::simd::checked_bit("ScopedSimdTarget", name);
 }
+ScopedSimdTarget::~ScopedSimdTarget() { cpu::simd::target_override = saved_; }
 
 }  // namespace attn
