@@ -17,7 +17,9 @@ T masked_score(const T* s, const RowMask<T>& rm, index_t j) {
 }
 
 // w (m) = masked softmax of s (m); w may alias s. Returns the row's log-sum-exp, -inf for an empty
-// row, whose weights are then all 0. Three passes over contiguous memory the compiler vectorises:
+// row, whose weights are then all 0. A NaN among the attended scores makes the row's weights and
+// log-sum-exp NaN (as PyTorch's softmax does), even when every attended score is NaN: the maximum
+// keeps a NaN once it meets one. Three passes over contiguous memory the compiler vectorises:
 // masked values, maximum, exponentials and their sum, then a scale by 1/sum. The sum is kept in
 // double: summed in float over hundreds of keys it drifts by several ulp, more than PyTorch's.
 template <class T>
@@ -26,7 +28,7 @@ T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
   T max = -inf;
   for (index_t j = 0; j < m; ++j) {
     w[j] = masked_score(s, rm, j);
-    max = w[j] > max ? w[j] : max;
+    max = w[j] > max || w[j] != w[j] ? w[j] : max;
   }
   if (max == -inf) {
     for (index_t j = 0; j < m; ++j) w[j] = 0;

@@ -19,13 +19,16 @@ T masked_score(const T* s, const RowMask<T>& rm, index_t j) {
 }
 
 // One row: w (m) from scores s (m). Returns the log-sum-exp of the masked scores, -inf for a row
-// with nothing to attend to (then w is all 0).
+// with nothing to attend to (then w is all 0). A NaN score of an attended key makes the row NaN.
 template <class T>
 T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
   const T inf = std::numeric_limits<T>::infinity();
   T max = -inf;
   for (index_t j = 0; j < m; ++j)
-    if (rm.participates(j) && masked_score(s, rm, j) > max) max = masked_score(s, rm, j);
+    if (rm.participates(j) && (masked_score(s, rm, j) > max || std::isnan(masked_score(s, rm, j)))) {
+      max = masked_score(s, rm, j);
+      if (std::isnan(max)) break;
+    }
   if (max == -inf) {  // empty row: no key to attend to
     for (index_t j = 0; j < m; ++j) w[j] = 0;
     return -inf;

@@ -224,8 +224,13 @@ void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, 
       tile_max = std::max(tile_max, s[jj]);
     }
   }
-  const T new_max = std::max(mx, tile_max);
-  if (new_max == -inf) return;  // every key so far masked
+  T new_max = std::max(mx, tile_max);
+  if (new_max == -inf) {  // every key so far masked, or every attended score NaN (the maximum skips NaN)
+    bool nan = false;
+    for (index_t jj = 0; jj < cnt; ++jj) nan = nan || std::isnan(s[jj]);
+    if (!nan) return;
+    new_max = std::numeric_limits<T>::quiet_NaN();  // then the row is NaN, as in PyTorch
+  }
   const T alpha = std::exp(mx - new_max);
   mx = new_max;
   for (index_t c = 0; c < a.v.C; ++c) o[c] *= alpha;
