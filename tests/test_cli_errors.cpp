@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -205,6 +206,123 @@ TEST_F(CliErrors, OutputsThatCannotBeWrittenAreAFailedRun) {
          1, {"/nonexistent-dir/fit.svg: cannot open for writing"});
   // The demo's directory cannot be created under a regular file.
   expect({"demo", "--out-dir", dir_.file("S.npy") + "/pictures"}, 1, {"attn demo: error: ", "cannot create the directory"});
+}
+
+// More kinds of the README's catalogue of bad input ("Bad input: what each interface says"): each
+// input that does not fit the others, by the rule the library states for it.
+TEST_F(CliErrors, EveryInputMustFitTheOthers) {
+  dir_.npy("V9.npy", random_tensor<float>({2, 9, 4}, 4));
+  dir_.npy("K3b.npy", random_tensor<float>({3, 10, 2}, 3));
+  dir_.npy("V3b.npy", random_tensor<float>({3, 10, 4}, 4));
+  dir_.npy("QH3.npy", random_tensor<float>({2, 3, 1, 2}, 2));
+  dir_.npy("KH2.npy", random_tensor<float>({2, 2, 10, 2}, 3));
+  dir_.npy("VH2.npy", random_tensor<float>({2, 2, 10, 4}, 4));
+  dir_.npy("Q0.npy", Tensor<float>({2, 1, 0}));
+  dir_.npy("K0.npy", Tensor<float>({2, 10, 0}));
+  dir_.npy("L3.npy", Tensor<std::int64_t>({3}, {1, 2, 3}));
+  dir_.npy("M25.npy", Tensor<bool>({2, 2, 5}));
+  dir_.npy("WK7.npy", random_tensor<float>({7, 2}, 7));
+  dir_.npy("SEG.npy", Tensor<std::int64_t>({2, 1}));
+  const std::vector<std::string> out{"--out", "O.npy"};
+  expect({"sdpa", "--queries", "Q.npy", "--keys", "K.npy", "--values", "V9.npy", "--out", "O.npy"}, 2,
+         {"attn sdpa: error: sdpa_forward: values has shape (2,9,4) but must be (2,10,4)", "number of keys m of keys (2,10,2)"});
+  expect({"sdpa", "--queries", "Q.npy", "--keys", "K3b.npy", "--values", "V3b.npy", "--out", "O.npy"}, 2,
+         {"keys has shape (3,10,2) but must be (2,10,2): keys must have the batch size"});
+  expect({"sdpa", "--queries", "QH3.npy", "--keys", "KH2.npy", "--values", "VH2.npy", "--out", "O.npy"}, 2,
+         {"keys has shape (2,2,10,2) with 2 heads but queries (2,3,1,2) has 3", "multiple of the key heads"});
+  expect({"sdpa", "--queries", "Q0.npy", "--keys", "K0.npy", "--values", "V.npy", "--out", "O.npy"}, 2,
+         {"queries has shape (2,1,0) with d = 0; the default scale 1/sqrt(d) needs d >= 1"});
+  expect({"softmax", "--scores", "S.npy", "--valid-lens", "L3.npy", "--out", "W.npy"}, 2,
+         {"valid_lens has shape (3,); it must be (B,) = (2,) or (B, n) = (2,2)"});
+  expect({"softmax", "--scores", "S.npy", "--mask", "M25.npy", "--out", "W.npy"}, 2,
+         {"mask has shape (2,2,5) which does not broadcast to the scores' shape (2,2,4)"});
+  expect({"additive", "--queries", "Q20.npy", "--keys", "K.npy", "--values", "V.npy", "--wq", "WQ.npy", "--wk", "WK7.npy",
+          "--wv", "WV.npy", "--out", "O.npy"},
+         2, {"attn additive: error: ", "w_k has shape (7,2) but must be (8,2): W_k is (h, k) with h = 8 from w_q"});
+  expect(kSdpa + out + std::vector<std::string>{"--segment-ids", "SEG.npy"}, 2,
+         {"segment_ids of the queries are given without those of the keys, but n = 1 != m = 10"});
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("O.npy")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("W.npy")));
+}
+
+TEST_F(CliErrors, MoreValuesOutOfRangeAreBadUsage) {
+  dir_.npy("Lneg.npy", Tensor<std::int64_t>({2}, {-1, 2}));
+  dir_.npy("Anan.npy", Tensor<float>({1}, {std::numeric_limits<float>::quiet_NaN()}));
+  const std::vector<std::string> out{"--out", "O.npy"};
+  expect({"softmax", "--scores", "S.npy", "--valid-lens", "Lneg.npy", "--out", "W.npy"}, 2,
+         {"masked_softmax_forward: valid_lens[0] is -1; valid lengths must lie in [0, m] = [0, 4]"});
+  expect(kSdpa + out + std::vector<std::string>{"--dropout", "-0.1", "--seed", "1"}, 2, {"dropout p is -0.1; it must lie in [0, 1)"});
+  expect({"additive", "--queries", "Q20.npy", "--keys", "K.npy", "--values", "V.npy", "--wq", "WQ.npy", "--wk", "WK.npy",
+          "--wv", "WV.npy", "--dropout", "1", "--seed", "1", "--out", "O.npy"},
+         2, {"attn additive: error: ", "dropout p is 1; it must lie in [0, 1)"});
+  expect(kSdpa + out + std::vector<std::string>{"--scale", "nan"}, 2, {"scale is nan; it must be finite"});
+  expect(kSdpa + out + std::vector<std::string>{"--alibi", "Anan.npy"}, 2,
+         {"alibi_slopes holds nan for batch 0, head 0; every slope must be finite"});
+  expect(kSdpa + out + std::vector<std::string>{"--dropout", "0.5", "--seed", "1.5"}, 2, {"--seed", "\"1.5\" must be a whole number"});
+  expect(kSdpa + out + std::vector<std::string>{"--compute", "fp8"}, 2, {"--compute: fp8 not in {bf16}"});
+  for (const char* width : {"nan", "inf"})
+    expect({"nw", "--x-train", "X.npy", "--y-train", "Y.npy", "--x-query", "XQ.npy", "--kernel", "gaussian", "--width",
+            width, "--out", "YH.npy"},
+           2, {"attn nw: error: nadaraya_watson_forward: width sigma is ", "; it must be positive and finite"});
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("O.npy")));
+}
+
+// Files a .npy reader must refuse beyond those above: each names the flag, the file and the problem.
+TEST_F(CliErrors, MoreMalformedFilesAreBadUsage) {
+  // A version 1.0 file of `dict` (padded as numpy pads it) followed by `data`.
+  const auto npy_with_header = [](std::string dict, const std::string& data) {
+    dict.append(64 - (10 + dict.size() + 1) % 64, ' ').append("\n");
+    std::string file("\x93NUMPY\x01\x00", 8);
+    file += static_cast<char>(dict.size() & 0xff);
+    file += static_cast<char>(dict.size() >> 8);
+    file += dict + data;
+    std::vector<std::byte> bytes(file.size());
+    std::memcpy(bytes.data(), file.data(), file.size());
+    return bytes;
+  };
+  write_bytes("u8.npy", npy_with_header("{'descr': '|u1', 'fortran_order': False, 'shape': (2, 2, 4), }", std::string(16, '\1')));
+  write_bytes("negative_dim.npy", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", ""));
+  write_bytes("overflow.npy", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", ""));
+  write_bytes("huge.npy", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000, 100000), }", ""));
+  const std::vector<std::byte> good = io::serialize_npy(io::DType::float64, std::vector<index_t>{2, 2, 4},
+                                                        random_tensor<double>({2, 2, 4}, 1).data());
+  std::vector<std::byte> altered = good;
+  const std::string_view text(reinterpret_cast<const char*>(good.data()), good.size());
+  std::memcpy(altered.data() + text.find("'descr':"), "'descr' ", 8);
+  write_bytes("bad_dict.npy", altered);
+  const Tensor<bool> keep({2, 2, 4});
+  altered = io::serialize_npy(io::DType::boolean, std::vector<index_t>{2, 2, 4}, keep.data());
+  altered.back() = std::byte{2};
+  write_bytes("bool_byte_2.npy", altered);
+  Tensor<float16> half({2, 2, 4});
+  dir_.npy("S16.npy", half);
+
+  const auto softmax = [](const std::string& scores) {
+    return std::vector<std::string>{"softmax", "--scores", scores, "--out", "W.npy"};
+  };
+  expect(softmax("u8.npy"), 2, {"--scores ", "u8.npy: dtype '|u1' is not supported; only little-endian float16"});
+  expect(softmax("negative_dim.npy"), 2, {"negative_dim.npy: dimension 1 of the shape is -3; dimensions must be non-negative"});
+  expect(softmax("overflow.npy"), 2, {"overflow.npy: shape (4294967296,4294967296) has more elements than a 64-bit integer can count"});
+  expect(softmax("huge.npy"), 2, {"huge.npy: shape (100000,100000,100000) of float32 needs 4000000000000000 data bytes but the file has only 0"});
+  expect(softmax("bad_dict.npy"), 2, {"bad_dict.npy: the header is not a valid .npy dict: expected ':' after the key 'descr'"});
+  expect(softmax("S16.npy"), 2, {"--scores ", "S16.npy: holds float16; it must hold float32 or float64"});
+  expect({"softmax", "--scores", "S.npy", "--mask", "bool_byte_2.npy", "--out", "W.npy"}, 2,
+         {"--mask ", "bool_byte_2.npy: bool element 15 (in C order) has the byte value 2; only 0 (False) and 1 (True)"});
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("W.npy")));
+}
+
+// Found by the catalogue of bad input (README): CLI11 read --seed -1 as 2^64 - 1 and saturated larger
+// numbers; bench's --simd and --threads were not checked as flags.
+TEST_F(CliErrors, SeedsOutsideTheGeneratorsRangeAreBadUsage) {
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--dropout", "0.5", "--seed", "-1"}, 2, {"--seed", "-1"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--dropout", "0.5", "--seed", "18446744073709551616"}, 2,
+         {"--seed", "18446744073709551616", "from 0 to 18446744073709551615"});
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("O.npy")));
+}
+
+TEST_F(CliErrors, BenchFlagsOutOfRangeAreBadUsage) {
+  expect({"bench", "--simd", "avx9"}, 2, {"attn bench: error: set_simd_target: target \"avx9\" is not one this build and CPU can run"});
+  expect({"bench", "--threads", "-1"}, 2, {"--threads: Value -1 not in range 0 to 4096"});
 }
 
 }  // namespace

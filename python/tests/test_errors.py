@@ -101,6 +101,46 @@ CASES = {
     "heatmap rank": (lambda: attn.show_heatmaps(f32(3), path="w.svg"), ValueError,
                      r"^show_heatmaps: matrices has shape \(3,\) with 1 dimensions; it must be \(rows, cols, n, m\)"),
     "heatmap empty": (lambda: attn.show_heatmaps(f32(2, 0), path="w.svg"), ValueError, r"matrices has shape \(2,0\): there is nothing to draw"),
+    # more kinds of the README's catalogue of bad input ("Bad input: what each interface says")
+    "X complex": (lambda: attn.masked_softmax(X.astype(np.complex64)), TypeError, r"^masked_softmax: X has dtype complex64; attn computes in float32 or float64"),
+    "valid_lens huge": (lambda: attn.masked_softmax(X, np.array([2**40, 1])), ValueError, r"valid_lens\[0\] is 1099511627776; valid lengths must lie in \[0, m\] = \[0, 4\]"),
+    "bmm None": (lambda: attn.bmm(None, X), TypeError, r"^bmm: a is required; got None"),
+    "sdpa batch": (lambda: attn.scaled_dot_product_attention(Q, f32(3, 10, 2), f32(3, 10, 4)), ValueError,
+                   r"^scaled_dot_product_attention: k \(keys\) has shape \(3,10,2\) but must be \(2,10,2\): keys must have the batch size"),
+    "sdpa valid_lens negative": (lambda: attn.scaled_dot_product_attention(Q, K, V, np.array([-1, 2])), ValueError,
+                                 r"^scaled_dot_product_attention: valid_lens\[0\] is -1; valid lengths must lie in \[0, m\] = \[0, 10\]"),
+    "sdpa dropout_p negative": (lambda: attn.scaled_dot_product_attention(Q, K, V, dropout_p=-0.1), ValueError, r"dropout_p is -0.1; it must lie in \[0, 1\)"),
+    "sdpa dropout_p nan": (lambda: attn.scaled_dot_product_attention(Q, K, V, dropout_p=float("nan")), ValueError, r"dropout_p is nan; it must lie in \[0, 1\)"),
+    "sdpa seed 2**64": (lambda: attn.scaled_dot_product_attention(Q, K, V, seed=2**64), ValueError, r"seed is 18446744073709551616; it must lie in \[0, 2\*\*64\)"),
+    "sdpa alibi nan": (lambda: attn.scaled_dot_product_attention(Q, K, V, alibi_slopes=np.array([np.nan], np.float32)), ValueError,
+                       r"alibi_slopes holds nan for batch 0, head 0; every slope must be finite"),
+    "sdpa segment_ids n != m": (lambda: attn.scaled_dot_product_attention(Q, K, V, segment_ids=np.zeros((2, 1), np.int64)), ValueError,
+                                r"segment_ids of the queries are given without those of the keys, but n = 1 != m = 10"),
+    "sdpa causal": (lambda: attn.scaled_dot_product_attention(Q, K, V, causal="diagonal"), ValueError,
+                    r'causal is "diagonal"; it must be True or False, "top_left" or "bottom_right"'),
+    "nw width nan": (lambda: attn.nadaraya_watson(x1, x1, x1, width=float("nan")), ValueError, r"^nadaraya_watson: width is nan; it must be positive and finite$"),
+    "select_width one point": (lambda: attn.select_width(x1[:1], x1[:1]), ValueError,
+                               r"^select_width: x has shape \(1,1,1\) with N = 1 point\(s\) per group; leave-one-out needs at least 2"),
+    "select_width kernel": (lambda: attn.select_width(x1, x1, kernel="triangle"), ValueError, r'^select_width: kernel: unknown kernel "triangle"'),
+    "select_width y_train": (lambda: attn.select_width(x1, x1[:4]), ValueError, r"^select_width: y has shape \(1,4,1\) but must be \(1,5,1\)"),
+    "add dropout": (lambda: attn.AdditiveAttention(2, 20, 8, 1.0), ValueError, r"^AdditiveAttention: dropout is 1; it must lie in \[0, 1\)"),
+    "add valid_lens": (lambda: attn.AdditiveAttention(2, 20, 8, 0.1)(f32(2, 1, 20), K, V, np.array([2, 11])), ValueError,
+                       r"^AdditiveAttention: valid_lens\[1\] is 11; valid lengths must lie in \[0, m\] = \[0, 10\]"),
+    "add set W_k hidden": (lambda: setattr(attn.AdditiveAttention(2, 20, 8, 0.1), "W_k", f32(7, 2)), ValueError,
+                           r"^AdditiveAttention: W_k has shape \(7,2\) but must be \(num_hiddens, key_size\) = \(8,2\)"),
+    "mha dropout": (lambda: attn.MultiHeadAttention(12, 4, 1.5), ValueError, r"^MultiHeadAttention: dropout is 1.5; it must lie in \[0, 1\)"),
+    "kv batch 0": (lambda: attn.KVCache(0, 2, 32), ValueError, r"^KVCache: .*batch 0, kv_heads 2 and head_dim 32 must all be at least 1"),
+    "kv block_size 0": (lambda: attn.KVCache(1, 2, 32, block_size=0), ValueError, r"^KVCache: .*block_size is 0; it must be at least 1"),
+    "kv attend seq": (lambda: attn.KVCache(2, 2, 32).attend(f32(2, 1, 32), seq=5), ValueError,
+                      r"^KVCache\.attend: .*seq is 5; the cache holds sequences 0 to 1"),
+    "kv reset seq": (lambda: attn.KVCache(1, 2, 32).reset(4), ValueError, r"^KVCache\.reset: .*seq is 4; the cache holds sequences 0 to 0"),
+    "kv int8 nan": (lambda: attn.KVCache(1, 2, 32, dtype="int8").append(np.full((1, 2, 3, 32), np.nan, np.float32), f32(1, 2, 3, 32)),
+                    ValueError, r"^KVCache\.append: .*an int8 cache stores finite values only; sequence 0 was given a non-finite one"),
+    "plot extension": (lambda: attn.plot("p.pdf", {"a": ([0, 1], [0, 1])}), ValueError,
+                       r'^plot: path "p.pdf": cannot tell the picture format from the extension ".pdf"; use .svg or .png'),
+    "set_simd_target": (lambda: attn.set_simd_target("avx9"), ValueError,
+                        r'^set_simd_target: target "avx9" is not one this build and CPU can run; they are: .*scalar'),
+    "set_num_threads": (lambda: attn.set_num_threads(-1), ValueError, r"^set_num_threads: threads is -1; it must be 0 \(default\) or positive"),
 }
 
 
@@ -135,3 +175,4 @@ def test_a_failed_call_changes_nothing():
         attention(Q, f32(2, 10, 3), V)
     assert attention.attention_weights is weights and attention.seed == 4
     assert attention.backward(f32(2, 1, 4))["values"].shape == V.shape
+

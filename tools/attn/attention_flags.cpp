@@ -44,6 +44,15 @@ void DropoutFlags::add_to(CLI::App& command) {
   CLI::Option* seed_option =
       command.add_option("--seed", seed, "the dropout generator's seed N: the same seed drops the same weights");
   seed_option->type_name("N");
+  // CLI11 reads "-1" into an unsigned seed as 2^64 - 1 and saturates larger numbers: check the text.
+  seed_option->check(
+      [](const std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        const std::string max = "18446744073709551615";  // 2^64 - 1
+        if (digits && (text.size() < max.size() || (text.size() == max.size() && text <= max))) return "";
+        return "the seed \"" + text + "\" must be a whole number from 0 to " + max;
+      },
+      "SEED");
   // Each needs the other: a dropout without an explicit seed would not be reproducible, and a
   // seed alone would do nothing.
   p_option->needs(seed_option);

@@ -16,6 +16,7 @@
 #include "attn/config.hpp"
 #include "attn/error.hpp"
 #include "attn/machine.hpp"
+#include "exit_codes.hpp"
 
 namespace attn_cli {
 namespace {
@@ -120,7 +121,7 @@ void print_json(const std::vector<Result>& results, double peak, double bandwidt
 void run_bench(const Options& o) {
   if (o.distributed) return run_distributed_bench({o.json, o.large, o.threads, o.seconds});
   if (o.threads > 0) attn::set_num_threads(o.threads);
-  if (!o.target.empty()) attn::set_simd_target(o.target);
+  if (!o.target.empty()) as_usage([&] { attn::set_simd_target(o.target); });  // an unknown name: exit 2
   const int threads = attn::num_threads();
   attn::simd_targets_ran(true);
   std::cerr << "measuring the machine (" << threads << " threads, " << attn::simd_target() << ")...\n";
@@ -210,7 +211,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--distributed", o->distributed,
                 "under mpiexec -n P: ring and all-to-all attention across the ranks against one process of all their "
                 "threads (--threads: per rank), n = m = 16384, d = 64");
-  cmd->add_option("--threads", o->threads, "OpenMP threads (default: all)");
+  cmd->add_option("--threads", o->threads, "OpenMP threads (default: all)")->check(CLI::Range(0, 4096));
   cmd->add_option("--seconds", o->seconds, "time budget of each measurement (default 1)");
   cmd->add_option("--filter", o->filter, "only the cases whose name contains this");
   cmd->add_option("--simd", o->target, "SIMD target (avx3, avx2, sse4, scalar; default: the best)");
