@@ -100,6 +100,11 @@ py::array Call::lengths(py::handle obj, const char* name) {
   if (a.ndim() > attn::kMaxRank)
     value_error(std::string(name) + " has shape " + shape_text(a) + "; it must be (B,) or (B, n)");
   if (kind == 'i' && a.itemsize() == 8) return readable(a, "int64");
+  if (kind == 'u' && a.itemsize() == 8 && a.size() > 0) {  // past 2^63 - 1 it would wrap to a negative length
+    const auto largest = py::cast<std::uint64_t>(a.attr("max")());
+    if (largest > static_cast<std::uint64_t>(INT64_MAX))
+      value_error(std::string(name) + " holds " + std::to_string(largest) + "; valid lengths must lie in [0, m]");
+  }
   return numpy().attr("ascontiguousarray")(a, py::arg("dtype") = "int64");
 }
 

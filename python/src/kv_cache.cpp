@@ -47,7 +47,7 @@ class KVCache {
  public:
   KVCache(py::object batch, py::object kv_heads, py::object head_dim, py::object dtype, py::object block_size,
           py::object capacity, bool grow) {
-    Call call("KVCache", {{"KvCache", "KVCache"}});
+    Call call("KVCache", {});
     attn::KvCacheOptions options;
     options.dtype = kv_dtype(call, dtype);
     options.block_size = call.integer(block_size, "block_size");
@@ -58,7 +58,7 @@ class KVCache {
   }
 
   void append(py::object keys_obj, py::object values_obj, py::object seq) {
-    Call call("KVCache.append", {{"KvCache::append", "KVCache.append"}});
+    Call call("KVCache.append", {});
     const py::array k = float32_array(call, keys_obj, "keys");
     const py::array v = float32_array(call, values_obj, "values");
     const auto kv = cview<float>(k), vv = cview<float>(v);
@@ -72,7 +72,7 @@ class KVCache {
 
   py::array attend(py::object queries_obj, py::object seq, py::object causal, py::object window, py::object alibi_slopes,
                    py::object softcap, py::object scale) {
-    Call call("KVCache.attend", {{"KvCache::attend", "KVCache.attend"}, {"alibi_slopes", "alibi_slopes"}, {"softcap", "softcap"},
+    Call call("KVCache.attend", {{"alibi_slopes", "alibi_slopes"}, {"softcap", "softcap"},
                                  {"scale", "scale"}});
     const py::array q = float32_array(call, queries_obj, "queries");
     attn::KvAttendOptions options;
@@ -106,17 +106,17 @@ class KVCache {
   }
 
   void reset(py::object seq) {
-    Call call("KVCache.reset", {{"KvCache::truncate", "KVCache.reset"}});
+    Call call("KVCache.reset", {});
     const index_t s = call.integer(seq, "seq");
     call.run([&] { cache_->reset(s); });
   }
   void truncate(py::object seq, py::object length) {
-    Call call("KVCache.truncate", {{"KvCache::truncate", "KVCache.truncate"}});
+    Call call("KVCache.truncate", {});
     const index_t s = call.integer(seq, "seq"), n = call.integer(length, "length");
     call.run([&] { cache_->truncate(s, n); });
   }
   index_t length(py::object seq) {
-    Call call("KVCache.length", {{"KvCache::length", "KVCache.length"}});
+    Call call("KVCache.length", {});
     const index_t s = call.integer(seq, "seq");
     index_t n = 0;
     call.run([&] { n = cache_->length(s); });
@@ -124,7 +124,7 @@ class KVCache {
   }
   // The stored keys or values of a sequence, as float32 (kv_heads, length, head_dim).
   py::array stored(py::object seq, bool values) {
-    Call call(values ? "KVCache.values" : "KVCache.keys", {{"KvCache::keys", "KVCache.keys"}, {"KvCache::values", "KVCache.values"}});
+    Call call(values ? "KVCache.values" : "KVCache.keys", {});
     const index_t s = call.integer(seq, "seq");
     attn::Tensor<float> t;
     call.run([&] { t = values ? cache_->values(s) : cache_->keys(s); });
