@@ -129,5 +129,48 @@ INSTANTIATE_TEST_SUITE_P(
                            std::nullopt, 0, 0.25}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// NaN and Inf in values no row attends (past the valid lengths, before a window) never reach an
+// output: the kernel packs each tile's values once per call, beyond a block's keys too, and a pair
+// product reads one value row past an odd count. Odd lengths, windows that start mid-tile.
+TEST(AvxBf16KernelExtremes, NonFiniteValuesOfMaskedKeysNeverReachTheOutput) {
+  if (!bf16_kernel_available()) GTEST_SKIP() << "this CPU has no AVX512-BF16: the bfloat16 kernel's tests are skipped";
+  if (simd_target() != "avx3") GTEST_SKIP() << "the bfloat16 kernel runs on the avx3 target only; this run uses " << simd_target();
+  const index_t B = 2, H = 2, n = 80, m = 200, d = 32, dv = 16;
+  const Tensor<bfloat16> q = to_bf16(random_tensor<float>({B, H, n, d}, 11)), k = to_bf16(random_tensor<float>({B, H, m, d}, 12));
+  const Tensor<std::int64_t> lens({B}, {131, 77});  // odd: the last pair's second row is a masked key
+  for (const bool window : {false, true}) {
+    Mask<float> mask;
+    if (window) mask.window = Window{37, 0}, mask.causal = Causal::bottom_right;  // keys before i + m - n - 37 masked
+    else mask.valid_lens = lens.view();
+    Tensor<bfloat16> v = to_bf16(random_tensor<float>({B, H, m, dv}, 13));
+    auto run = [&] {
+      set_bf16_kernel(Bf16Kernel::on);
+      Tensor<bfloat16> out({B, H, n, dv});
+      sdpa_forward<bfloat16>(out.view(), {}, q.view(), k.view(), v.view(), mask);
+      set_bf16_kernel(Bf16Kernel::automatic);
+      return to_single(out);
+    };
+    const Tensor<float> clean = run();
+    for (index_t b = 0; b < B; ++b)
+      for (index_t h = 0; h < H; ++h)
+        for (index_t c = 0; c < dv; ++c) {
+          if (window) {
+            v(b, h, 0, c) = to_bfloat16(NAN), v(b, h, 63, c) = to_bfloat16(INFINITY), v(b, h, 64, c) = to_bfloat16(-INFINITY);
+          } else {
+            for (index_t j = lens[b]; j < m; ++j) v(b, h, j, c) = to_bfloat16(j % 2 ? NAN : INFINITY);
+          }
+        }
+    // A tile holding a non-finite value takes the float path (P not rounded): finite, within the
+    // kernel's bound of the portable path (2^-7 max |v|, |v| <= 1 here).
+    const Tensor<float> dirty = run();
+    double worst = 0;
+    for (index_t e = 0; e < clean.numel(); ++e) {
+      ASSERT_TRUE(std::isfinite(dirty[e])) << (window ? "window" : "valid lengths") << ": output " << e << " is " << dirty[e];
+      worst = std::max(worst, std::abs(static_cast<double>(dirty[e]) - clean[e]));
+    }
+    EXPECT_LE(worst, std::ldexp(1.0, -7)) << (window ? "window" : "valid lengths");
+  }
+}
+
 }  // namespace
 }  // namespace attn

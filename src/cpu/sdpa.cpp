@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "attn/config.hpp"
+#include "cpu/bf16/dot_bf16.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/key_padding.hpp"
 #include "cpu/scratch.hpp"
@@ -88,9 +89,23 @@ void sdpa_decode_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>&
 }
 
 // The bfloat16 forward through the AVX512-BF16 products: blocks as sdpa_forward's.
-void sdpa_forward_bf16(View4<float> lse, const SdpaPlan<float>& given, const fused::Bf16Views& x) {
+void sdpa_forward_bf16(View4<float> lse, const SdpaPlan<float>& given, const fused::Bf16Views& inputs) {
   SdpaPlan<float> plan = given;
   const KeyPaddingAsLengths<float> lengths(plan.mask);
+  // The values packed as V pairs once, for every block of queries (each block packed them anew
+  // before: 3% of the forward at n = 4096).
+  fused::Bf16Views x = inputs;
+  const View4<const std::uint16_t>& v = x.v;
+  x.tiles = (v.R + fused::kBlockK - 1) / fused::kBlockK;
+  const std::size_t tile_words = static_cast<std::size_t>(fused::kBlockK / 2 * v.C);
+  const ScratchFrame pairs(static_cast<std::size_t>(v.B * v.H * x.tiles) * tile_words * sizeof(std::uint32_t));
+  auto* packed = static_cast<std::uint32_t*>(pairs.data());
+  run_tasks(v.B * v.H * x.tiles, 0, v.R * v.C >= (1 << 16), [&](index_t t, void*) {
+    const index_t bh = t / x.tiles, j0 = t % x.tiles * fused::kBlockK;
+    bf16::pack_values(v.row(bh / v.H, bh % v.H, j0), v.sR, std::min(fused::kBlockK, v.R - j0), v.C,
+                      packed + static_cast<std::size_t>(t) * tile_words);
+  });
+  x.value_pairs = packed;
   const fused::SdpaForward<float> p{{}, lse, &plan, simd::current(), &x};
   const index_t B = plan.q.B, H = plan.q.H, n = plan.q.R;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;

@@ -96,6 +96,13 @@ struct BlockArrays {
 struct Bf16Views {
   View4<const std::uint16_t> q, k, v;
   View4<std::uint16_t> out;
+  // The values as V pairs (dot_bf16.hpp), packed once per call for every block of queries: tile t
+  // (keys t kBlockK ..) of key head (b, hk) at value_pairs + ((b Hk + hk) tiles + t) kBlockK / 2 v.
+  const std::uint32_t* value_pairs = nullptr;
+  index_t tiles = 0;
+  const std::uint32_t* pairs_of(index_t b, index_t hk, index_t j0) const {
+    return value_pairs + ((b * v.H + hk) * tiles + j0 / kBlockK) * (kBlockK / 2 * v.C);
+  }
 };
 
 template <class T>
@@ -123,11 +130,8 @@ void sdpa_forward_block(const SdpaForward<T>& p, index_t b, index_t h, index_t i
 // Only on the AVX-512 target of a CPU with AVX512-BF16.
 struct Bf16Arrays {
   BlockArrays<float> block;
-  std::uint32_t* value_pairs;  // (kBlockK / 2, v)
-  float* values;               // (kBlockK, v): a tile's values widened, when some are not finite
-  Bf16Arrays(Carve& c, index_t d, index_t v)
-      : block(c, d, v), value_pairs(c.take<std::uint32_t>(static_cast<std::size_t>(kBlockK / 2 * v))),
-        values(c.take<float>(static_cast<std::size_t>(kBlockK * v))) {}
+  float* values;  // (kBlockK, v): a tile's values widened, when some are not finite
+  Bf16Arrays(Carve& c, index_t d, index_t v) : block(c, d, v), values(c.take<float>(static_cast<std::size_t>(kBlockK * v))) {}
 };
 inline std::size_t sdpa_forward_bf16_work_bytes(index_t d, index_t v) { return layout_bytes<Bf16Arrays>(d, v); }
 void sdpa_forward_block_bf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work);

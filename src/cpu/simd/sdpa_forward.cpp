@@ -95,7 +95,9 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
   const KeyRange keys = st.start(a.mask, b, h, i0, rows);
   for (index_t c = 0; c < dv * kBlockQ; ++c) st.ot[c] = 0;
 
-  for (index_t j0 = keys.begin; j0 < keys.end; j0 += kBlockK) {
+  // Tiles start at multiples of kBlockK, where the packed values' tiles start; keys before
+  // keys.begin are masked in every row.
+  for (index_t j0 = keys.begin / kBlockK * kBlockK; j0 < keys.end; j0 += kBlockK) {
     const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
     if (!st.may_attend(j0, cnt)) continue;
     simd::note_tile();
@@ -106,15 +108,17 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
     st.rescale(d, st.ot, dv);
     const std::uint16_t* v0 = x.v.row(b, hk, j0);
-    if (partial && !Bf16RowsFinite(v0, x.v.sR, cnt, dv)) {  // 0 * Inf must not reach a row: in float
+    // The pair products read value rows up to an even count: for an odd cnt, the packed tile's row
+    // cnt (a key past keys.end, weight 0) too.
+    const index_t read = std::min<index_t>(cnt + (cnt & 1), x.v.R - j0);
+    if ((partial || read > cnt) && !Bf16RowsFinite(v0, x.v.sR, read, dv)) {  // 0 * Inf must not reach a row: in float
       for (index_t j = 0; j < cnt; ++j)
         for (index_t c = 0; c < dv; ++c) arrays.values[j * dv + c] = to_float(bfloat16::from_bits(v0[j * x.v.sR + c]));
       st.accumulate_skipping_zeros(arrays.values, dv, cnt, dv, rows);
     } else {
       auto* weight_pairs = reinterpret_cast<std::uint32_t*>(st.bias_t);  // free once the tile is masked
       bf16::pack_weights(st.s, cnt, weight_pairs);
-      bf16::pack_values(v0, x.v.sR, cnt, dv, arrays.value_pairs);
-      bf16::accumulate(arrays.value_pairs, weight_pairs, cnt, dv, st.ot);
+      bf16::accumulate(x.pairs_of(b, hk, j0), weight_pairs, cnt, dv, st.ot);
     }
   }
 
