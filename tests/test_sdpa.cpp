@@ -223,6 +223,19 @@ TEST(SdpaDropout, SameSeedSameResultDifferentSeedDifferentResult) {
   EXPECT_NE(out_a.values(), scaled_dot_product_attention<float>(q.view(), k.view(), v.view(), {}, b).values());
 }
 
+// Values of width 0 (found by the generated tests): the backward that recomputes the forward's out
+// and lse took no lse buffer when out had no elements, and wrote the lse past its scratch frame.
+TEST(Sdpa, BackwardOfValuesOfWidthZeroRecomputesIntoItsOwnBuffers) {
+  for (const index_t n : {index_t{1}, index_t{70}}) {  // decode and fused blocks
+    const Tensor<float> q = random_tensor<float>({4, n, 3}, 30), k = random_tensor<float>({4, 9, 3}, 31);
+    const Tensor<float> v({4, 9, 0}), dout({4, n, 0});
+    Tensor<float> dq = random_tensor<float>({4, n, 3}, 32), dk = random_tensor<float>({4, 9, 3}, 33), dv({4, 9, 0});
+    sdpa_backward<float>(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(), v.view(), {}, {});
+    for (index_t e = 0; e < dq.numel(); ++e) ASSERT_EQ(dq[e], 0.0f) << "n = " << n;  // the output is empty
+    for (index_t e = 0; e < dk.numel(); ++e) ASSERT_EQ(dk[e], 0.0f) << "n = " << n;
+  }
+}
+
 TEST(Sdpa, EmptyRowsOutputZeroWithFiniteZeroGradients) {
   const Tensor<double> q = random_tensor<double>({2, 3, 4}, 16), k = random_tensor<double>({2, 5, 4}, 17);
   const Tensor<double> v = random_tensor<double>({2, 5, 2}, 18), g = random_tensor<double>({2, 3, 2}, 19);

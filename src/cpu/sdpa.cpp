@@ -73,9 +73,11 @@ struct BackwardBuffers {
   T* dq_partial;
   T* out;
   T* lse;
-  BackwardBuffers(Carve& c, std::size_t rows, std::size_t partial, std::size_t out_size)
+  // recompute: out and lse are recomputed (out_size elements, and one lse per row; with values
+  // of width 0 the out has no elements but the lse still has its rows).
+  BackwardBuffers(Carve& c, std::size_t rows, std::size_t partial, bool recompute, std::size_t out_size)
       : row_max(c.take<T>(rows)), row_inv(c.take<T>(rows)), row_dot(c.take<double>(rows)),
-        dq_partial(c.take<T>(partial)), out(c.take<T>(out_size)), lse(c.take<T>(out_size > 0 ? rows : 0)) {}
+        dq_partial(c.take<T>(partial)), out(c.take<T>(recompute ? out_size : 0)), lse(c.take<T>(recompute ? rows : 0)) {}
 };
 
 }  // namespace
@@ -154,7 +156,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   const index_t chunks = std::max<index_t>(1, (m + chunk_keys - 1) / chunk_keys);
   Scratch<BackwardBuffers<T>> buf(static_cast<std::size_t>(B * H * n),
                                   static_cast<std::size_t>(B * H * chunks * blocks * d * fused::kBlockQ),
-                                  out.empty() ? static_cast<std::size_t>(B * H * n * dv) : std::size_t(0));
+                                  out.empty(), static_cast<std::size_t>(B * H * n * dv));
   fused::SdpaBackward<T> p{dqueries,    dkeys,         dvalues,          dout,       out,   lse,
                            &plan,       buf->row_max,  buf->row_inv,     buf->row_dot, buf->dq_partial,
                            chunk_keys,  chunks,        simd::current()};

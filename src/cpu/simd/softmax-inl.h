@@ -227,7 +227,7 @@ struct BlockState : BlockArrays<T> {
   // Whether keys [j0, j0 + cnt) must be masked element by element: a keep or additive mask the SIMD
   // path cannot take (elementwise), or segment ids that differ within the block or the tile.
   bool tile_general(index_t j0, index_t cnt) const {
-    return elementwise || (segments && fill != T(-1e6) && !uniform_segments(j0, cnt));
+    return elementwise || (segments && !uniform_segments(j0, cnt));  // under the seeds' fill too
   }
 
   // Lanes [i, i + Lanes) of key j = tile_j0 + jj's scores x (vj = j in every lane) on a tile that is
