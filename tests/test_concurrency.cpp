@@ -19,8 +19,8 @@ namespace {
 
 using testing::mixed_calls;
 
-constexpr int kThreads = 16;
-constexpr int kRounds = 3;  // each thread's calls, one after another
+constexpr std::size_t kThreads = 16;
+constexpr std::size_t kRounds = 3;  // each thread's calls, one after another
 
 // One thread's work: a call and the switches it runs under.
 struct Job {
@@ -42,23 +42,27 @@ bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 TEST(Concurrency, SixteenCallersGetTheResultsOfTheSameCallsMadeOneByOne) {
+  // Caller t's round r: call (t + r kThreads) mod the calls, so that every call runs beside others.
   const std::vector<std::string> targets = simd_targets();
-  std::vector<Job> jobs;
-  for (int t = 0; t < kThreads; ++t)
-    jobs.push_back({static_cast<std::size_t>(t) % mixed_calls().size(), 1 + t % 2,
-                    targets[static_cast<std::size_t>(t / 2) % targets.size()], t % 5 == 4 ? Backend::unfused : Backend::cpu});
-  std::vector<std::vector<double>> expected;
-  for (const Job& job : jobs) expected.push_back(run(job));
+  std::vector<std::vector<Job>> jobs(kThreads);
+  std::vector<std::vector<std::vector<double>>> expected(kThreads);
+  for (std::size_t t = 0; t < kThreads; ++t)
+    for (std::size_t round = 0; round < kRounds; ++round) {
+      const Job job{(t + round * kThreads) % mixed_calls().size(), static_cast<int>(1 + t % 2),
+                    targets[(t / 2 + round) % targets.size()], (t + round) % 5 == 4 ? Backend::unfused : Backend::cpu};
+      jobs[t].push_back(job);
+      expected[t].push_back(run(job));
+    }
 
   std::vector<std::vector<std::vector<double>>> got(kThreads);
   std::atomic<int> ready{0};
   std::atomic<bool> done{false};
   std::vector<std::thread> callers;
-  for (int t = 0; t < kThreads; ++t)
+  for (std::size_t t = 0; t < kThreads; ++t)
     callers.emplace_back([&, t] {
       ready.fetch_add(1);
-      while (ready.load() < kThreads) std::this_thread::yield();  // start together
-      for (int round = 0; round < kRounds; ++round) got[static_cast<std::size_t>(t)].push_back(run(jobs[static_cast<std::size_t>(t)]));
+      while (ready.load() < static_cast<int>(kThreads)) std::this_thread::yield();  // start together
+      for (const Job& job : jobs[t]) got[t].push_back(run(job));
     });
   // Meanwhile the process's switches change under the callers (their scoped switches hold).
   std::thread switcher([&] {
@@ -75,13 +79,13 @@ TEST(Concurrency, SixteenCallersGetTheResultsOfTheSameCallsMadeOneByOne) {
   set_simd_target("");
   set_backend(Backend::cpu);
 
-  for (int t = 0; t < kThreads; ++t) {
-    const Job& job = jobs[static_cast<std::size_t>(t)];
-    for (int round = 0; round < kRounds; ++round)
-      EXPECT_TRUE(same_bits(got[static_cast<std::size_t>(t)][static_cast<std::size_t>(round)], expected[static_cast<std::size_t>(t)]))
+  for (std::size_t t = 0; t < kThreads; ++t)
+    for (std::size_t round = 0; round < kRounds; ++round) {
+      const Job& job = jobs[t][round];
+      EXPECT_TRUE(same_bits(got[t][round], expected[t][round]))
           << mixed_calls()[job.call].name << " (" << job.threads << " threads, " << job.target << ") on caller " << t
           << ", round " << round << ": not the result of the same call made alone";
-  }
+    }
 }
 
 TEST(Concurrency, ScopedSwitchesAreTheCallingThreadsOnly) {

@@ -2,12 +2,15 @@
 // queries, 64 keys) and are small enough that the tests run each call hundreds of times.
 #include "support/calls.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 
 #include "attn/additive.hpp"
+#include "attn/bilinear.hpp"
 #include "attn/bmm.hpp"
 #include "attn/config.hpp"
+#include "attn/flex.hpp"
 #include "attn/half.hpp"
 #include "attn/kv_cache.hpp"
 #include "attn/nadaraya_watson.hpp"
@@ -86,6 +89,18 @@ std::vector<double> half_sdpa_call(const HalfQkv<H>& x, const Mask<float>& mask,
   put(r, out), put(r, lse), put(r, dq), put(r, dk), put(r, dv);
   return r;
 }
+
+// A score_mod of flex attention: ALiBi-like distance penalty per head (differentiable in the score).
+struct DistancePenalty {
+  template <class S>
+  S operator()(S score, index_t, index_t h, index_t i, index_t j) const {
+    return score - static_cast<double>(h + 1) * 0.05 * static_cast<double>(std::abs(i - j));
+  }
+};
+// A mask_mod: every third key of a query's past excluded.
+struct EveryThirdKey {
+  bool operator()(index_t, index_t, index_t i, index_t j) const { return j > i || j % 3 != 1; }
+};
 
 std::vector<MixedCall> make_calls() {
   std::vector<MixedCall> calls;
@@ -187,6 +202,30 @@ std::vector<MixedCall> make_calls() {
                                                           x->k, x->v, w->params(), mask, dropout);
                        std::vector<double> r;
                        put(r, out), put(r, dq), put(r, dk), put(r, dv), put(r, dwq), put(r, dwk), put(r, dwv);
+                       return r;
+                     }});
+  }
+  {  // bilinear attention (q^T W k) and flex attention (score_mod and mask_mod), forward and backward
+    auto x = std::make_shared<Qkv<float>>(std::initializer_list<index_t>{2, 70, 12}, std::initializer_list<index_t>{2, 90, 10},
+                                          std::initializer_list<index_t>{2, 90, 8}, 84);
+    auto w = std::make_shared<Tensor<float>>(random_tensor<float>({12, 10}, 85));
+    calls.push_back({"bilinear float32", kF32, [x, w] {
+                       Tensor<float> out = like(x->dout), dq = like(x->q), dk = like(x->k), dv = like(x->v), dw = like(*w);
+                       bilinear_attention_forward<float>(out, {}, x->q, x->k, x->v, *w);
+                       bilinear_attention_backward<float>(dq, dk, dv, dw, x->dout, x->q, x->k, x->v, *w);
+                       std::vector<double> r;
+                       put(r, out), put(r, dq), put(r, dk), put(r, dv), put(r, dw);
+                       return r;
+                     }});
+    auto f = std::make_shared<Qkv<double>>(std::initializer_list<index_t>{1, 2, 90, 16}, std::initializer_list<index_t>{1, 2, 90, 16},
+                                           std::initializer_list<index_t>{1, 2, 90, 16}, 86);
+    calls.push_back({"flex float64 score_mod mask_mod", kF64, [f] {
+                       Tensor<double> out = like(f->dout), lse({1, 2, 90}), dq = like(f->q), dk = like(f->k), dv = like(f->v);
+                       flex_attention_forward<double>(out, lse, f->q, f->k, f->v, DistancePenalty{}, EveryThirdKey{});
+                       flex_attention_backward<double>(dq, dk, dv, f->dout, f->q, f->k, f->v, out, lse, DistancePenalty{},
+                                                       EveryThirdKey{});
+                       std::vector<double> r;
+                       put(r, out), put(r, lse), put(r, dq), put(r, dk), put(r, dv);
                        return r;
                      }});
   }

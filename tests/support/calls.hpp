@@ -21,8 +21,8 @@ struct MixedCall {
 
 // The SDPA forward and backward (float32 and float64, fused and decode paths, every mask kind,
 // GQA, dropout, the unfused path with weights), bfloat16 and float16 SDPA (the AVX512-BF16 kernel
-// where the CPU has it), additive attention, Nadaraya-Watson, masked softmax, bmm and KV cache
-// attend (int8 and bfloat16 storage).
+// where the CPU has it), additive and bilinear attention, flex attention (score_mod and mask_mod),
+// Nadaraya-Watson, masked softmax, bmm and KV cache attend (int8 and bfloat16 storage).
 const std::vector<MixedCall>& mixed_calls();
 
 }  // namespace attn::testing
