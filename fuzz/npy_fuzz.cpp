@@ -4,7 +4,7 @@
 // crash, a sanitizer report, another exception such as std::bad_alloc, a broken promise) aborts.
 //
 // Build with -DATTN_FUZZ=ON and clang++ (see CMakeLists.txt), then for example
-//   build-fuzz/npy_fuzz -dict=fuzz/npy.dict -max_total_time=600 corpus-dir fuzz/corpus
+//   build-fuzz/npy_fuzz -dict=fuzz/npy.dict -max_total_time=600 corpus-dir fuzz/corpus/npy
 // Or directly: clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
 //                fuzz/npy_fuzz.cpp src/io/npy.cpp -o npy_fuzz
 #include <cstddef>

@@ -1,6 +1,8 @@
 // The `attn` command line: one CLI::App, each subcommand registered by its own file
 // (softmax.cpp, sdpa.cpp, additive.cpp, nw.cpp, demo.cpp, bench.cpp). The exit codes are a contract for the
-// scripts that drive attn; exit_codes.hpp states it and this is where it is kept.
+// scripts that drive attn; exit_codes.hpp states it and this is where it is kept. attn_cli::run
+// (cli.hpp) is the whole command; main() only calls it, and is left out with ATTN_CLI_NO_MAIN (the
+// in-process fuzzer fuzz/cli_fuzz.cpp and its corpus replay call run themselves).
 #include <CLI/CLI.hpp>
 
 #include <exception>
@@ -11,6 +13,7 @@
 #include "attn/error.hpp"
 #include "attn/version.hpp"
 #include "bench.hpp"
+#include "cli.hpp"
 #include "commands.hpp"
 #include "demo.hpp"
 #include "exit_codes.hpp"
@@ -25,8 +28,9 @@ std::string who(const CLI::App& app) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  using namespace attn_cli;
+namespace attn_cli {
+
+int run(int argc, char** argv) {
   CLI::App app{"attn: attention scoring functions on .npy files"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("attn ") + attn::version(), "Print attn's version and exit");
@@ -72,3 +76,9 @@ int main(int argc, char** argv) {
   }
   return kSuccess;
 }
+
+}  // namespace attn_cli
+
+#ifndef ATTN_CLI_NO_MAIN
+int main(int argc, char** argv) { return attn_cli::run(argc, argv); }
+#endif
