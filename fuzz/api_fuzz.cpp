@@ -121,9 +121,9 @@ bool beyond_range(double smax) {
   return !(smax < 1e-3 * static_cast<double>(std::numeric_limits<C>::max()));
 }
 
-// known bug (finding 1): a scale finite as a double but infinite in the computation's type C (1e300
-// for float32) passes sdpa's check (src/api/sdpa.cpp tests the double), and the scores become
-// inf/NaN. Such calls are not compared until it is fixed.
+// Finding 1, fixed: a scale finite as a double but infinite in the computation's type C (1e300 for
+// float32) passed sdpa's check, and the scores became inf/NaN; sdpa now refuses it. Such calls are
+// still never compared.
 template <class C>
 bool scale_overflows(const std::optional<double>& scale) {
   return scale && !std::isfinite(static_cast<C>(*scale));
@@ -323,11 +323,6 @@ template <class Q, class KV, class L>
 void sdpa_case(Bytes& in, bool backward) {
   const SdpaDims s = sdpa_dims(in);
   if (s.too_large()) return;
-  // known bug (finding 5): the unfused path's scaled_scores (src/cpu/sdpa_unfused.cpp; the unfused
-  // backend, and the cpu backend when the weights are asked for) takes sv.row(0, hk * G, 0) of an empty
-  // score buffer (null data) when B, n or m is 0 and there are several key heads: an offset applied
-  // to a null pointer (UBSan). Skipped until it is fixed.
-  if (s.B * s.H * s.n * s.m == 0 && s.Hk > 1) return;
   const Strided<Q> q = input<Q>(in, s.dims(s.H, s.n, s.d));
   const Strided<KV> k = input<KV>(in, s.dims(s.Hk, s.m, s.d)), v = input<KV>(in, s.dims(s.Hk, s.m, s.dv));
   const MaskArgs<L> masks(in, s.rank, s.B, s.H, s.n, s.m);
@@ -682,13 +677,6 @@ void kv_cache_case(Bytes& in) {
   attn::KvCacheOptions options;
   options.dtype = static_cast<attn::KvDtype>(in.pick(4));
   options.block_size = kBlock[in.pick(9)], options.capacity = kCapacity[in.pick(8)], options.grow = !in.chance(60);
-  // known bug (finding 4): append computes block->k_scales.data() + at / 32 for every dtype
-  // (src/api/kv_cache.cpp, store_row's argument), and for a cache other than int8 the scales are empty:
-  // an offset applied to a null pointer (UBSan) as soon as a block holds more than 32 values. Until it
-  // is fixed, such caches keep their blocks that small.
-  if (options.dtype != attn::KvDtype::int8 && kvh > 0 && hd > 0 && options.block_size > 0 &&
-      kvh * hd > 32 / std::min<index_t>(options.block_size, 32))
-    return;
   std::optional<attn::KvCache> cache;
   if (!computes([&] { cache.emplace(batch, kvh, hd, options); })) return;
   // shadow[seq][token]: the token's keys then values, (kv_heads, head_dim) each, as appended.

@@ -223,6 +223,19 @@ TEST(SdpaDropout, SameSeedSameResultDifferentSeedDifferentResult) {
   EXPECT_NE(out_a.values(), scaled_dot_product_attention<float>(q.view(), k.view(), v.view(), {}, b).values());
 }
 
+// A scale finite as a double but not in float32 (found by fuzzing: it made every score inf).
+TEST(Sdpa, AScaleThatOverflowsTheComputationsTypeIsRefused) {
+  const Tensor<float> q = random_tensor<float>({1, 2, 3}, 40);
+  Tensor<float> out({1, 2, 3});
+  SdpaOptions options;
+  options.scale = 1e300;
+  testing::expect_error([&] { sdpa_forward<float>(out.view(), {}, {}, q.view(), q.view(), q.view(), {}, options); },
+                        {"sdpa_forward: scale is 1e+300", "finite in the computation's type (32-bit float)"});
+  Tensor<double> out64({1, 2, 3});
+  const Tensor<double> q64 = random_tensor<double>({1, 2, 3}, 40);
+  sdpa_forward<double>(out64.view(), {}, {}, q64.view(), q64.view(), q64.view(), {}, options);  // fine in float64
+}
+
 // Values of width 0 (found by the generated tests): the backward that recomputes the forward's out
 // and lse took no lse buffer when out had no elements, and wrote the lse past its scratch frame.
 TEST(Sdpa, BackwardOfValuesOfWidthZeroRecomputesIntoItsOwnBuffers) {

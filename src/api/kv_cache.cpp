@@ -228,10 +228,11 @@ void KvCache::append(index_t seq, TensorView<const float> keys, TensorView<const
   for (index_t r = 0; r < t; ++r)
     for (index_t hk = 0; hk < s.kv_heads; ++hk) {
       auto [block, at] = s.place(seq, hk, length + r);
+      const bool int8 = s.options.dtype == KvDtype::int8;  // other caches have no scales (found by fuzzing)
       store_row(s.options.dtype, keys.data() + hk * keys.stride(0) + r * keys.stride(1), s.head_dim,
-                block->k.data() + at * s.elem, block->k_scales.data() + at / 32);
+                block->k.data() + at * s.elem, int8 ? block->k_scales.data() + at / 32 : nullptr);
       store_row(s.options.dtype, values.data() + hk * values.stride(0) + r * values.stride(1), s.head_dim,
-                block->v.data() + at * s.elem, block->v_scales.data() + at / 32);
+                block->v.data() + at * s.elem, int8 ? block->v_scales.data() + at / 32 : nullptr);
     }
   s.lengths[static_cast<std::size_t>(seq)] = length + t;
 }

@@ -52,6 +52,8 @@ SdpaCall<T> check_inputs(const TensorView<const T>& queries, const TensorView<co
   const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(c.d));
   if (!std::isfinite(scale)) detail::fail(op, ": scale is ", scale, "; it must be finite");
   p.scale = static_cast<T>(scale);
+  if (!std::isfinite(p.scale))  // found by fuzzing: 1e300 is finite as a double, not in float32
+    detail::fail(op, ": scale is ", scale, "; it must be finite in the computation's type (", sizeof(T) * 8, "-bit float)");
   if (options.softcap) {
     const double cap = *options.softcap;
     if (!(cap > 0) || !std::isfinite(cap) || !std::isfinite(static_cast<T>(cap)))

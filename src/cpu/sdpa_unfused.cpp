@@ -21,6 +21,7 @@ detail::Buffer<T> scaled_scores(const SdpaPlan<T>& p) {
   const View4<const T>& q = p.q;
   const index_t m = p.k.R, G = p.group;
   detail::Buffer<T> s(static_cast<std::size_t>(q.B * q.H * q.R * m));
+  if (s.empty()) return s;  // no scores: no head's rows to point at (found by fuzzing)
   const View4<T> sv = dense_view4(s.data(), q.B, q.H, q.R, m);
   for (index_t hk = 0; hk < p.k.H; ++hk) {
     const View4<const T> qg{q.row(0, hk * G, 0), q.B, G, q.R, q.C, q.sB, q.sH, q.sR};
