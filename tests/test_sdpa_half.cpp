@@ -4,6 +4,7 @@
 // rule), with every mask and variant, dropout, grouped heads, 3-D and strided tensors, decoding;
 // float32 queries over 16-bit keys and values (a decoder's cache); bad input named as in float32.
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -226,6 +227,30 @@ TEST(SdpaHalfBadInput, ArgumentsAreNamedAsInFloat32) {
   const TensorView<const float16> no_data(nullptr, {2, 3, 5, 4});
   testing::expect_error([&] { sdpa_forward<float16>(out.view(), {}, no_data, k.view(), v.view()); },
                         {"queries has shape (2,3,5,4) but no data"});
+}
+
+// Found by fuzzing: the 16-bit calls widened and narrowed through the strides before any check.
+TEST(SdpaHalfBadInput, LayoutsAreCheckedBeforeWidening) {
+  const Tensor<bfloat16> q({1, 1, 5, 4}), k({1, 1, 7, 4}), v({1, 1, 7, 6});
+  Tensor<bfloat16> out({1, 1, 5, 6}), dq({1, 1, 5, 4}), dk({1, 1, 7, 4}), dv({1, 1, 7, 6});
+  const TensorView<const bfloat16> last_stride_0(q.data(), {1, 1, 5, 4}, {20, 20, 4, 0});
+  testing::expect_error([&] { sdpa_forward<bfloat16>(out.view(), {}, last_stride_0, k.view(), v.view()); },
+                        {"sdpa_forward: queries has stride 0 in its last dimension; it must be 1"});
+  const index_t huge = std::numeric_limits<index_t>::max() / 2;
+  const TensorView<const bfloat16> overflowing(k.data(), {1, 1, 7, 4}, {huge, huge, huge, 1});
+  testing::expect_error([&] { sdpa_forward<bfloat16>(out.view(), {}, q.view(), overflowing, v.view()); },
+                        {"sdpa_forward: keys with shape (1,1,7,4) spans more elements than a 64-bit index holds"});
+  Tensor<float> out32({1, 1, 5, 6});
+  const Tensor<float> q32({1, 1, 5, 4});
+  testing::expect_error([&] { sdpa_forward<bfloat16>(out32.view(), TensorView<float>{}, q32.view(), overflowing, v.view()); },
+                        {"sdpa_forward: keys with shape (1,1,7,4) spans more elements"});  // float32 queries
+  const TensorView<bfloat16> broadcast_out(out.data(), {1, 1, 5, 6}, {30, 30, 0, 1});
+  testing::expect_error([&] { sdpa_forward<bfloat16>(broadcast_out, {}, q.view(), k.view(), v.view()); },
+                        {"out has stride 0 in dimension 2; an output must not broadcast"});
+  const TensorView<bfloat16> dq_over_q(const_cast<bfloat16*>(q.data()), {1, 1, 5, 4});
+  const Tensor<float> lse({1, 1, 5});
+  testing::expect_error([&] { sdpa_backward<bfloat16>(dq_over_q, dk.view(), dv.view(), out.view(), q.view(), k.view(), v.view(), out.view(), lse.view()); },
+                        {"sdpa_backward: dqueries and queries share memory"});
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 // one is named as in float32.
 #include <vector>
 
+#include "api/checks.hpp"
 #include "api/decode_rows.hpp"
 #include "attn/config.hpp"
 #include "attn/error.hpp"
 #include "attn/sdpa.hpp"
+#include "core/view4.hpp"
 #include "cpu/scratch.hpp"
 
 namespace attn {
@@ -106,11 +108,24 @@ cpu::fused::KvRows rows_of(const TensorView<const H>& t) {
 // cpu backend.
 bool decodes_in_place(index_t n) { return backend() == Backend::cpu && n > 0 && n <= cpu::fused::kDecodeRows; }
 
+// The layout checks of every tensor argument (core/view4.hpp: rank, non-negative strides that fit
+// in 64 bits, a contiguous last dimension) and of the outputs' memory (api/checks.hpp), made on the
+// 16-bit tensors before they are widened or narrowed through their strides (found by fuzzing: a
+// last stride of 0 was read as contiguous, an overflowing stride crashed the widening).
+template <class H>
+void check_layouts(const char* op, std::initializer_list<detail::Named<H>> outputs,
+                   std::initializer_list<detail::Named<H>> inputs) {
+  for (const auto* list : {&outputs, &inputs})
+    for (const detail::Named<H>& t : *list) detail::to_view4(t.view, op, t.name);
+  detail::require_no_aliasing(op, outputs, inputs);
+}
+
 }  // namespace
 
 template <Half16 H>
 void sdpa_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
                   TensorView<const H> values, const Mask<float>& mask, const SdpaOptions& options) {
+  check_layouts<H>("sdpa_forward", {{"out", out}}, {{"queries", queries}, {"keys", keys}, {"values", values}});
   if constexpr (std::is_same_v<H, bfloat16>) {
     // The AVX512-BF16 kernel, where the CPU has it and the target is AVX-512; decoding reads the
     // keys and values in place anyway (below).
@@ -134,6 +149,7 @@ template <Half16 H>
 void sdpa_forward(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
                   TensorView<const H> keys, TensorView<const H> values, const Mask<float>& mask,
                   const SdpaOptions& options) {
+  check_layouts<H>("sdpa_forward", {}, {{"keys", keys}, {"values", values}});
   if (decodes_in_place(queries.rank() >= 3 ? queries.dim(-2) : 0) && !keys.empty() && !values.empty() && keys.rank() >= 3 &&
       values.rank() >= 3)
     return detail::sdpa_decode_rows(out, lse, queries, detail::shape_view(keys), detail::shape_view(values), rows_of(keys),
@@ -147,6 +163,8 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
                    TensorView<const H> queries, TensorView<const H> keys, TensorView<const H> values,
                    TensorView<const H> out, TensorView<const float> lse, const Mask<float>& mask,
                    const SdpaOptions& options) {
+  check_layouts<H>("sdpa_backward", {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}},
+                   {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"out", out}});
   Wide wide({elements(dout), elements(queries), elements(keys), elements(values), elements(out), elements(dqueries),
              elements(dkeys), elements(dvalues)});
   const TensorView<const float> g = wide.copy(dout, "dout"), q = wide.copy(queries, "queries"), k = wide.copy(keys, "keys");
