@@ -133,14 +133,10 @@ index_t position(Bytes& in) {
   return kTable[in.pick(10)];
 }
 
-// A sliding window's bound. known bug (finding 3): a bound near INT64_MAX overflows p(i) + right + 1
-// in MaskPlan::end (src/core/mask_plan.hpp, UBSan: signed integer overflow) instead of meaning
-// "unbounded" or being refused; until it is fixed, 2^62 stands in for it.
+// A sliding window's bound. Finding 3, fixed: a bound near INT64_MAX overflowed p(i) + right + 1 in
+// MaskPlan::end (src/core/mask_plan.hpp); the bounds are now summed in 128 bits.
 attn::Window window_of(Bytes& in) {
-  auto bound = [&in] {
-    const index_t b = position(in);
-    return b == std::numeric_limits<index_t>::max() ? index_t(1) << 62 : b;
-  };
+  auto bound = [&in] { return position(in); };
   const index_t left = bound();
   return attn::Window{left, bound()};
 }

@@ -2,6 +2,7 @@
 // reference, gradients by finite differences, dropout statistics and determinism, empty rows,
 // NaN in masked positions, bad input.
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "attn/sdpa.hpp"
@@ -234,6 +235,19 @@ TEST(Sdpa, AScaleThatOverflowsTheComputationsTypeIsRefused) {
   Tensor<double> out64({1, 2, 3});
   const Tensor<double> q64 = random_tensor<double>({1, 2, 3}, 40);
   sdpa_forward<double>(out64.view(), {}, {}, q64.view(), q64.view(), q64.view(), {}, options);  // fine in float64
+}
+
+// Window bounds near 2^63 mean "unbounded" (found by fuzzing: p(i) + right + 1 overflowed).
+TEST(Sdpa, WindowBoundsNearTheIndexLimitAreUnbounded) {
+  for (const index_t n : {index_t{2}, index_t{70}}) {  // decode and fused blocks
+    const Tensor<float> q = random_tensor<float>({1, n, 8}, 50), k = random_tensor<float>({1, 90, 8}, 51);
+    Tensor<float> plain({1, n, 8}), windowed({1, n, 8});
+    sdpa_forward<float>(plain.view(), {}, {}, q.view(), k.view(), k.view());
+    Mask<float> mask;
+    mask.window = Window{std::numeric_limits<index_t>::max(), std::numeric_limits<index_t>::max()};
+    sdpa_forward<float>(windowed.view(), {}, {}, q.view(), k.view(), k.view(), mask);
+    EXPECT_EQ(windowed.values(), plain.values()) << "n = " << n;
+  }
 }
 
 // Values of width 0 (found by the generated tests): the backward that recomputes the forward's out

@@ -79,16 +79,22 @@ struct MaskPlan {
 
   // Keys [begin, end) the structure of the mask allows query i of batch b (valid lengths, causal
   // rule, window); other components may mask more of them.
+  // Positions and bounds are summed in 128 bits: a window bound or an offset near 2^63 must not
+  // overflow (found by fuzzing); the result is clamped to [0, m].
+  __extension__ using Wide = __int128;
   index_t begin(index_t i) const {
-    return window && window_left >= 0 ? std::clamp<index_t>(i + offset - window_left, 0, m) : 0;
+    if (!window || window_left < 0) return 0;
+    return clamp_to_keys(static_cast<Wide>(i) + offset - window_left);
   }
   index_t end(index_t b, index_t i) const {
     index_t e = m;
     if (lens != nullptr) e = std::min<index_t>(e, lens[b * lens_sb + i * lens_si]);
-    if (causal) e = std::min<index_t>(e, std::max<index_t>(0, i + offset + 1));
-    if (window && window_right >= 0) e = std::min<index_t>(e, std::max<index_t>(0, i + offset + window_right + 1));
+    const Wide p = static_cast<Wide>(i) + offset;
+    if (causal) e = std::min<index_t>(e, clamp_to_keys(p + 1));
+    if (window && window_right >= 0) e = std::min<index_t>(e, clamp_to_keys(p + window_right + 1));
     return e;
   }
+  index_t clamp_to_keys(Wide x) const { return x < 0 ? 0 : x > m ? m : static_cast<index_t>(x); }
   SegmentRow segments_q(index_t b) const { return shift(seg_q, b * seg_q_sb); }
   SegmentRow segments_k(index_t b) const { return shift(seg_k, b * seg_k_sb); }
   T alibi_slope(index_t b, index_t h) const { return alibi == nullptr ? T(0) : alibi[b * alibi_sb + h * alibi_sh]; }
