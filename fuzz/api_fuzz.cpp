@@ -713,14 +713,12 @@ void kv_cache_case(Bytes& in) {
         const index_t seq = all ? 0 : pick_seq();
         const bool four = all || in.flag();
         std::vector<index_t> shape = four ? std::vector<index_t>{all ? batch : 1, H, n, hd} : std::vector<index_t>{H, n, hd};
-        // known bug (finding 6): attend over every sequence slices queries and out by their batch
-        // stride without checking it (src/api/kv_cache.cpp): a batch stride of 0 in out is accepted
-        // (the sequences write the same rows) and a negative or overflowing one goes into pointer
-        // arithmetic (UBSan). Until it is fixed, that call gets plain layouts only.
+        // Finding 6, fixed: attend over every sequence sliced queries and out by their batch stride
+        // without checking it (a batch stride of 0 in out was accepted, an overflowing one used in
+        // pointer arithmetic); both are checked first now. Every layout.
         auto plain = [&](bool is_output) {
           const std::vector<index_t> sh = mutate(in, shape);
           Layout l = pick_layout(in);
-          if (all && (l == Layout::hostile || l == Layout::broadcast)) l = Layout::padded;
           if (is_output) return Strided<float>(in, sh, l, [] { return std::numeric_limits<double>::quiet_NaN(); });
           return Strided<float>(in, sh, l, [&in] { return in.value(); });
         };

@@ -225,5 +225,19 @@ TEST(KvCacheBadInput, EachIsNamed) {
   testing::expect_error([&] { cache.append(k.view(), k.view()); }, {"keys has shape (2,15,64); it must be (batch, kv_heads, t, head_dim)"});
 }
 
+// Attending over every sequence cuts queries and out by their batch stride: their layouts are
+// checked first (found by fuzzing: a batch stride of 0 in out made the sequences write the same rows).
+TEST(KvCacheBadInput, AttendOverEverySequenceChecksTheLayouts) {
+  KvCache cache(3, 1, 4);
+  const Tensor<float> kv = random_tensor<float>({3, 1, 2, 4}, 60), q = random_tensor<float>({3, 2, 1, 4}, 61);
+  cache.append(kv.view(), kv.view());
+  Tensor<float> rows({2, 1, 4});
+  const TensorView<float> shared(rows.data(), {3, 2, 1, 4}, {0, 4, 4, 1});
+  testing::expect_error([&] { cache.attend(shared, q.view()); }, {"KvCache::attend: out has stride 0 in dimension 0"});
+  const TensorView<const float> negative(q.data() + 16, {3, 2, 1, 4}, {-8, 4, 4, 1});
+  Tensor<float> out({3, 2, 1, 4});
+  testing::expect_error([&] { cache.attend(out.view(), negative); }, {"queries has stride -8 in dimension 0"});
+}
+
 }  // namespace
 }  // namespace attn

@@ -9,12 +9,14 @@
 #include <cstring>
 #include <string>
 
+#include "api/checks.hpp"
 #include "api/decode_rows.hpp"
 #include "attn/config.hpp"
 #include "attn/error.hpp"
 #include "attn/half.hpp"
 #include "attn/sdpa.hpp"
 #include "core/buffer.hpp"
+#include "core/view4.hpp"
 
 namespace attn {
 namespace {
@@ -303,6 +305,11 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
                  ", heads, n, ", s_->head_dim, "), or (heads, n, head_dim) with seq given");
   if (out.rank() != 4 || !std::equal(out.shape().begin(), out.shape().end(), queries.shape().begin()))
     detail::fail(op, ": out has shape ", out.shape_string(), "; it must be the shape of queries ", queries.shape_string());
+  // Layouts and memory before the tensors are cut into sequences through their batch strides (found
+  // by fuzzing: a batch stride of 0 made the sequences write the same rows; an overflowing one was
+  // used in pointer arithmetic).
+  detail::to_view4(queries, op, "queries", 4, 4), detail::to_view4(TensorView<const float>(out), op, "out", 4, 4);
+  detail::require_no_aliasing<float>(op, {{"out", out}}, {{"queries", queries}});
   const State& s = *s_;
   const index_t n = queries.dim(2);
   if (backend() == Backend::cpu && n <= cpu::fused::kDecodeRows && !options.window && options.alibi_slopes.empty()) {
