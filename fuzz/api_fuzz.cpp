@@ -310,6 +310,19 @@ attn::SdpaOptions sdpa_options(Bytes& in) {
 // Q: the queries' and out's element type; KV: the keys' and values'; L: lse's and the masks' (float
 // for the 16-bit calls). Q == KV == L: the float and double calls; Q == KV 16-bit; Q float, KV 16-bit:
 // a decoder reading a 16-bit cache (forward only).
+// The scale a call uses (|scale|, or 1 / sqrt(d)), and the largest |score| it can see: scale q . k,
+// soft-capped, plus the additive masks' largest bias. The comparisons' tolerances grow with it.
+double scale_of(const attn::SdpaOptions& options, index_t d) {
+  return options.scale ? std::abs(*options.scale) : 1 / std::sqrt(static_cast<double>(std::max<index_t>(d, 1)));
+}
+template <class Q, class KV>
+double score_bound(double scale, index_t d, const Strided<Q>& q, const Strided<KV>& k, const attn::SdpaOptions& options,
+                   double bias) {
+  double smax = scale * static_cast<double>(d) * q.max_abs() * k.max_abs();
+  if (options.softcap) smax = std::min(smax, *options.softcap);
+  return smax + bias;
+}
+
 template <class Q, class KV, class L>
 void sdpa_case(Bytes& in, bool backward) {
   const SdpaDims s = sdpa_dims(in);
@@ -348,10 +361,7 @@ void sdpa_case(Bytes& in, bool backward) {
       attn::sdpa_forward<double>(ro.view(), lse.given() ? rl.view() : attn::TensorView<double>{},
                                  weights.given() ? rw.view() : attn::TensorView<double>{}, qd.cview(), kd.cview(), vd.cview(), dm.mask, options);
     }, "sdpa_forward");
-    const double scale = options.scale ? std::abs(*options.scale) : 1 / std::sqrt(static_cast<double>(std::max<index_t>(s.d, 1)));
-    double smax = scale * static_cast<double>(s.d) * q.max_abs() * k.max_abs();
-    if (options.softcap) smax = std::min(smax, *options.softcap);
-    smax += masks.bias;
+    const double scale = scale_of(options, s.d), smax = score_bound(scale, s.d, q, k, options, masks.bias);
     if (beyond_range<L>(smax) || scale_overflows<L>(options.scale)) return;
     const double tol = (kTol<Q> + kTol<float>) * (1 + smax);
     expect_close(out, ro, tol * at_least_1(v.max_abs()) * dropout_scale(options.dropout), tol, "sdpa_forward out");
@@ -393,10 +403,7 @@ void sdpa_case(Bytes& in, bool backward) {
                                   give_out ? ro.cview() : attn::TensorView<const double>{},
                                   give_lse ? rl.cview() : attn::TensorView<const double>{}, dm.mask, options);
     }, "sdpa_backward");
-    const double scale = options.scale ? std::abs(*options.scale) : 1 / std::sqrt(static_cast<double>(std::max<index_t>(s.d, 1)));
-    double smax = scale * static_cast<double>(s.d) * q.max_abs() * k.max_abs();
-    if (options.softcap) smax = std::min(smax, *options.softcap);
-    smax += masks.bias;
+    const double scale = scale_of(options, s.d), smax = score_bound(scale, s.d, q, k, options, masks.bias);
     if (beyond_range<L>(smax) || scale_overflows<L>(options.scale)) return;
     const double tol = (kTol<Q> + kTol<float>) * (1 + smax);
     const double df = dropout_scale(options.dropout), g = at_least_1(dout.max_abs());
