@@ -71,7 +71,7 @@ TEST(MemoryLimit, TensorsCountAgainstASetLimitUntilFreed) {
     EXPECT_EQ(memory_in_use(), held + 600 * 1024);
     expect_memory_error([] { Tensor<float> b({600 * 256}); },
                         {"a tensor of shape (153600,)", "614400 bytes (600.0 KiB)", "set_memory_limit", "of which it holds"});
-    Tensor<float> copy_of_a = a.numel() > 0 ? Tensor<float>({100}) : Tensor<float>();
+    const Tensor<float> small({100});  // 400 bytes more fit
     EXPECT_EQ(memory_in_use(), held + 600 * 1024 + 400);
     expect_memory_error([&] { const Tensor<float> twice = a; }, {"a copy of a tensor"});
     Tensor<float> moved = std::move(a);  // a move hands the count over
@@ -100,9 +100,9 @@ TEST(MemoryLimit, KernelScratchCountsAndIsRefusedOnTheCallingThread) {
   set_num_threads(0);
 }
 
-TEST(MemoryLimit, AMalformedOrHugeLimitIsNamed) {
+TEST(MemoryLimit, ALimitBelowWhatIsHeldRefusesEveryAllocation) {
   // ATTN_MAX_BYTES is read once per process: its parsing is tested through the command line
-  // (tests/cli.cmake, cli.memory_limit_*). Here: a limit below what is held refuses every allocation.
+  // (cli.memory_limit, tests/cli_memory_limit.py) and Python (python.test_memory_limit).
   const ScopedLimit limit(1);
   expect_memory_error([] { Tensor<double> t({1}); }, {"8 bytes", "1 bytes"});
   const Tensor<float> none({0, 5});  // no bytes, no refusal
