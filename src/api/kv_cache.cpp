@@ -227,10 +227,10 @@ void KvCache::append(index_t seq, TensorView<const float> keys, TensorView<const
                  " more do not fit (the cache was made with grow = false)");
   auto& blocks = s.table[static_cast<std::size_t>(seq)];
   while (static_cast<index_t>(blocks.size()) * s.options.block_size < length + t) blocks.push_back(s.new_block());
+  const bool int8 = s.options.dtype == KvDtype::int8;  // other caches have no scales (found by fuzzing)
   for (index_t r = 0; r < t; ++r)
     for (index_t hk = 0; hk < s.kv_heads; ++hk) {
       auto [block, at] = s.place(seq, hk, length + r);
-      const bool int8 = s.options.dtype == KvDtype::int8;  // other caches have no scales (found by fuzzing)
       store_row(s.options.dtype, keys.data() + hk * keys.stride(0) + r * keys.stride(1), s.head_dim,
                 block->k.data() + at * s.elem, int8 ? block->k_scales.data() + at / 32 : nullptr);
       store_row(s.options.dtype, values.data() + hk * values.stride(0) + r * values.stride(1), s.head_dim,
