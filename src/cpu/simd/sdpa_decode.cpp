@@ -41,10 +41,11 @@ struct TileRows {
   const float* scale(index_t jj) const { return scales + jj * scale_stride; }
 };
 
-// q . k over dim elements: four independent FMA chains along the row, so that their latency
-// overlaps while the row is read front to back (a stream the hardware prefetcher follows).
+// The lanes of q . k over dim elements (a multiple of the lanes), before they are summed: four
+// independent FMA chains along the row, so that their latency overlaps while the row is read front
+// to back (a stream the hardware prefetcher follows).
 template <class D, class T, class E>
-HWY_INLINE T Dot(D d, const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, index_t dim) {
+HWY_INLINE hn::Vec<D> DotLanes(D d, const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, index_t dim) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
   index_t c = 0;
@@ -55,16 +56,24 @@ HWY_INLINE T Dot(D d, const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, index_t 
     a3 = hn::MulAdd(hn::LoadU(d, q + c + 3 * L), LoadWide(d, k + c + 3 * L), a3);
   }
   for (; c + L <= dim; c += L) a0 = hn::MulAdd(hn::LoadU(d, q + c), LoadWide(d, k + c), a0);
-  T t = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-  for (; c < dim; ++c) t += q[c] * Wide(k[c]);
+  return hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
+}
+
+// q . k over dim elements (any dim): DotLanes summed, then the elements past the last whole vector.
+template <class D, class T, class E>
+HWY_INLINE T Dot(D d, const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, index_t dim) {
+  const index_t L = static_cast<index_t>(hn::Lanes(d)), whole = dim / L * L;
+  T t = hn::GetLane(hn::SumOfLanes(d, DotLanes(d, q, k, whole)));
+  for (index_t c = whole; c < dim; ++c) t += q[c] * Wide(k[c]);
   return t;
 }
 
-// The same over int8 elements, each 32 of them scaled by their float (dim a multiple of 32): each
-// group's products summed unscaled, then scaled once into one of two totals, two groups a step.
+// The lanes of the same over int8 elements, each 32 of them scaled by their float (dim a multiple of
+// 32): each group's products summed unscaled, then scaled once into one of two totals, two groups a
+// step.
 template <class D>
-HWY_INLINE float DotScaled(D d, const float* HWY_RESTRICT q, const std::int8_t* HWY_RESTRICT k, const float* scales,
-                           index_t dim) {
+HWY_INLINE hn::Vec<D> DotScaledLanes(D d, const float* HWY_RESTRICT q, const std::int8_t* HWY_RESTRICT k,
+                                     const float* scales, index_t dim) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   auto group_dot = [&](index_t g) {
     auto sum = hn::Mul(hn::LoadU(d, q + g), LoadWide(d, k + g));
@@ -78,8 +87,33 @@ HWY_INLINE float DotScaled(D d, const float* HWY_RESTRICT q, const std::int8_t* 
     total1 = hn::MulAdd(group_dot(g + 32), hn::Set(d, scales[g / 32 + 1]), total1);
   }
   if (g < dim) total0 = hn::MulAdd(group_dot(g), hn::Set(d, scales[g / 32]), total0);
-  return hn::GetLane(hn::SumOfLanes(d, hn::Add(total0, total1)));
+  return hn::Add(total0, total1);
 }
+
+#if HWY_TARGET != HWY_SCALAR  // one lane: nothing to interleave
+// out[0, 4) = the sums of the lanes of v[0, 4), in one reduction: within each 128-bit block, pairs
+// of lanes are added across the four vectors (two interleaving rounds) so that the block holds one
+// partial sum of each, then the blocks are added. A horizontal sum of each vector alone cost a
+// fifth of the int8 decode's time.
+template <class D>
+HWY_INLINE void SumOfBlocks(D d, hn::Vec<D> v, float* out) {
+  if constexpr (sizeof(hn::Vec<D>) <= 16) {
+    hn::StoreU(v, d, out);
+  } else {
+    const hn::Half<D> dh;
+    SumOfBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out);
+  }
+}
+template <class D>
+HWY_INLINE void SumOfLanes4(D d, const hn::Vec<D>* v, float* out) {
+  const hn::Repartition<double, D> dd;  // 64-bit halves of the blocks
+  const auto a = hn::Add(hn::InterleaveLower(d, v[0], v[1]), hn::InterleaveUpper(d, v[0], v[1]));
+  const auto b = hn::Add(hn::InterleaveLower(d, v[2], v[3]), hn::InterleaveUpper(d, v[2], v[3]));
+  const auto lo = hn::BitCast(d, hn::InterleaveLower(dd, hn::BitCast(dd, a), hn::BitCast(dd, b)));
+  const auto hi = hn::BitCast(d, hn::InterleaveUpper(dd, hn::BitCast(dd, a), hn::BitCast(dd, b)));
+  SumOfBlocks(d, hn::Add(lo, hi), out);
+}
+#endif
 
 // Asks for row jj of a tile (dim elements of E) into the L2 cache (prefetcht1), kPrefetchBytes
 // ahead of its use. Measured on the Zen 4, float32 (32,1,8192,128), 2 threads: 8 rows ahead into
@@ -100,14 +134,36 @@ HWY_INLINE index_t RowsAhead(index_t dim) {
 
 // s[0, cnt) = q . k_j for the tile's keys, d elements each. Rows one after another: reading four
 // rows side by side was measured 40% slower (keys alone, one thread, (32,1,8192,128): 14.2 ms
-// against 10.1 ms).
+// against 10.1 ms). In float, the lanes of four rows are summed in one reduction (SumOfLanes4)
+// where d is a multiple of the lanes.
 template <class D, class T, class E>
 void Dots(D d, const T* q, const TileRows<E>& k, index_t dim, index_t cnt, T* s) {
   const index_t ahead = RowsAhead<E>(dim);
-  for (index_t j = 0; j < cnt; ++j) {
+  auto prefetch = [&](index_t j) {
     if (j + ahead < cnt) PrefetchRow(k, j + ahead, dim);
+  };
+  index_t j = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (std::is_same_v<T, float>) {
+    if (dim % static_cast<index_t>(hn::Lanes(d)) == 0)
+      for (; j + 4 <= cnt; j += 4) {
+        hn::Vec<D> lanes[4];
+        for (int r = 0; r < 4; ++r) {
+          prefetch(j + r);
+          if constexpr (std::is_same_v<E, std::int8_t>) {
+            lanes[r] = DotScaledLanes(d, q, k.row(j + r), k.scale(j + r), dim);
+          } else {
+            lanes[r] = DotLanes(d, q, k.row(j + r), dim);
+          }
+        }
+        SumOfLanes4(d, lanes, s + j);
+      }
+  }
+#endif
+  for (; j < cnt; ++j) {
+    prefetch(j);
     if constexpr (std::is_same_v<E, std::int8_t>) {
-      s[j] = DotScaled(d, q, k.row(j), k.scale(j), dim);
+      s[j] = hn::GetLane(hn::SumOfLanes(d, DotScaledLanes(d, q, k.row(j), k.scale(j), dim)));
     } else {
       s[j] = Dot(d, q, k.row(j), dim);
     }
@@ -154,13 +210,17 @@ HWY_INLINE void AxpysScaled(D d, const float* w, const std::int8_t* HWY_RESTRICT
 template <class D, class T, class E>
 void AccumulateValues(D d, const T* w, const TileRows<E>& vals, index_t cnt, T* o, index_t dv) {
   const index_t ahead = RowsAhead<E>(dv);
+  constexpr index_t kMostRows = std::is_same_v<E, std::int8_t> ? 4 : 2;  // rows one step may take
   for (index_t jj = 0; jj < ahead && jj < cnt; ++jj)
     if (w[jj] != T(0)) PrefetchRow(vals, jj, dv);
   for (index_t jj = 0; jj < cnt;) {
-    for (index_t r = jj + ahead; r < std::min(cnt, jj + ahead + 2); ++r)
+    for (index_t r = jj + ahead; r < std::min(cnt, jj + ahead + kMostRows); ++r)
       if (w[r] != T(0)) PrefetchRow(vals, r, dv);
     if constexpr (std::is_same_v<E, std::int8_t>) {
-      if (jj + 2 <= cnt && w[jj] != T(0) && w[jj + 1] != T(0)) {
+      if (jj + 4 <= cnt && w[jj] != T(0) && w[jj + 1] != T(0) && w[jj + 2] != T(0) && w[jj + 3] != T(0)) {
+        AxpysScaled<4>(d, w + jj, vals.row(jj), vals.stride, vals.scale(jj), vals.scale_stride, o, dv);
+        jj += 4;
+      } else if (jj + 2 <= cnt && w[jj] != T(0) && w[jj + 1] != T(0)) {
         AxpysScaled<2>(d, w + jj, vals.row(jj), vals.stride, vals.scale(jj), vals.scale_stride, o, dv);
         jj += 2;
       } else {
