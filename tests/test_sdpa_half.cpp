@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/config.hpp"
 #include "attn/half.hpp"
 #include "attn/sdpa.hpp"
 #include "support/testing.hpp"
@@ -211,6 +212,73 @@ TEST(SdpaHalfStrides, InterleavedHeadsAreReadThroughStrides) {
     for (index_t h = 0; h < H; ++h)
       for (index_t i = 0; i < n; ++i)
         for (index_t c = 0; c < d; ++c) ASSERT_EQ(strided_out(b, h, i, c).bits, out_b(b, h, i, c).bits);
+}
+
+// The fused 16-bit forward (keys and values widened once per call, queries per block; the
+// AVX512-BF16 products off) is the float32 kernel on the widened inputs, bit for bit, its out
+// rounded once: across the block and tile edges (n and m around 64, d and v not multiples of any
+// vector), every mask family, grouped heads, 3-D tensors (strides: the test above).
+struct EdgeCase {
+  index_t B, H, Hk, n, m, d, dv;
+  Causal causal = Causal::none;
+  bool lens = false, additive = false, keep = false;
+  std::optional<Window> window{};
+  bool alibi = false;
+  double softcap = 0, dropout = 0;
+};
+
+template <class H>
+void expect_float32_kernel_bit_for_bit(const EdgeCase& e, bool three_d) {
+  Case c{"edge", e.B, e.H, e.Hk, e.n, e.m, e.d, e.dv, three_d, e.causal, e.lens, e.additive, e.keep, e.window, e.alibi,
+         e.softcap, false, e.dropout};
+  if (three_d) c.H = c.Hk = 1;
+  const Inputs in = make_inputs(c, 5);
+  const Masks masks(c);
+  const Tensor<H> q = to_half<H>(in.q), k = to_half<H>(in.k), v = to_half<H>(in.v);
+  const std::vector<index_t> out_dims = dims(c, c.H, c.n, c.dv);
+  const std::vector<index_t> lse_dims = three_d ? std::vector<index_t>{c.B, c.n} : std::vector<index_t>{c.B, c.H, c.n};
+  Tensor<H> out(out_dims);
+  Tensor<float> lse(lse_dims), wide_out(out_dims), wide_lse(lse_dims);
+  sdpa_forward<H>(out.view(), lse.view(), q.view(), k.view(), v.view(), masks.mask, masks.options);
+  sdpa_forward<float>(wide_out.view(), wide_lse.view(), {}, to_single(q).view(), to_single(k).view(),
+                      to_single(v).view(), masks.mask, masks.options);
+  const Tensor<H> expected = to_half<H>(wide_out);
+  for (index_t e2 = 0; e2 < out.numel(); ++e2) ASSERT_EQ(out[e2].bits, expected[e2].bits) << "out element " << e2;
+  EXPECT_EQ(lse.values(), wide_lse.values());
+}
+
+TEST(SdpaHalfFused, IsTheFloat32KernelOnWidenedInputsBitForBit) {
+  set_bf16_kernel(Bf16Kernel::off);
+  const EdgeCase cases[] = {
+      {1, 1, 1, 5, 1, 1, 1},                                              // just past the decode path, one key
+      {2, 2, 1, 63, 64, 7, 5, Causal::bottom_right},                      // GQA, one tile
+      {1, 2, 2, 64, 65, 16, 17, Causal::none, true},                      // a second tile of one key
+      {2, 1, 1, 65, 129, 33, 3, Causal::top_left, false, true},           // additive bias
+      {1, 3, 1, 130, 200, 24, 40, Causal::none, false, false, true},      // keep-mask
+      {1, 2, 2, 100, 190, 20, 12, Causal::none, false, false, false, Window{37, 5}, true, 4.0},
+      {1, 2, 2, 70, 70, 16, 8, Causal::none, false, false, false, std::nullopt, false, 0, 0.25},  // dropout
+      {1, 1, 1, 64, 64, 128, 128},
+  };
+  for (const EdgeCase& e : cases)
+    for (const bool three_d : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "n " << e.n << " m " << e.m << " d " << e.d << " v " << e.dv
+                                        << (three_d ? " 3-D" : ""));
+      expect_float32_kernel_bit_for_bit<bfloat16>(e, three_d);
+      expect_float32_kernel_bit_for_bit<float16>(e, three_d);
+    }
+  set_bf16_kernel(Bf16Kernel::automatic);
+}
+
+// Found in review: the fused 16-bit forward writes lse while it reads the 16-bit tensors in place.
+TEST(SdpaHalfBadInput, LseSharingMemoryWithAnInputIsRefused) {
+  Tensor<float16> q({1, 1, 8, 4}), k({1, 1, 8, 4}), v({1, 1, 8, 4}), out({1, 1, 8, 4});
+  const TensorView<float> lse_over_q(reinterpret_cast<float*>(q.data()), {1, 1, 8});
+  testing::expect_error([&] { sdpa_forward<float16>(out.view(), lse_over_q, q.view(), k.view(), v.view()); },
+                        {"sdpa_forward: lse and queries share memory"});
+  Tensor<float> lse_mem({1});
+  const TensorView<float> lse_broadcast(lse_mem.data(), {1, 1, 8}, {0, 0, 0});
+  testing::expect_error([&] { sdpa_forward<float16>(out.view(), lse_broadcast, q.view(), k.view(), v.view()); },
+                        {"lse has stride 0"});
 }
 
 TEST(SdpaHalfBadInput, ArgumentsAreNamedAsInFloat32) {

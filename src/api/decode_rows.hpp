@@ -1,6 +1,6 @@
 // The calls over 16-bit or int8 elements read in place, checked as sdpa_forward<float> checks: the
 // decode path over KvRows (cpu/simd/fused.hpp), for the 16-bit API (src/api/sdpa_half.cpp) and the
-// KV cache (src/api/kv_cache.cpp), and the bfloat16 forward by the AVX512-BF16 products.
+// KV cache (src/api/kv_cache.cpp), and the fused 16-bit forward.
 #pragma once
 
 #include <vector>
@@ -18,10 +18,11 @@ void sdpa_decode_rows(TensorView<float> out, TensorView<float> lse, TensorView<c
                       const cpu::fused::KvRows& keys, const cpu::fused::KvRows& values, const Mask<float>& mask,
                       const SdpaOptions& options, const char* op);
 
-// The bfloat16 forward through the AVX512-BF16 kernel (cpu::sdpa_forward_bf16): the caller checked
-// that the cpu backend runs, the kernel is available and enabled, and the target is AVX-512.
-void sdpa_forward_bf16(TensorView<bfloat16> out, TensorView<float> lse, TensorView<const bfloat16> queries,
-                       TensorView<const bfloat16> keys, TensorView<const bfloat16> values, const Mask<float>& mask,
+// The fused forward over 16-bit tensors read in place (cpu::sdpa_forward_half): the caller checked
+// the layouts and that the cpu backend runs; at most cpu::fused::kMaxKeys keys.
+template <Half16 H>
+void sdpa_forward_half(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries,
+                       TensorView<const H> keys, TensorView<const H> values, const Mask<float>& mask,
                        const SdpaOptions& options);
 
 // t's shape and strides over its memory read as elements of U: a float view of 16-bit tensors for

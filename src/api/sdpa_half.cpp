@@ -1,7 +1,9 @@
-// 16-bit scaled dot-product attention (attn/sdpa.hpp): the 16-bit tensors widened to float32 (SIMD
-// conversions, attn/half.hpp), the float32 call, its results rounded once to the 16-bit type. The
-// float32 call checks every argument; the caller's 16-bit outputs lend it their shapes, so a wrong
-// one is named as in float32.
+// 16-bit scaled dot-product attention (attn/sdpa.hpp). The forward on the cpu backend runs the fused
+// 16-bit kernels over the tensors in place (cpu::sdpa_forward_half), and decoding reads 16-bit keys
+// and values in place; the rest (the backward, other backends) widens the 16-bit tensors to float32
+// (SIMD conversions, attn/half.hpp), makes the float32 call and rounds its results once to the
+// 16-bit type. Every path checks its arguments as the float32 call does; the caller's 16-bit outputs
+// lend it their shapes, so a wrong one is named as in float32.
 #include <vector>
 
 #include "api/checks.hpp"
@@ -126,14 +128,13 @@ template <Half16 H>
 void sdpa_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
                   TensorView<const H> values, const Mask<float>& mask, const SdpaOptions& options) {
   check_layouts<H>("sdpa_forward", {{"out", out}}, {{"queries", queries}, {"keys", keys}, {"values", values}});
-  if constexpr (std::is_same_v<H, bfloat16>) {
-    // The AVX512-BF16 kernel, where the CPU has it and the target is AVX-512; decoding reads the
-    // keys and values in place anyway (below).
-    if (backend() == Backend::cpu && bf16_kernel_chosen() && simd_target() == "avx3" &&
-        queries.rank() >= 3 && queries.dim(-2) > cpu::fused::kDecodeRows)
-      return detail::sdpa_forward_bf16(out, lse, queries, keys, values, mask, options);
-  }
-  const bool in_place = decodes_in_place(queries.rank() >= 3 ? queries.dim(-2) : 0);
+  // The fused 16-bit kernels read the tensors in place (cpu::sdpa_forward_half); decoding reads the
+  // keys and values in place too (below). The unfused and reference backends, and more keys than the
+  // fused kernels index, take the float32 call.
+  const index_t n = queries.rank() >= 3 ? queries.dim(-2) : 0, m = keys.rank() >= 3 ? keys.dim(-2) : 0;
+  if (backend() == Backend::cpu && n > cpu::fused::kDecodeRows && m <= cpu::fused::kMaxKeys)
+    return detail::sdpa_forward_half(out, lse, queries, keys, values, mask, options);
+  const bool in_place = decodes_in_place(n);
   Wide wide({elements(queries), elements(out), in_place ? 0 : elements(keys), in_place ? 0 : elements(values)});
   const TensorView<const float> q = wide.copy(queries, "queries");
   const TensorView<float> o = wide.like(out);

@@ -15,11 +15,12 @@ namespace attn::cpu {
 
 namespace fused {
 struct KvRows;
-struct Bf16Views;
+struct HalfViews;
 }
-// The forward over bfloat16 queries, keys and values by the AVX512-BF16 products (the plan's q, k
-// and v give only shapes); the caller checked bf16_kernel_available and the AVX-512 target.
-void sdpa_forward_bf16(View4<float> lse, const SdpaPlan<float>& plan, const fused::Bf16Views& inputs);
+// The fused forward over 16-bit queries, keys and values (the plan's q, k and v give only shapes):
+// the AVX512-BF16 products where chosen (bf16_kernel_chosen, the AVX-512 target), else tiles widened
+// to float. At most fused::kMaxKeys keys.
+void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& plan, const fused::HalfViews& inputs);
 // The decode path (a few queries per head) over keys and values read in place as 16-bit or int8
 // rows of a tensor or of a KV cache's blocks (fused::KvRows); the plan's k and v give only shapes.
 void sdpa_decode_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>& plan, const fused::KvRows& keys,

@@ -21,52 +21,22 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 void FloatToBfloat(const float* from, std::uint16_t* to, std::size_t count) {
   note_ran(HWY_TARGET);
-  const hn::ScalableTag<std::uint32_t> du;
-  const hn::Rebind<std::uint16_t, decltype(du)> du16;
-  const std::size_t L = hn::Lanes(du);
-  std::size_t i = 0;
-  for (; i + L <= count; i += L) {
-    const auto bits = BfloatBits(du, hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(from) + i));
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<decltype(du)>(), bits)), du16, to + i);
-  }
-  for (; i < count; ++i) to[i] = to_bfloat16(from[i]).bits;
+  NarrowArray(from, reinterpret_cast<bfloat16*>(to), count);
 }
 
 void BfloatToFloat(const std::uint16_t* from, float* to, std::size_t count) {
   note_ran(HWY_TARGET);
-  const hn::ScalableTag<float> df;
-  const std::size_t L = hn::Lanes(df);
-  std::size_t i = 0;
-  for (; i + L <= count; i += L) hn::StoreU(LoadWide(df, reinterpret_cast<const bfloat16*>(from) + i), df, to + i);
-  for (; i < count; ++i) to[i] = to_float(bfloat16::from_bits(from[i]));
+  WidenArray(reinterpret_cast<const bfloat16*>(from), to, count);
 }
 
 void FloatToHalf(const float* from, std::uint16_t* to, std::size_t count) {
   note_ran(HWY_TARGET);
-  const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::Rebind<std::uint16_t, decltype(du)> du16;
-  const std::size_t L = hn::Lanes(df);
-  std::size_t i = 0;
-  for (; i + L <= count; i += L) {
-    if constexpr (kF16C) {
-      const hn::Rebind<hwy::float16_t, decltype(df)> df16;
-      hn::StoreU(hn::BitCast(du16, hn::DemoteTo(df16, hn::LoadU(df, from + i))), du16, to + i);
-    } else {
-      const auto bits = HalfBits(du, hn::BitCast(du, hn::LoadU(df, from + i)));
-      hn::StoreU(hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<decltype(du)>(), bits)), du16, to + i);
-    }
-  }
-  for (; i < count; ++i) to[i] = to_float16(from[i]).bits;
+  NarrowArray(from, reinterpret_cast<float16*>(to), count);
 }
 
 void HalfToFloat(const std::uint16_t* from, float* to, std::size_t count) {
   note_ran(HWY_TARGET);
-  const hn::ScalableTag<float> df;
-  const std::size_t L = hn::Lanes(df);
-  std::size_t i = 0;
-  for (; i + L <= count; i += L) hn::StoreU(LoadWide(df, reinterpret_cast<const float16*>(from) + i), df, to + i);
-  for (; i < count; ++i) to[i] = to_float(float16::from_bits(from[i]));
+  WidenArray(reinterpret_cast<const float16*>(from), to, count);
 }
 
 }  // namespace attn::cpu::simd::HWY_NAMESPACE

@@ -88,16 +88,20 @@ struct BlockArrays {
   static std::size_t tile(index_t rows) { return static_cast<std::size_t>(rows) * kBlockQ; }
 };
 
-// One scaled dot-product attention forward call, checked by src/api: out (B, H, n, v) and, when not
-// empty, lse (B, H, n, 1) from the plan's queries, keys and values, on the SIMD target `simd` (read
-// once for the call, simd/dispatch.hpp).
-// bfloat16 queries, keys and values for the AVX512-BF16 forward (sdpa_forward_block_bf16): the
-// plan's float views give their shapes, these their elements (same strides); out in bfloat16.
-struct Bf16Views {
+// The element types the kernels read in place of the plan's float tensors: float, bfloat16,
+// float16 or int8 (the decode path's KvRows, below; the 16-bit forward's HalfViews).
+enum class KvType : int { f32, bf16, f16, i8 };
+
+// 16-bit queries, keys, values and out of the 16-bit forward (sdpa_forward_block_half and the
+// AVX512-BF16 sdpa_forward_block_bf16): the plan's float views give their shapes, these their
+// elements (same strides), all of one type.
+struct HalfViews {
+  KvType type = KvType::bf16;  // bf16 or f16
   View4<const std::uint16_t> q, k, v;
   View4<std::uint16_t> out;
-  // The values as V pairs (dot_bf16.hpp), packed once per call for every block of queries: tile t
-  // (keys t kBlockK ..) of key head (b, hk) at value_pairs + ((b Hk + hk) tiles + t) kBlockK / 2 v.
+  // For the AVX512-BF16 kernel, the bfloat16 values as V pairs (dot_bf16.hpp), packed once per call
+  // for every block of queries: tile t (keys t kBlockK ..) of key head (b, hk) at value_pairs +
+  // ((b Hk + hk) tiles + t) kBlockK / 2 v.
   const std::uint32_t* value_pairs = nullptr;
   index_t tiles = 0;
   const std::uint32_t* pairs_of(index_t b, index_t hk, index_t j0) const {
@@ -105,12 +109,15 @@ struct Bf16Views {
   }
 };
 
+// One scaled dot-product attention forward call, checked by src/api: out (B, H, n, v) and, when not
+// empty, lse (B, H, n, 1) from the plan's queries, keys and values (or from `half`'s), on the SIMD
+// target `simd` (read once for the call, simd/dispatch.hpp).
 template <class T>
 struct SdpaForward {
   View4<T> out, lse;
   const SdpaPlan<T>* plan;
   simd::Target simd;
-  const Bf16Views* bf16 = nullptr;  // sdpa_forward_block_bf16's inputs and output
+  const HalfViews* half = nullptr;  // the 16-bit forward's inputs and output
 };
 
 // Bytes of per-thread work space sdpa_forward_block needs for query size d and value size v.
@@ -125,16 +132,23 @@ std::size_t sdpa_forward_work_bytes(index_t d, index_t v) {
 template <class T>
 void sdpa_forward_block(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work);
 
-// The same with bfloat16 inputs and out (p.bf16) through the AVX512-BF16 products (bf16/dot_bf16.hpp):
-// scores and P V by vdpbf16ps, P rounded to bfloat16, masks and the online softmax in float as above.
-// Only on the AVX-512 target of a CPU with AVX512-BF16.
-struct Bf16Arrays {
-  BlockArrays<float> block;
-  float* values;  // (kBlockK, v): a tile's values widened, when some are not finite
-  Bf16Arrays(Carve& c, index_t d, index_t v) : block(c, d, v), values(c.take<float>(static_cast<std::size_t>(kBlockK * v))) {}
-};
-inline std::size_t sdpa_forward_bf16_work_bytes(index_t d, index_t v) { return layout_bytes<Bf16Arrays>(d, v); }
+// The same with 16-bit queries and out (p.half), widened and narrowed in the block's work space,
+// over the plan's float keys and values (the caller widened them): the float kernel's arithmetic,
+// bit for bit, on every SIMD target.
+void sdpa_forward_block_half(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work);
+// The same with bfloat16 inputs and out (p.half) through the AVX512-BF16 products
+// (bf16/dot_bf16.hpp): scores and P V by vdpbf16ps, P rounded to bfloat16, masks and the online
+// softmax in float as above. Only on the AVX-512 target of a CPU with AVX512-BF16.
 void sdpa_forward_block_bf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work);
+// The work space of both: a block's arrays and kBlockQ rows of floats: the block's queries widened
+// (sdpa_forward_block_half), a tile of values widened (sdpa_forward_block_bf16), a row of out.
+struct HalfArrays {
+  BlockArrays<float> block;
+  float* tile;  // (kBlockK, max(d, v)); kBlockK == kBlockQ, so a block's queries fit
+  HalfArrays(Carve& c, index_t d, index_t v)
+      : block(c, d, v), tile(c.take<float>(static_cast<std::size_t>(kBlockK * std::max(d, v)))) {}
+};
+inline std::size_t sdpa_forward_half_work_bytes(index_t d, index_t v) { return layout_bytes<HalfArrays>(d, v); }
 
 // ---- decode: one or a few queries over many keys ----------------------------------------------
 // Keys split into chunks that threads take independently, one task per chunk of a key head: for each
@@ -154,7 +168,6 @@ inline constexpr index_t kDecodeTile = 512;
 // blocks of a KV cache (sequence b's j-th key in block blocks[b * table_stride + j / block_size], at
 // row j % block_size of head hk: hk * sH + (j % block_size) * sR elements in). int8 rows carry one
 // float scale per 32 elements, at the same place divided by 32 in `scales` (or scale_blocks).
-enum class KvType : int { f32, bf16, f16, i8 };
 struct KvRows {
   KvType type = KvType::f32;
   const void* data = nullptr;

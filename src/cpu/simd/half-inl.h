@@ -1,8 +1,9 @@
 // Per-target 16-bit conversions (Highway "-inl.h" convention): float32 bits to bfloat16 and float16
 // bits rounded to nearest even, float16 bits to float32, on integer lanes (Highway 1.0.3's DemoteTo
-// truncates; F16C is used instead where the target has it), and LoadWide, which reads L elements of
-// float, bfloat16, float16 or int8 as L float lanes: the decode path's loads of 16-bit and int8 keys
-// and values (simd/sdpa_decode.cpp) and the array conversions (simd/convert.cpp).
+// truncates; F16C is used instead where the target has it), LoadWide, which reads L elements of
+// float, bfloat16, float16 or int8 as L float lanes (the decode path's loads of 16-bit and int8 keys
+// and values, simd/sdpa_decode.cpp), StoreNarrow, its inverse for the 16-bit types, and the array
+// conversions built on them (simd/convert.cpp, the 16-bit forward's tiles in simd/sdpa_forward.cpp).
 
 #if defined(ATTN_CPU_SIMD_HALF_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_CPU_SIMD_HALF_INL_H_
@@ -11,7 +12,9 @@
 #define ATTN_CPU_SIMD_HALF_INL_H_
 #endif
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <hwy/highway.h>
 
@@ -114,12 +117,56 @@ HWY_INLINE hn::Vec<D> LoadWide(D d, const std::int8_t* p) {
   return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(di8, p)));
 }
 
+// L float lanes v stored as L bfloat16 or float16 elements at p, rounded to nearest even.
+template <class D>
+HWY_INLINE void StoreNarrow(D /*d*/, hn::Vec<D> v, bfloat16* p) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<std::uint16_t, D> du16;
+  const auto bits = BfloatBits(du, hn::BitCast(du, v));
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<decltype(du)>(), bits)), du16, reinterpret_cast<std::uint16_t*>(p));
+}
+template <class D>
+HWY_INLINE void StoreNarrow(D /*d*/, hn::Vec<D> v, float16* p) {
+  const hn::Rebind<std::uint16_t, D> du16;
+  if constexpr (kF16C) {
+    const hn::Rebind<hwy::float16_t, D> df16;
+    hn::StoreU(hn::BitCast(du16, hn::DemoteTo(df16, v)), du16, reinterpret_cast<std::uint16_t*>(p));
+  } else {
+    const hn::RebindToUnsigned<D> du;
+    const auto bits = HalfBits(du, hn::BitCast(du, v));
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<decltype(du)>(), bits)), du16, reinterpret_cast<std::uint16_t*>(p));
+  }
+}
+
 // One element as a float (a float or double as it is).
 template <class T>
 inline T Wide(T x) { return x; }
 inline float Wide(bfloat16 x) { return to_float(x); }
 inline float Wide(float16 x) { return to_float(x); }
 inline float Wide(std::int8_t x) { return static_cast<float>(x); }
+
+// to[0, count) = from[0, count) as floats (from: any type LoadWide reads).
+template <class E>
+void WidenArray(const E* HWY_RESTRICT from, float* HWY_RESTRICT to, std::size_t count) {
+  const hn::ScalableTag<float> df;
+  const std::size_t L = hn::Lanes(df);
+  std::size_t i = 0;
+  for (; i + L <= count; i += L) hn::StoreU(LoadWide(df, from + i), df, to + i);
+  for (; i < count; ++i) to[i] = Wide(from[i]);
+}
+
+// to[0, count) = from[0, count) rounded to the 16-bit type H (nearest even).
+template <class H>
+void NarrowArray(const float* HWY_RESTRICT from, H* HWY_RESTRICT to, std::size_t count) {
+  const hn::ScalableTag<float> df;
+  const std::size_t L = hn::Lanes(df);
+  std::size_t i = 0;
+  for (; i + L <= count; i += L) StoreNarrow(df, hn::LoadU(df, from + i), to + i);
+  for (; i < count; ++i) {
+    if constexpr (std::is_same_v<H, bfloat16>) to[i] = to_bfloat16(from[i]);
+    else to[i] = to_float16(from[i]);
+  }
+}
 
 }  // namespace attn::cpu::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -18,24 +18,62 @@
 #include "cpu/bf16/dot_bf16.hpp"
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/gemm-inl.h"
+#include "cpu/simd/half-inl.h"
 #include "cpu/simd/softmax-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::fused::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Where a block reads its queries and writes its output: the plan's float queries and out, in
+// place. (Keys and values are always the plan's.)
 template <class T>
-void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work) {
+struct InPlaceOperands {
+  const SdpaPlan<T>& a;
+  const View4<T>& out;
+
+  // qt (d, kBlockQ) = rows [i0, i0 + rows) of queries (b, h) transposed, zero past rows.
+  void pack_queries(T* qt, index_t b, index_t h, index_t i0, index_t rows) const { PackTransposed(qt, a.q, b, h, i0, rows); }
+  // Where row i of out (b, h) is written, and the write finished.
+  T* out_row(index_t b, index_t h, index_t i) const { return out.row(b, h, i); }
+  void store_row(index_t, index_t, index_t) const {}
+};
+
+// 16-bit queries and out (HalfViews of element type H), widened to float a block at a time into
+// `tile` (kBlockQ rows of d floats) and narrowed a row at a time from it; the keys and values are
+// the plan's, widened to float once per call by the caller (cpu::sdpa_forward_half). The
+// conversions are exact (widening) or the one rounding of the result (narrowing): the float
+// kernel's results, bit for bit, rounded once.
+template <class H>
+struct HalfOperands {
+  const HalfViews& x;
+  float* tile;
+
+  void pack_queries(float* qt, index_t b, index_t h, index_t i0, index_t rows) const {
+    const index_t d = x.q.C;
+    for (index_t r = 0; r < rows; ++r)
+      simd::HWY_NAMESPACE::WidenArray(reinterpret_cast<const H*>(x.q.row(b, h, i0 + r)), tile + r * d,
+                                      static_cast<std::size_t>(d));
+    PackTransposed(qt, View4<const float>{tile, 1, 1, rows, d, 0, 0, d}, 0, 0, 0, rows);
+  }
+  float* out_row(index_t, index_t, index_t) const { return tile; }
+  void store_row(index_t b, index_t h, index_t i) const {
+    simd::HWY_NAMESPACE::NarrowArray(tile, reinterpret_cast<H*>(x.out.row(b, h, i)), static_cast<std::size_t>(x.out.C));
+  }
+};
+
+template <class T, class Operands>
+void ForwardBlock(const SdpaForward<T>& p, const Operands& operands, const BlockArrays<T>& arrays, index_t b,
+                  index_t h, index_t i0) {
   simd::note_ran(HWY_TARGET);
   const SdpaPlan<T>& a = *p.plan;
   const hn::ScalableTag<T> d;
   const index_t n = a.q.R, dq = a.q.C, dv = a.v.C, hk = a.kv_head(h);
   const index_t rows = std::min<index_t>(kBlockQ, n - i0);
-  Carve carve(work);
-  BlockState<T> st(BlockArrays<T>(carve, dq, dv));
+  BlockState<T> st(arrays);
   st.hook = a.hook;
 
-  PackTransposed(st.qt, a.q, b, h, i0, rows);
+  operands.pack_queries(st.qt, b, h, i0, rows);
   const KeyRange keys = st.start(a.mask, b, h, i0, rows);
   for (index_t c = 0; c < dv * kBlockQ; ++c) st.ot[c] = 0;
 
@@ -63,11 +101,28 @@ void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, voi
   for (index_t i = 0; i < rows; ++i) {
     const double sum = st.sum[i];
     const T inv = row_inv_sum<T>(sum);
-    T* o = p.out.row(b, h, i0 + i);
+    T* o = operands.out_row(b, h, i0 + i);
     for (index_t c = 0; c < dv; ++c) o[c] = st.ot[c * kBlockQ + i] * inv;
+    operands.store_row(b, h, i0 + i);
     if (!p.lse.empty())
       p.lse.at(b, h, i0 + i, 0) = row_lse(st.max[i], sum);
   }
+}
+
+template <class T>
+void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work) {
+  Carve carve(work);
+  ForwardBlock(p, InPlaceOperands<T>{*p.plan, p.out}, BlockArrays<T>(carve, p.plan->q.C, p.plan->v.C), b, h, i0);
+}
+
+// sdpa_forward_block_half (fused.hpp).
+void ForwardBlockHalf(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
+  Carve carve(work);
+  const HalfArrays arrays(carve, p.plan->q.C, p.plan->v.C);
+  if (p.half->type == KvType::bf16)
+    ForwardBlock(p, HalfOperands<bfloat16>{*p.half, arrays.tile}, arrays.block, b, h, i0);
+  else
+    ForwardBlock(p, HalfOperands<float16>{*p.half, arrays.tile}, arrays.block, b, h, i0);
 }
 
 // Whether a tile's bfloat16 value rows are all finite (exponent bits not all ones).
@@ -83,12 +138,12 @@ inline bool Bf16RowsFinite(const std::uint16_t* v, index_t stride, index_t cnt, 
 void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
   simd::note_ran(HWY_TARGET);
   const SdpaPlan<float>& a = *p.plan;
-  const Bf16Views& x = *p.bf16;
+  const HalfViews& x = *p.half;
   const hn::ScalableTag<float> d;
   const index_t n = a.q.R, dq = a.q.C, dv = a.v.C, hk = a.kv_head(h);
   const index_t rows = std::min<index_t>(kBlockQ, n - i0);
   Carve carve(work);
-  const Bf16Arrays arrays(carve, dq, dv);
+  const HalfArrays arrays(carve, dq, dv);
   BlockState<float> st(arrays.block);
   auto* query_pairs = reinterpret_cast<std::uint32_t*>(st.qt);  // (d / 2, kBlockQ) words fit in qt
   bf16::pack_queries(x.q.row(b, h, i0), x.q.sR, rows, dq, query_pairs);
@@ -113,8 +168,8 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
     const index_t read = std::min<index_t>(cnt + (cnt & 1), x.v.R - j0);
     if ((partial || read > cnt) && !Bf16RowsFinite(v0, x.v.sR, read, dv)) {  // 0 * Inf must not reach a row: in float
       for (index_t j = 0; j < cnt; ++j)
-        for (index_t c = 0; c < dv; ++c) arrays.values[j * dv + c] = to_float(bfloat16::from_bits(v0[j * x.v.sR + c]));
-      st.accumulate_skipping_zeros(arrays.values, dv, cnt, dv, rows);
+        for (index_t c = 0; c < dv; ++c) arrays.tile[j * dv + c] = to_float(bfloat16::from_bits(v0[j * x.v.sR + c]));
+      st.accumulate_skipping_zeros(arrays.tile, dv, cnt, dv, rows);
     } else {
       auto* weight_pairs = reinterpret_cast<std::uint32_t*>(st.bias_t);  // free once the tile is masked
       bf16::pack_weights(st.s, cnt, weight_pairs);
@@ -147,6 +202,11 @@ namespace attn::cpu::fused {
 HWY_EXPORT(ForwardBlockF32);
 HWY_EXPORT(ForwardBlockF64);
 HWY_EXPORT(ForwardBlockBf16);
+HWY_EXPORT(ForwardBlockHalf);
+
+void sdpa_forward_block_half(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
+  ATTN_SIMD_CALL(p.simd, ForwardBlockHalf)(p, b, h, i0, work);
+}
 
 void sdpa_forward_block_bf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
   ATTN_SIMD_CALL(p.simd, ForwardBlockBf16)(p, b, h, i0, work);
