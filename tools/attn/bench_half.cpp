@@ -1,7 +1,8 @@
 // The 16-bit cases of `attn bench`: bfloat16 and float16 forward and decode through the public API,
 // each against the float32 call on the same values run in the same process (the "unfused" column:
-// float32), so the ratio is measured. Decode reads its 16-bit keys and values in place (half the
-// bytes of float32); the forward widens them to float32 on entry (no 16-bit tile kernel yet).
+// float32; the two interleaved), so the ratio is measured. Decode reads its 16-bit keys and values
+// in place (half the bytes of float32); the forward runs the fused 16-bit kernel (keys and values
+// widened once per call), or the AVX512-BF16 products for bfloat16 where they are chosen.
 #include <memory>
 #include <string>
 #include <type_traits>
