@@ -170,71 +170,61 @@ void Dots(D d, const T* q, const TileRows<E>& k, index_t dim, index_t cnt, T* s)
   }
 }
 
-// o[0, v) += sum_r w[r] x_r[0, v) for R rows x_r (row stride xs): o is read and written once for
-// all R rows.
-template <int R, class D, class T, class E>
-HWY_INLINE void Axpys(D d, const T* w, const E* HWY_RESTRICT x, index_t xs, T* HWY_RESTRICT o, index_t v) {
+// o[c0, c0 + N L) += the weighted value rows of the tile, those whose weight is not 0, held in N
+// vector registers: o is loaded and stored once for the whole tile, and each row's FMAs depend on
+// nothing but the row. (Loading and storing o for every two rows left the float32 decode
+// (32,1,8192,128) at 55% of the read bandwidth on a Zen 5: each step waited on the last one's
+// store, so the loads of the rows ahead could not be issued early.) Rows are added in order, one FMA
+// an element each, as before. int8 rows: each 32 elements scaled by their float (L divides 32, so a
+// vector lies in one group).
+template <int N, class D, class T, class E>
+HWY_INLINE void AccumulateColumns(D d, const T* w, const TileRows<E>& vals, index_t cnt, T* HWY_RESTRICT o, index_t c0,
+                                  index_t dv, index_t ahead) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
-  hn::Vec<D> wv[R];
-  for (int r = 0; r < R; ++r) wv[r] = hn::Set(d, w[r]);
-  index_t c = 0;
-  for (; c + L <= v; c += L) {
-    auto acc = hn::LoadU(d, o + c);
-    for (int r = 0; r < R; ++r) acc = hn::MulAdd(wv[r], LoadWide(d, x + r * xs + c), acc);
-    hn::StoreU(acc, d, o + c);
-  }
-  for (; c < v; ++c)
-    for (int r = 0; r < R; ++r) o[c] += w[r] * Wide(x[r * xs + c]);
-}
-
-// o[0, v) += sum_r w[r] x_r[0, v) for R int8 rows (row stride xs, scale rows ss apart), each 32
-// elements scaled by their float (v a multiple of 32): o read and written once for the R rows.
-template <int R, class D>
-HWY_INLINE void AxpysScaled(D d, const float* w, const std::int8_t* HWY_RESTRICT x, index_t xs, const float* scales,
-                            index_t ss, float* HWY_RESTRICT o, index_t v) {
-  const index_t L = static_cast<index_t>(hn::Lanes(d));
-  for (index_t g = 0; g < v; g += 32) {
-    hn::Vec<D> ws[R];
-    for (int r = 0; r < R; ++r) ws[r] = hn::Set(d, w[r] * scales[r * ss + g / 32]);
-    for (index_t c = g; c < g + 32; c += L) {
-      auto acc = hn::LoadU(d, o + c);
-      for (int r = 0; r < R; ++r) acc = hn::MulAdd(ws[r], LoadWide(d, x + r * xs + c), acc);
-      hn::StoreU(acc, d, o + c);
+  hn::Vec<D> acc[N];
+  for (int v = 0; v < N; ++v) acc[v] = hn::LoadU(d, o + c0 + v * L);
+  for (index_t jj = 0; jj < cnt; ++jj) {
+    if (c0 == 0 && jj + ahead < cnt && w[jj + ahead] != T(0)) PrefetchRow(vals, jj + ahead, dv);
+    if (w[jj] == T(0)) continue;
+    const E* HWY_RESTRICT x = vals.row(jj) + c0;
+    if constexpr (std::is_same_v<E, std::int8_t>) {
+      const float* scales = vals.scale(jj);
+      for (int v = 0; v < N; ++v)
+        acc[v] = hn::MulAdd(hn::Set(d, w[jj] * scales[(c0 + v * L) / 32]), LoadWide(d, x + v * L), acc[v]);
+    } else {
+      const auto wv = hn::Set(d, w[jj]);
+      for (int v = 0; v < N; ++v) acc[v] = hn::MulAdd(wv, LoadWide(d, x + v * L), acc[v]);
     }
   }
+  for (int v = 0; v < N; ++v) hn::StoreU(acc[v], d, o + c0 + v * L);
 }
 
-// o += the tile's value rows by their weights w[0, cnt), two at a time where both are not 0 (a row
-// whose weight is 0 is never read: a masked or dropped key's value may be anything). Measured at one
-// thread, (32,1,8192,128): rows one at a time 26.5 ms, two 18.4 ms, four 23.3 ms, eight 22.9 ms.
+// The columns [c0, c0 + vectors L) of o in groups of at most kAccVectors registers (8: with the
+// weight and a row's vector they fit AVX2's 16 registers).
+inline constexpr index_t kAccVectors = 8;
+template <int N = kAccVectors, class D, class T, class E>
+HWY_INLINE void AccumulateVectors(D d, const T* w, const TileRows<E>& vals, index_t cnt, T* o, index_t c0,
+                                  index_t vectors, index_t dv, index_t ahead) {
+  if constexpr (N > 0) {
+    const index_t L = static_cast<index_t>(hn::Lanes(d));
+    for (; vectors >= N; vectors -= N, c0 += N * L) AccumulateColumns<N>(d, w, vals, cnt, o, c0, dv, ahead);
+    if (vectors > 0) AccumulateVectors<N - 1>(d, w, vals, cnt, o, c0, vectors, dv, ahead);
+  }
+}
+
+// o += the tile's value rows by their weights w[0, cnt) (a row whose weight is 0 is never read: a
+// masked or dropped key's value may be anything): whole vectors of columns in registers, then the
+// columns past the last whole vector (none for int8 rows, whose v is a multiple of 32).
 template <class D, class T, class E>
 void AccumulateValues(D d, const T* w, const TileRows<E>& vals, index_t cnt, T* o, index_t dv) {
-  const index_t ahead = RowsAhead<E>(dv);
-  constexpr index_t kMostRows = std::is_same_v<E, std::int8_t> ? 4 : 2;  // rows one step may take
+  const index_t ahead = RowsAhead<E>(dv), L = static_cast<index_t>(hn::Lanes(d));
   for (index_t jj = 0; jj < ahead && jj < cnt; ++jj)
     if (w[jj] != T(0)) PrefetchRow(vals, jj, dv);
-  for (index_t jj = 0; jj < cnt;) {
-    for (index_t r = jj + ahead; r < std::min(cnt, jj + ahead + kMostRows); ++r)
-      if (w[r] != T(0)) PrefetchRow(vals, r, dv);
-    if constexpr (std::is_same_v<E, std::int8_t>) {
-      if (jj + 4 <= cnt && w[jj] != T(0) && w[jj + 1] != T(0) && w[jj + 2] != T(0) && w[jj + 3] != T(0)) {
-        AxpysScaled<4>(d, w + jj, vals.row(jj), vals.stride, vals.scale(jj), vals.scale_stride, o, dv);
-        jj += 4;
-      } else if (jj + 2 <= cnt && w[jj] != T(0) && w[jj + 1] != T(0)) {
-        AxpysScaled<2>(d, w + jj, vals.row(jj), vals.stride, vals.scale(jj), vals.scale_stride, o, dv);
-        jj += 2;
-      } else {
-        if (w[jj] != T(0)) AxpysScaled<1>(d, w + jj, vals.row(jj), vals.stride, vals.scale(jj), vals.scale_stride, o, dv);
-        ++jj;
-      }
-    } else if (jj + 2 <= cnt && w[jj] != T(0) && w[jj + 1] != T(0)) {
-      Axpys<2>(d, w + jj, vals.row(jj), vals.stride, o, dv);
-      jj += 2;
-    } else {
-      if (w[jj] != T(0)) Axpys<1>(d, w + jj, vals.row(jj), vals.stride, o, dv);
-      ++jj;
-    }
-  }
+  AccumulateVectors(d, w, vals, cnt, o, 0, dv / L, dv, ahead);
+  if constexpr (!std::is_same_v<E, std::int8_t>)
+    for (index_t jj = 0; jj < cnt; ++jj)
+      if (w[jj] != T(0))
+        for (index_t c = dv / L * L; c < dv; ++c) o[c] += w[jj] * Wide(vals.row(jj)[c]);
 }
 
 // s[0, cnt) = cap(scale s), with cap(x) = softcap TanhAccurate(x / softcap), or x when softcap is 0.
