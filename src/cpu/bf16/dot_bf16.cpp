@@ -139,14 +139,15 @@ ATTN_BF16_TARGET void pack_values(const std::uint16_t* v, index_t vs, index_t cn
 
 namespace {
 
-// ot[c][i] += sum_j v[j][c] P[j][i] for C value columns, with C known at compile time (C x 4
-// accumulators in registers).
+// ot[c][i] = ot[c][i] alpha[i] + sum_j v[j][c] P[j][i] for C value columns, with C known at compile
+// time (C x 4 accumulators in registers).
 template <int C>
 ATTN_BF16_TARGET void accumulate_columns(const std::uint32_t* vp, const std::uint32_t* pp, index_t pairs, index_t dv,
-                                         float* ot) {
-  __m512 acc[C][4];
+                                         const float* alpha, float* ot) {
+  __m512 scale[4], acc[C][4];
+  for (int v = 0; v < 4; ++v) scale[v] = _mm512_loadu_ps(alpha + 16 * v);
   for (int r = 0; r < C; ++r)
-    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_loadu_ps(ot + r * kLanes + 16 * v);
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_mul_ps(_mm512_loadu_ps(ot + r * kLanes + 16 * v), scale[v]);
   for (index_t j = 0; j < pairs; ++j) {
     const std::uint32_t* pj = pp + j * kLanes;
     const __m512bh p0 = (__m512bh)_mm512_loadu_si512(pj), p1 = (__m512bh)_mm512_loadu_si512(pj + 16);
@@ -165,17 +166,17 @@ ATTN_BF16_TARGET void accumulate_columns(const std::uint32_t* vp, const std::uin
 
 }  // namespace
 
-void accumulate(const std::uint32_t* vp, const std::uint32_t* pp, index_t cnt, index_t dv, float* ot) {
+void accumulate(const std::uint32_t* vp, const std::uint32_t* pp, index_t cnt, index_t dv, const float* alpha, float* ot) {
   const index_t pairs = (cnt + 1) / 2;
   constexpr index_t kCols = 6;  // 6 value columns x 4 query vectors: 24 accumulators
   index_t c = 0;
-  for (; c + kCols <= dv; c += kCols) accumulate_columns<kCols>(vp + c, pp, pairs, dv, ot + c * kLanes);
+  for (; c + kCols <= dv; c += kCols) accumulate_columns<kCols>(vp + c, pp, pairs, dv, alpha, ot + c * kLanes);
   switch (dv - c) {
-    case 5: accumulate_columns<5>(vp + c, pp, pairs, dv, ot + c * kLanes); break;
-    case 4: accumulate_columns<4>(vp + c, pp, pairs, dv, ot + c * kLanes); break;
-    case 3: accumulate_columns<3>(vp + c, pp, pairs, dv, ot + c * kLanes); break;
-    case 2: accumulate_columns<2>(vp + c, pp, pairs, dv, ot + c * kLanes); break;
-    case 1: accumulate_columns<1>(vp + c, pp, pairs, dv, ot + c * kLanes); break;
+    case 5: accumulate_columns<5>(vp + c, pp, pairs, dv, alpha, ot + c * kLanes); break;
+    case 4: accumulate_columns<4>(vp + c, pp, pairs, dv, alpha, ot + c * kLanes); break;
+    case 3: accumulate_columns<3>(vp + c, pp, pairs, dv, alpha, ot + c * kLanes); break;
+    case 2: accumulate_columns<2>(vp + c, pp, pairs, dv, alpha, ot + c * kLanes); break;
+    case 1: accumulate_columns<1>(vp + c, pp, pairs, dv, alpha, ot + c * kLanes); break;
     default: break;
   }
 }

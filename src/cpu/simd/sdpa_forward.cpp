@@ -161,19 +161,19 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
     if (partial || st.tile_bias) simd::note_masked_tile();
     st.softmax_tile</*kTileSumInFloat=*/true>(d, cnt);
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
-    st.rescale(d, st.ot, dv);
     const std::uint16_t* v0 = x.v.row(b, hk, j0);
     // The pair products read value rows up to an even count: for an odd cnt, the packed tile's row
     // cnt (a key past keys.end, weight 0) too.
     const index_t read = std::min<index_t>(cnt + (cnt & 1), x.v.R - j0);
     if ((partial || read > cnt) && !Bf16RowsFinite(v0, x.v.sR, read, dv)) {  // 0 * Inf must not reach a row: in float
+      st.rescale(d, st.ot, dv);
       for (index_t j = 0; j < cnt; ++j)
         for (index_t c = 0; c < dv; ++c) arrays.tile[j * dv + c] = to_float(bfloat16::from_bits(v0[j * x.v.sR + c]));
       st.accumulate_skipping_zeros(arrays.tile, dv, cnt, dv, rows);
     } else {
       auto* weight_pairs = reinterpret_cast<std::uint32_t*>(st.bias_t);  // free once the tile is masked
       bf16::pack_weights(st.s, cnt, weight_pairs);
-      bf16::accumulate(x.pairs_of(b, hk, j0), weight_pairs, cnt, dv, st.ot);
+      bf16::accumulate(x.pairs_of(b, hk, j0), weight_pairs, cnt, dv, st.alpha, st.ot);  // rescales ot first
     }
   }
 
