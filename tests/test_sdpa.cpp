@@ -2,6 +2,8 @@
 // reference, gradients by finite differences, dropout statistics and determinism, empty rows,
 // NaN in masked positions, bad input.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -400,6 +402,44 @@ TEST(Sdpa, SizesWhoseProductOverflowsAreRefused) {
   const TensorView<const float> far(&x, {2, 2, 2}, {std::int64_t(1) << 62, std::int64_t(1) << 62, 1});
   Tensor<float> out({2, 2, 2});
   testing::expect_error([&] { sdpa_forward<float>(out.view(), {}, {}, far, far, far); }, {"queries with shape (2,2,2) spans more elements than a 64-bit index holds"});
+}
+
+// The softmax weights' exponential (ExpWeight, simd/gemm-inl.h) on the current SIMD target: every
+// 997th float of [-87, 0] against std::exp in double, within 2^-23 relative (1 ulp at the bottom of
+// a binade, 2 at its top; hn::Exp states 1 ulp); below -87 flushed to 0, -inf to 0, NaN kept.
+// Vectors whose lanes are all <= 0 take hn::Exp's arithmetic written out; the same values in
+// vectors holding a lane > 0 (which take hn::Exp itself) must give the same bits.
+TEST(ExpWeightAccuracy, FloatWithinTwoToTheMinus23AndTheSameBitsAsHighwaysExp) {
+  std::vector<float> x;
+  for (std::uint32_t bits = 0x80000000u; bits <= 0xC2AE0000u; bits += 997) {  // -0 to -87
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    x.push_back(v);
+  }
+  for (float v : {0.0f, -0.0f, -1e-45f, -1e-30f, -0.34657359f, -0.34657362f, -0.69314718f, -1.0f, -86.999f, -87.0f})
+    x.push_back(v);
+  std::vector<float> y(x.size());
+  cpu::fused::simd_exp_weight(x.data(), y.data(), x.size());
+  double worst = 0, where = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double e = std::exp(static_cast<double>(x[i]));
+    const double err = std::abs(static_cast<double>(y[i]) - e) / e;
+    if (err > worst) worst = err, where = x[i];
+  }
+  EXPECT_LE(worst, 0x1p-23) << "at x = " << where;
+  // Interleaved with 1.0: every vector of two lanes or more then holds a lane > 0.
+  std::vector<float> mixed, out(2 * x.size());
+  for (float v : x) mixed.push_back(v), mixed.push_back(1.0f);
+  cpu::fused::simd_exp_weight(mixed.data(), out.data(), mixed.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&out[2 * i], &y[i], sizeof(float)), 0) << "x = " << x[i] << ": " << out[2 * i] << " and " << y[i];
+    ASSERT_NEAR(out[2 * i + 1], std::exp(1.0), 3e-7);
+  }
+  const float special[] = {-87.001f, -88.0f, -1e30f, -INFINITY, NAN};
+  float got[5];
+  cpu::fused::simd_exp_weight(special, got, 5);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(got[i], 0.0f) << "x = " << special[i];
+  EXPECT_TRUE(std::isnan(got[4]));
 }
 
 }  // namespace
