@@ -102,21 +102,12 @@ void ForwardBlock(const AdditiveForward<T>& p, index_t b, index_t h, index_t i0,
   }
 }
 
-// y = tanh(x) over whole vectors, then the tail through a zero-padded vector.
+// y = tanh(x), the forward's or (accurate) the backward's.
 template <class T>
 void TanhArray(const T* x, T* y, std::size_t count, bool accurate) {
   simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
-  const std::size_t L = hn::Lanes(d);
-  auto tanh = [&](hn::Vec<decltype(d)> v) { return accurate ? TanhAccurate(d, v) : TanhFast(d, v); };
-  std::size_t i = 0;
-  for (; i + L <= count; i += L) hn::StoreU(tanh(hn::LoadU(d, x + i)), d, y + i);
-  if (i < count) {
-    HWY_ALIGN T buf[hn::MaxLanes(d)] = {};
-    std::copy(x + i, x + count, buf);
-    hn::Store(tanh(hn::Load(d, buf)), d, buf);
-    std::copy(buf, buf + (count - i), y + i);
-  }
+  MapArray(d, x, y, count, [&](hn::Vec<decltype(d)> v) { return accurate ? TanhAccurate(d, v) : TanhFast(d, v); });
 }
 
 void ProjectKeysF32(float* kp, View4<const float> k, View4<const float> w, index_t b, index_t h, index_t j0, void* work) {

@@ -150,10 +150,9 @@ struct HalfArrays {
 };
 inline std::size_t sdpa_forward_half_work_bytes(index_t d, index_t v) { return layout_bytes<HalfArrays>(d, v); }
 
-// y[i] = the softmax weights' exponential (ExpWeight, simd/gemm-inl.h) of x[i] <= 0 on the chosen
-// target: for testing its accuracy.
-template <class T>
-void simd_exp_weight(const T* x, T* y, std::size_t count);
+// y[i] = the softmax weights' exponential (ExpWeight, simd/gemm-inl.h) of x[i] <= 0, float, on the
+// chosen target: for testing its accuracy.
+void simd_exp_weight(const float* x, float* y, std::size_t count);
 
 // ---- decode: one or a few queries over many keys ----------------------------------------------
 // Keys split into chunks that threads take independently, one task per chunk of a key head: for each

@@ -163,6 +163,22 @@ HWY_INLINE void AddWide(D d, DW dw, hn::Vec<D> v, hn::Vec<DW>& lo, hn::Vec<DW>& 
   }
 }
 
+// y[i] = f(x[i]) for i < count, f taking and returning a vector of d: whole vectors, then the tail
+// through a zero-padded vector. For testing the kernels' elementwise functions on every target.
+template <class D, class F>
+void MapArray(D d, const hn::TFromD<D>* x, hn::TFromD<D>* y, std::size_t count, const F& f) {
+  using T = hn::TFromD<D>;
+  const std::size_t L = hn::Lanes(d);
+  std::size_t i = 0;
+  for (; i + L <= count; i += L) hn::StoreU(f(hn::LoadU(d, x + i)), d, y + i);
+  if (i < count) {
+    HWY_ALIGN T buf[hn::MaxLanes(d)] = {};
+    std::copy(x + i, x + count, buf);
+    hn::Store(f(hn::Load(d, buf)), d, buf);
+    std::copy(buf, buf + (count - i), y + i);
+  }
+}
+
 // exp(x) for the softmax's weights (x <= 0), flushed to 0 where it would be subnormal (x below
 // ln of the smallest normal: -87.3 in float, -708.4 in double). A subnormal weight changes no sum by
 // a representable amount, but arithmetic on subnormals is microcoded on x86 cores: ALiBi's biases

@@ -187,23 +187,12 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
   }
 }
 
-// y = ExpWeight(x) over whole vectors, then the tail through a vector padded with zeros.
-template <class T>
-void ExpWeightArray(const T* x, T* y, std::size_t count) {
+// y = ExpWeight(x), float (simd_exp_weight).
+void ExpWeightF32(const float* x, float* y, std::size_t count) {
   simd::note_ran(HWY_TARGET);
-  const hn::ScalableTag<T> d;
-  const std::size_t L = hn::Lanes(d);
-  std::size_t i = 0;
-  for (; i + L <= count; i += L) hn::StoreU(ExpWeight(d, hn::LoadU(d, x + i)), d, y + i);
-  if (i < count) {
-    HWY_ALIGN T buf[hn::MaxLanes(d)] = {};
-    std::copy(x + i, x + count, buf);
-    hn::Store(ExpWeight(d, hn::Load(d, buf)), d, buf);
-    std::copy(buf, buf + (count - i), y + i);
-  }
+  const hn::ScalableTag<float> d;
+  MapArray(d, x, y, count, [&](hn::Vec<decltype(d)> v) { return ExpWeight(d, v); });
 }
-void ExpWeightF32(const float* x, float* y, std::size_t count) { ExpWeightArray(x, y, count); }
-void ExpWeightF64(const double* x, double* y, std::size_t count) { ExpWeightArray(x, y, count); }
 
 void ForwardBlockF32(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
   ForwardBlock(p, b, h, i0, work);
@@ -223,15 +212,9 @@ HWY_EXPORT(ForwardBlockF64);
 HWY_EXPORT(ForwardBlockBf16);
 HWY_EXPORT(ForwardBlockHalf);
 HWY_EXPORT(ExpWeightF32);
-HWY_EXPORT(ExpWeightF64);
 
-template <>
 void simd_exp_weight(const float* x, float* y, std::size_t count) {
   ATTN_SIMD_CALL(simd::current(), ExpWeightF32)(x, y, count);
-}
-template <>
-void simd_exp_weight(const double* x, double* y, std::size_t count) {
-  ATTN_SIMD_CALL(simd::current(), ExpWeightF64)(x, y, count);
 }
 
 void sdpa_forward_block_half(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
