@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -71,6 +72,20 @@ std::pair<double, double> interleaved_medians(const std::function<void()>& fused
   return {median(fused_times), median(baseline_times)};
 }
 
+// The median seconds of a plain read of `bytes` (attn::machine::read_once over a 64-byte aligned
+// buffer of that size, touched first), timed in turn with `kernel` as interleaved_medians does.
+double read_same_bytes_seconds(const std::function<void()>& kernel, double bytes, double budget) {
+  const std::size_t count = static_cast<std::size_t>(bytes / sizeof(float));
+  std::vector<float> storage(count + 16);
+  float* x = storage.data() + (16 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64 / sizeof(float)) % 16;
+#pragma omp parallel for schedule(static)
+  for (std::size_t i = 0; i < count; ++i) x[i] = 1.0f;  // first touch, by the thread that will read
+  volatile float sink = 0;
+  auto read = [&] { sink = sink + attn::machine::read_once(x, count); };
+  read();
+  return interleaved_medians(kernel, read, budget).second;
+}
+
 std::string fixed(double x, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, x);
@@ -84,6 +99,10 @@ enum class Unit { flops, bytes, tanhs, pairs };
 struct Result {
   std::string name, formula;
   double seconds = 0, rate = 0, fraction = 0, extra_mib = 0, unfused_seconds = 0, baseline_mib = 0, error = 0;
+  // Memory-bound cases: the median of a plain read of as many bytes, timed in turn with the case
+  // (its fraction of the limit is read_seconds / seconds), and the case's fraction of the machine's
+  // best read bandwidth (read_bandwidth).
+  double read_seconds = 0, fraction_of_best_read = 0;
   Unit unit = Unit::flops;
   bool scaled_baseline = false;  // the unfused time was measured on part of the work and scaled
 };
@@ -111,7 +130,10 @@ void print_json(const std::vector<Result>& results, double peak, double bandwidt
     std::cout << "  {\"name\": \"" << r.name << "\", \"median_s\": " << r.seconds << ", \""
               << json_key(r.unit) << "\": " << r.rate / 1e9 << ", \"fraction_of_limit\": "
               << r.fraction << ", \"extra_mib\": " << r.extra_mib << ", \"unfused_median_s\": " << r.unfused_seconds
-              << ", \"unfused_extra_mib\": " << r.baseline_mib << ", \"speedup\": "
+              << ", \"unfused_extra_mib\": " << r.baseline_mib;
+    if (r.unit == Unit::bytes)
+      std::cout << ", \"read_same_bytes_median_s\": " << r.read_seconds << ", \"fraction_of_read_bandwidth\": " << r.fraction_of_best_read;
+    std::cout << ", \"speedup\": "
               << (r.unfused_seconds > 0 ? r.unfused_seconds / r.seconds : 0) << ", \"max_rel_diff\": " << r.error
               << ", \"counted\": \"" << r.formula << "\"}" << (i + 1 < results.size() ? "," : "") << "\n";
   }
@@ -159,6 +181,7 @@ void run_bench(const Options& o) {
     } else {
       r.seconds = median_seconds(c.run_fused, o.seconds);
     }
+    if (r.unit == Unit::bytes) r.read_seconds = read_same_bytes_seconds(c.run_fused, c.bytes, o.seconds);
     r.rate = (r.unit == Unit::pairs ? c.pairs() : r.unit == Unit::tanhs ? c.tanhs : r.unit == Unit::bytes ? c.bytes : c.flops) /
              r.seconds;
     c.release();
@@ -167,8 +190,10 @@ void run_bench(const Options& o) {
   }
   peak = std::max(peak, attn::machine::fma_peak_flops());
   bandwidth = std::max(bandwidth, attn::machine::read_bandwidth(std::size_t(1) << 29));
-  for (Result& r : results)
-    r.fraction = r.unit == Unit::flops ? r.rate / peak : r.unit == Unit::bytes ? r.rate / bandwidth : 0;
+  for (Result& r : results) {
+    r.fraction = r.unit == Unit::flops ? r.rate / peak : r.unit == Unit::bytes ? r.read_seconds / r.seconds : 0;
+    if (r.unit == Unit::bytes) r.fraction_of_best_read = r.rate / bandwidth;
+  }
   // What ran, as the kernels recorded it: the chosen target alone, or the figures are not its.
   const std::vector<std::string> ran = attn::simd_targets_ran(true);
   if (ran != std::vector<std::string>{attn::simd_target()})
@@ -189,7 +214,9 @@ void run_bench(const Options& o) {
     std::printf("GFLOP/s count 4 d per computed (query, key) pair forward, 12 B n m d forward+backward; decode\n"
                 "counts bytes of keys, values, queries and out; additive counts tanh evaluations (GT), B n m h per\n"
                 "forward, 2 B n m h more per backward. extra MiB: per-thread and per-call scratch of the fused\n"
-                "kernels (all threads); the unfused path holds n x m buffers.\n");
+                "kernels (all threads); the unfused path holds n x m buffers. %% limit: of the FMA peak; for\n"
+                "decode (GB/s), of a plain read of as many bytes timed in turn with it (%% of the best read\n"
+                "bandwidth above in the JSON).\n");
     if (std::any_of(results.begin(), results.end(), [](const Result& r) { return r.unit == Unit::pairs; }))
       std::printf("nw: GP = 1e9 (query, key) pairs visited per second (no FLOP count: an exp per pair); its\n"
                   "baseline is the dense path%s.\n",

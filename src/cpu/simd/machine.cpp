@@ -88,8 +88,20 @@ double fma_peak_flops() {
   return best;
 }
 
-double read_bandwidth(std::size_t bytes) {
+float read_once(const float* x, std::size_t count) {
   const cpu::simd::Target target = cpu::simd::current();
+  float total = 0;
+#pragma omp parallel reduction(+ : total)
+  {
+    const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+    const std::size_t nt = static_cast<std::size_t>(omp_get_num_threads());
+    const std::size_t lo = count * t / nt, hi = count * (t + 1) / nt;
+    total += ATTN_SIMD_CALL(target, ReadSum)(x + lo, hi - lo);
+  }
+  return total;
+}
+
+double read_bandwidth(std::size_t bytes) {
   const std::size_t count = bytes / sizeof(float);
   auto buf = hwy::AllocateAligned<float>(count);
   float* x = buf.get();
@@ -98,15 +110,8 @@ double read_bandwidth(std::size_t bytes) {
   double best = 0;
   volatile float sink = 0;
   for (int run = 0; run < 7; ++run) {
-    float total = 0;
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel reduction(+ : total)
-    {
-      const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
-      const std::size_t nt = static_cast<std::size_t>(omp_get_num_threads());
-      const std::size_t lo = count * t / nt, hi = count * (t + 1) / nt;
-      total += ATTN_SIMD_CALL(target, ReadSum)(x + lo, hi - lo);
-    }
+    const float total = read_once(x, count);
     best = std::max(best, static_cast<double>(count * sizeof(float)) / seconds_since(t0));
     sink = sink + total;
   }
