@@ -90,7 +90,7 @@ Tensor<T> expected(const Tensor<float>& q, const Tensor<float>& k, const Tensor<
   so.scale = o.scale, so.softcap = o.softcap;
   Tensor<T> out({1, kHeads, n, kDim});
   sdpa_forward<T>(out.view(), {}, {}, qv, kv, vv, mask, so);
-  return Tensor<T>({kHeads, n, kDim}, out.values());
+  return Tensor<T>({kHeads, n, kDim}, std::vector<T>(out.values().begin(), out.values().end()));
 }
 
 class KvCacheTypes : public ::testing::TestWithParam<KvDtype> {};

@@ -263,11 +263,11 @@ TEST_P(MaskPatterns, MatchFloat64ReferenceWithGarbageInMaskedPositions) {
   for (const bool in_float64 : {false, true}) {
     std::vector<std::vector<double>> a, b;
     if (in_float64) {
-      for (const auto& t : run_sdpa<double>(p, clean)) a.push_back(t.values());
-      for (const auto& t : run_sdpa<double>(p, dirty)) b.push_back(t.values());
+      for (const auto& t : run_sdpa<double>(p, clean)) a.emplace_back(t.values().begin(), t.values().end());
+      for (const auto& t : run_sdpa<double>(p, dirty)) b.emplace_back(t.values().begin(), t.values().end());
     } else {
-      for (const auto& t : run_sdpa<float>(p, clean)) a.push_back(convert<double>(t).values());
-      for (const auto& t : run_sdpa<float>(p, dirty)) b.push_back(convert<double>(t).values());
+      for (const auto& t : run_sdpa<float>(p, clean)) a.emplace_back(t.values().begin(), t.values().end());
+      for (const auto& t : run_sdpa<float>(p, dirty)) b.emplace_back(t.values().begin(), t.values().end());
     }
     for (std::size_t t = 0; t < a.size(); ++t)
       EXPECT_EQ(a[t], b[t]) << "result " << t << (in_float64 ? " in float64" : " in float32") << " with " << spoiled

@@ -18,6 +18,8 @@
 #include "attn/nadaraya_watson.hpp"
 #include "attn/sdpa.hpp"
 #include "attn/softmax.hpp"
+#include "attn/half.hpp"
+#include "core/buffer.hpp"
 #include "cpu/scratch.hpp"
 #include "support/testing.hpp"
 
@@ -67,6 +69,32 @@ TEST(ScratchFrame, FramesAreAlignedAndStackedOneAfterAnother) {
   const auto [f2, g2] = frames();
   EXPECT_EQ(f2, f) << "a frame that ended is not reused";
   EXPECT_EQ(g2, g);
+}
+
+// A Tensor's elements and the kernels' working buffers (a KV cache's blocks among them) start on a
+// cache line, whatever their type and size, after a copy too: the decode's 512-bit loads of a row
+// never straddle two lines.
+template <class T>
+void expect_tensors_on_a_cache_line() {
+  for (const index_t n : {1, 3, 17, 1000, 1 << 20}) {
+    const Tensor<T> t({n});
+    const Tensor<T> copy = t;
+    for (const T* p : {t.data(), copy.data()})
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % detail::kCacheLineBytes, 0u) << n << " elements of " << sizeof(T) << " bytes";
+  }
+}
+TEST(CacheLineMemory, TensorsAndWorkingBuffersStartOnOne) {
+  expect_tensors_on_a_cache_line<float>();
+  expect_tensors_on_a_cache_line<double>();
+  expect_tensors_on_a_cache_line<bfloat16>();
+  expect_tensors_on_a_cache_line<std::int8_t>();
+  expect_tensors_on_a_cache_line<bool>();
+  for (const std::size_t n : {1, 100, 65536}) {
+    detail::Buffer<std::uint8_t> bytes(n);
+    detail::Buffer<float> floats(n);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(bytes.data()) % detail::kCacheLineBytes, 0u) << n;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(floats.data()) % detail::kCacheLineBytes, 0u) << n;
+  }
 }
 
 TEST(ScratchFrame, AnArenaThatGrewIsMergedSoTheSameCallsAllocateNothing) {

@@ -347,7 +347,7 @@ Problem smooth_problem(const Shape& s, std::uint64_t seed, double sigma) {
 }
 
 // dL/dx for L = sum(out * dout) by central differences, x one of the problem's inputs or sigma.
-std::vector<double> finite_difference(Problem& pr, std::vector<double>& x, Kernel kernel, const double& sigma) {
+std::vector<double> finite_difference(Problem& pr, std::span<double> x, Kernel kernel, const double& sigma) {
   return testing::numeric_gradient(
       [&] {
         Tensor<double> out = zeros<double>(pr.s.dims(pr.s.n, pr.s.v));

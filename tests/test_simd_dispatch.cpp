@@ -97,7 +97,7 @@ TEST(SimdSwitchConcurrently, ACallKeepsTheTargetItStartedWith) {
   if (targets.size() < 2) GTEST_SKIP() << "this CPU runs a single SIMD target";
   const Tensor<float> q = random_tensor<float>({1, 2, 200, 24}, 12), k = random_tensor<float>({1, 2, 300, 24}, 13);
   const Tensor<float> v = random_tensor<float>({1, 2, 300, 8}, 14);
-  std::vector<std::vector<float>> per_target;
+  std::vector<Tensor<float>::Storage> per_target;
   for (const std::string& t : targets) {
     set_simd_target(t);
     per_target.push_back(scaled_dot_product_attention<float>(q.view(), k.view(), v.view()).values());
@@ -108,7 +108,7 @@ TEST(SimdSwitchConcurrently, ACallKeepsTheTargetItStartedWith) {
   });
   int mixtures = 0;
   for (int call = 0; call < 60; ++call) {
-    const std::vector<float> got = scaled_dot_product_attention<float>(q.view(), k.view(), v.view()).values();
+    const Tensor<float>::Storage got = scaled_dot_product_attention<float>(q.view(), k.view(), v.view()).values();
     if (std::find(per_target.begin(), per_target.end(), got) == per_target.end()) ++mixtures;
   }
   stop = true;

@@ -24,7 +24,7 @@ TEST(MseLoss, ValueAndGradient) {
   const Tensor<double> out({2, 2}, {1, 2, 3, 4}), target({2, 2}, {1, 0, 4, 2});
   Tensor<double> dout({2, 2});
   EXPECT_DOUBLE_EQ(mse_loss<double>(out, target, dout), (0 + 4 + 1 + 4) / 4.0);
-  EXPECT_EQ(dout.values(), (std::vector<double>{0, 1, -0.5, 1}));  // 2 (out - target) / 4
+  EXPECT_EQ(std::vector<double>(dout.values().begin(), dout.values().end()), (std::vector<double>{0, 1, -0.5, 1}));  // 2 (out - target) / 4
   // A strided view: the second column of a (2, 3) tensor as a (2, 1) one.
   const Tensor<double> wide({2, 3}, {0, 5, 0, 0, 7, 0});
   const TensorView<const double> column(wide.data() + 1, {2, 1}, {3, 1});

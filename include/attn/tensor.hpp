@@ -143,14 +143,15 @@ struct Stored<bool> {
 };
 }  // namespace detail
 
-// An owning, contiguous tensor, zero-initialised. view() and cview() give TensorViews of it. Its
-// elements count against the memory attn may use (attn/memory.hpp): a shape too large for it throws
-// attn::MemoryError before anything is allocated.
+// An owning, contiguous tensor, zero-initialised, its elements aligned to a cache line. view() and
+// cview() give TensorViews of it. Its elements count against the memory attn may use
+// (attn/memory.hpp): a shape too large for it throws attn::MemoryError before anything is allocated.
 template <class T>
 class Tensor {
-  using Storage = std::vector<typename detail::Stored<T>::type>;
-
  public:
+  // The elements' storage (values()): a std::vector of cache-line aligned memory.
+  using Storage = std::vector<typename detail::Stored<T>::type, detail::CacheLineAllocator<typename detail::Stored<T>::type>>;
+
   Tensor() = default;
   explicit Tensor(std::span<const index_t> shape) : shape_(shape.begin(), shape.end()) {
     index_t n = 1;

@@ -1,7 +1,7 @@
 // Working buffers of the kernels whose size grows with n * m (the scores and weights of the unfused
-// and reference paths): std::vectors whose allocations count against the memory attn may use
-// (attn/memory.hpp), so that a call too large for it throws attn::MemoryError naming the bytes
-// before anything is allocated.
+// and reference paths) and a KV cache's blocks: std::vectors of cache-line aligned memory whose
+// allocations count against the memory attn may use (attn/memory.hpp), so that a call too large for
+// it throws attn::MemoryError naming the bytes before anything is allocated.
 #pragma once
 
 #include <cstddef>
@@ -25,14 +25,14 @@ struct CountedAllocator {
       throw MemoryError(cat("a working buffer of ", count, " elements of ", sizeof(T), " bytes overflows a 64-bit size"));
     reserve_memory(bytes, "a working buffer of the kernels");
     try {
-      return std::allocator<T>().allocate(count);
+      return CacheLineAllocator<T>().allocate(count);
     } catch (...) {
       release_memory(bytes);
       throw;
     }
   }
   void deallocate(T* p, std::size_t count) {
-    std::allocator<T>().deallocate(p, count);
+    CacheLineAllocator<T>().deallocate(p, count);
     release_memory(count * sizeof(T));
   }
   template <class U>

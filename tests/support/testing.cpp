@@ -89,7 +89,7 @@ template <class A, class B>
                                        << floor << ")";
 }
 
-std::vector<double> numeric_gradient(const std::function<double()>& loss, std::vector<double>& x, double eps) {
+std::vector<double> numeric_gradient(const std::function<double()>& loss, std::span<double> x, double eps) {
   std::vector<double> g(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double saved = x[i];
@@ -103,7 +103,7 @@ std::vector<double> numeric_gradient(const std::function<double()>& loss, std::v
   return g;
 }
 
-double gradient_error(const std::vector<double>& analytic, const std::vector<double>& numeric, std::string* where) {
+double gradient_error(std::span<const double> analytic, std::span<const double> numeric, std::string* where) {
   double worst = analytic.size() == numeric.size() ? 0.0 : INFINITY;
   for (std::size_t i = 0; i < std::min(analytic.size(), numeric.size()); ++i) {
     const double e = std::abs(analytic[i] - numeric[i]) / std::max(1.0, std::abs(numeric[i]));

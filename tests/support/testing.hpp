@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -68,12 +69,12 @@ template <class A, class B>
                                                double floor = 1e-6);
 
 // Central finite differences of a scalar loss with respect to every element of `x`, in float64.
-std::vector<double> numeric_gradient(const std::function<double()>& loss, std::vector<double>& x,
+std::vector<double> numeric_gradient(const std::function<double()>& loss, std::span<double> x,
                                      double eps = 1e-6);
 
 // Checks an analytic gradient against numeric_gradient; returns the worst relative error
 // |g - fd| / max(1, |fd|) and names the worst element in `where`.
-double gradient_error(const std::vector<double>& analytic, const std::vector<double>& numeric, std::string* where);
+double gradient_error(std::span<const double> analytic, std::span<const double> numeric, std::string* where);
 
 // sum(out * weight): the loss whose gradient with respect to out is `weight`.
 double dot(const Tensor<double>& out, const Tensor<double>& weight);
