@@ -12,6 +12,7 @@
 #include <memory>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attn/config.hpp"
@@ -72,18 +73,18 @@ std::pair<double, double> interleaved_medians(const std::function<void()>& fused
   return {median(fused_times), median(baseline_times)};
 }
 
-// The median seconds of a plain read of `bytes` (attn::machine::read_once over a 64-byte aligned
-// buffer of that size, touched first), timed in turn with `kernel` as interleaved_medians does.
-double read_same_bytes_seconds(const std::function<void()>& kernel, double bytes, double budget) {
+// The median seconds of `kernel` and of a plain read of `bytes` (attn::machine::read_once over a
+// 64-byte aligned buffer of that size, touched first), timed in turn as interleaved_medians does.
+std::pair<double, double> medians_against_a_read(const std::function<void()>& kernel, double bytes, double budget) {
   const std::size_t count = static_cast<std::size_t>(bytes / sizeof(float));
-  std::vector<float> storage(count + 16);
-  float* x = storage.data() + (16 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64 / sizeof(float)) % 16;
+  const std::unique_ptr<float[]> storage(new float[count + 16]);  // not zeroed: touched below
+  float* x = storage.get() + (16 - reinterpret_cast<std::uintptr_t>(storage.get()) % 64 / sizeof(float)) % 16;
 #pragma omp parallel for schedule(static)
   for (std::size_t i = 0; i < count; ++i) x[i] = 1.0f;  // first touch, by the thread that will read
   volatile float sink = 0;
   auto read = [&] { sink = sink + attn::machine::read_once(x, count); };
   read();
-  return interleaved_medians(kernel, read, budget).second;
+  return interleaved_medians(kernel, read, budget);
 }
 
 std::string fixed(double x, int digits) {
@@ -99,10 +100,10 @@ enum class Unit { flops, bytes, tanhs, pairs };
 struct Result {
   std::string name, formula;
   double seconds = 0, rate = 0, fraction = 0, extra_mib = 0, unfused_seconds = 0, baseline_mib = 0, error = 0;
-  // Memory-bound cases: the median of a plain read of as many bytes, timed in turn with the case
-  // (its fraction of the limit is read_seconds / seconds), and the case's fraction of the machine's
-  // best read bandwidth (read_bandwidth).
-  double read_seconds = 0, fraction_of_best_read = 0;
+  // Memory-bound cases: the median of a plain read of as many bytes and the case's own median, the
+  // two timed in turn (the case's fraction of the limit is their ratio), and the case's fraction of
+  // the machine's best read bandwidth (read_bandwidth).
+  double read_seconds = 0, seconds_beside_read = 0, fraction_of_best_read = 0;
   Unit unit = Unit::flops;
   bool scaled_baseline = false;  // the unfused time was measured on part of the work and scaled
 };
@@ -181,7 +182,8 @@ void run_bench(const Options& o) {
     } else {
       r.seconds = median_seconds(c.run_fused, o.seconds);
     }
-    if (r.unit == Unit::bytes) r.read_seconds = read_same_bytes_seconds(c.run_fused, c.bytes, o.seconds);
+    if (r.unit == Unit::bytes)
+      std::tie(r.seconds_beside_read, r.read_seconds) = medians_against_a_read(c.run_fused, c.bytes, o.seconds);
     r.rate = (r.unit == Unit::pairs ? c.pairs() : r.unit == Unit::tanhs ? c.tanhs : r.unit == Unit::bytes ? c.bytes : c.flops) /
              r.seconds;
     c.release();
@@ -191,7 +193,7 @@ void run_bench(const Options& o) {
   peak = std::max(peak, attn::machine::fma_peak_flops());
   bandwidth = std::max(bandwidth, attn::machine::read_bandwidth(std::size_t(1) << 29));
   for (Result& r : results) {
-    r.fraction = r.unit == Unit::flops ? r.rate / peak : r.unit == Unit::bytes ? r.read_seconds / r.seconds : 0;
+    r.fraction = r.unit == Unit::flops ? r.rate / peak : r.unit == Unit::bytes ? r.read_seconds / r.seconds_beside_read : 0;
     if (r.unit == Unit::bytes) r.fraction_of_best_read = r.rate / bandwidth;
   }
   // What ran, as the kernels recorded it: the chosen target alone, or the figures are not its.

@@ -131,7 +131,8 @@ HWY_INLINE void PrefetchRow(const TileRows<E>& x, index_t jj, index_t dim) {
   // them, the int8 decode (32,1,8192,128) on a Zen 5 took 2.5-2.8 ms, against 2.1-2.5 ms).
   if constexpr (std::is_same_v<E, std::int8_t>) {
     const auto* scales = reinterpret_cast<const char*>(x.scale(jj));
-    if (reinterpret_cast<std::uintptr_t>(scales) % 64 < static_cast<std::uintptr_t>(x.scale_stride * 4)) __builtin_prefetch(scales, 0, 2);
+    if (reinterpret_cast<std::uintptr_t>(scales) % 64 < static_cast<std::uintptr_t>(x.scale_stride) * sizeof(float))
+      __builtin_prefetch(scales, 0, 2);
   }
 }
 template <class E>
@@ -154,9 +155,9 @@ struct NextRows {
   }
 };
 
-// s[0, cnt) = q . k_j for the tile's keys, d elements each; `then`: the rows read next. Rows one after another: reading four
-// rows side by side was measured 40% slower (keys alone, one thread, (32,1,8192,128): 14.2 ms
-// against 10.1 ms). In float, the lanes of four rows are summed in one reduction (SumOfLanes4)
+// s[0, cnt) = q . k_j for the tile's keys, d elements each; `then`: the rows read next. Rows one
+// after another: reading four rows side by side was measured 40% slower (keys alone, one thread,
+// (32,1,8192,128): 14.2 ms against 10.1 ms). In float, the lanes of four rows are summed in one reduction (SumOfLanes4)
 // where d is a multiple of the lanes.
 template <class D, class T, class E>
 void Dots(D d, const T* q, const TileRows<E>& k, index_t dim, index_t cnt, T* s, const NextRows<E>& then) {
