@@ -80,7 +80,8 @@ struct CacheLineAllocator {
     if (count > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
     return static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t(kCacheLineBytes)));
   }
-  void deallocate(T* p, std::size_t count) { ::operator delete(p, count * sizeof(T), std::align_val_t(kCacheLineBytes)); }
+  // The unsized form: clang declares the sized one only under -fsized-deallocation.
+  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(kCacheLineBytes)); }
   template <class U>
   bool operator==(const CacheLineAllocator<U>&) const {
     return true;
