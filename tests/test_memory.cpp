@@ -15,10 +15,10 @@
 
 #include "attn/additive.hpp"
 #include "attn/bmm.hpp"
+#include "attn/half.hpp"
 #include "attn/nadaraya_watson.hpp"
 #include "attn/sdpa.hpp"
 #include "attn/softmax.hpp"
-#include "attn/half.hpp"
 #include "core/buffer.hpp"
 #include "cpu/scratch.hpp"
 #include "support/testing.hpp"
@@ -80,7 +80,8 @@ void expect_tensors_on_a_cache_line() {
     const Tensor<T> t({n});
     const Tensor<T> copy = t;
     for (const T* p : {t.data(), copy.data()})
-      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % detail::kCacheLineBytes, 0u) << n << " elements of " << sizeof(T) << " bytes";
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % detail::kCacheLineBytes, 0u)
+          << n << " elements of " << sizeof(T) << " bytes";
   }
 }
 TEST(CacheLineMemory, TensorsAndWorkingBuffersStartOnOne) {
