@@ -119,6 +119,18 @@ exact = attention(q16, k16, v16)
 got = np.load(path("O16.npy"))
 check("sdpa float16", got.astype(np.float64), exact, 2 * np.abs(exact.astype(np.float16) - exact).max() + 1e-6)
 assert got.dtype == np.float16, got.dtype
+# float16 ALiBi slopes with float16 files (the inputs' type, widened exactly), bottom-right causal.
+slopes16 = np.array([[0.3], [0.75]], np.float16)  # (B, H): H = 1 for 3-d inputs
+run("sdpa", "--queries", path("Q16.npy"), "--keys", path("K16.npy"), "--values", path("V16.npy"), "--alibi",
+    save("A16.npy", slopes16), "--causal", "--bottom-right", "--out", path("O16A.npy"))
+n16, m16 = q16.shape[1], k16.shape[1]
+pos = np.arange(n16)[:, None] + (m16 - n16)
+bias = -slopes16.astype(np.float64)[:, :, None] * np.abs(pos - np.arange(m16)[None, :])
+qd, kd, vd = (np.asarray(x, np.float64) for x in (q16, k16, v16))
+exact = masked_softmax(qd @ kd.transpose(0, 2, 1) / np.sqrt(qd.shape[-1]) + bias,
+                       np.broadcast_to(np.arange(m16)[None, :] <= pos, (2, n16, m16))) @ vd
+got = np.load(path("O16A.npy"))
+check("sdpa float16 alibi", got.astype(np.float64), exact, 2 * np.abs(exact.astype(np.float16) - exact).max() + 1e-6)
 q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
 run("sdpa", "--queries", save("Q32.npy", q32), "--keys", save("K32.npy", k32), "--values", save("V32.npy", v32),
     "--compute", "bf16", "--out", path("OB.npy"))
@@ -127,7 +139,8 @@ got = np.load(path("OB.npy"))
 check("sdpa --compute bf16", got.astype(np.float64), exact, 2 * np.abs(bf16(exact) - exact).max() + 1e-6)
 assert got.dtype == np.float32, got.dtype
 for args, expected in [(["--keys", path("K32.npy")], "holds float32; with float16 inputs all of queries, keys and values must be float16"),
-                       (["--weights", path("W16.npy")], "--weights and --heatmap need float32 or float64")]:
+                       (["--weights", path("W16.npy")], "--weights and --heatmap need float32 or float64"),
+                       (["--compute", "bf16"], "--compute bf16 takes float32 queries, keys and values; float16 files run in float16")]:
     flags = {"--queries": path("Q16.npy"), "--keys": path("K16.npy"), "--values": path("V16.npy")}
     extra = []
     for i in range(0, len(args), 2):

@@ -71,16 +71,18 @@ SegmentInput read_segments(const std::string& flag, const std::string& path) {
   return s;
 }
 
-// The bfloat16 copy of float32 values (--compute bf16), and float32 values of a 16-bit result.
+// The bfloat16 copy of float32 values (--compute bf16), and float32 values of a 16-bit tensor (a
+// result, or float16 slopes).
 attn::Tensor<attn::bfloat16> rounded_to_bf16(const attn::Tensor<float>& t) {
   attn::Tensor<attn::bfloat16> r(t.shape());
   attn::convert(std::span<const float>(t.data(), static_cast<std::size_t>(t.numel())),
                 std::span<attn::bfloat16>(r.data(), static_cast<std::size_t>(r.numel())));
   return r;
 }
-attn::Tensor<float> widened(const attn::Tensor<attn::bfloat16>& t) {
+template <attn::Half16 H>
+attn::Tensor<float> widened(const attn::Tensor<H>& t) {
   attn::Tensor<float> r(t.shape());
-  attn::convert(std::span<const attn::bfloat16>(t.data(), static_cast<std::size_t>(t.numel())),
+  attn::convert(std::span<const H>(t.data(), static_cast<std::size_t>(t.numel())),
                 std::span<float>(r.data(), static_cast<std::size_t>(r.numel())));
   return r;
 }
@@ -124,6 +126,8 @@ void run_sdpa(const SdpaArgs& args) {
   const bool half = in.queries.array.dtype == DType::float16 || in.keys.array.dtype == DType::float16 ||
                     in.values.array.dtype == DType::float16;
   if (half || args.compute == "bf16") {
+    if (half && args.compute == "bf16")
+      throw UsageError("--compute bf16 takes float32 queries, keys and values; float16 files run in float16");
     const DType want = half ? DType::float16 : DType::float32;
     for (const NpyInput* input : {&in.queries, &in.keys, &in.values})
       if (input->array.dtype != want)
@@ -132,7 +136,11 @@ void run_sdpa(const SdpaArgs& args) {
                                : "; --compute bf16 takes float32 queries, keys and values"));
     if (args.output.wants_weights())
       throw UsageError("--weights and --heatmap need float32 or float64 computation: 16-bit attention is fused and forms no weights");
-    const attn::Tensor<float> slopes = alibi ? to_tensor<float>(*alibi) : attn::Tensor<float>();
+    // Slopes in the inputs' type (float16 with float16 files, widened exactly) or float32.
+    const bool half_slopes = alibi && half && alibi->array.dtype == DType::float16;
+    const attn::Tensor<float> slopes = half_slopes ? widened(to_tensor<attn::float16>(*alibi))
+                                       : alibi     ? to_tensor<float>(*alibi)
+                                                   : attn::Tensor<float>();
     attn::Mask<float> mask = mask_of.template operator()<float>();
     if (alibi) mask.alibi_slopes = slopes.cview();
     attn::Tensor<float> lse(args.lse.empty() ? std::vector<attn::index_t>{0} : lse_shape);
@@ -205,7 +213,8 @@ void add_sdpa_command(CLI::App& app) {
                       "with --bottom-right); -1 leaves a side unbounded")
       ->type_name("L,R");
   command->add_option("--alibi", args->alibi,
-                      "ALiBi slopes (H,) or (B,H), the inputs' float type: score += -slope |p(i) - j|")
+                      "ALiBi slopes (H,) or (B,H), the inputs' float type (float16 or float32 with float16 inputs): "
+                      "score += -slope |p(i) - j|")
       ->type_name("SLOPES.npy");
   command->add_option("--segment-ids", args->segment_ids,
                       "packed sequences: segment ids (B,n), int32 or int64; a query attends only to keys of its "
