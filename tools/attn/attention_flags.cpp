@@ -52,7 +52,7 @@ void DropoutFlags::add_to(CLI::App& command) {
         if (digits && (text.size() < max.size() || (text.size() == max.size() && text <= max))) return "";
         return "the seed \"" + text + "\" must be a whole number from 0 to " + max;
       },
-      "SEED");
+      "", "seed");  // no description: the help shows "--seed N", not "N:SEED"
   // Each needs the other: a dropout without an explicit seed would not be reproducible, and a
   // seed alone would do nothing.
   p_option->needs(seed_option);
