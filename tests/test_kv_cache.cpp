@@ -158,14 +158,20 @@ TEST(KvCacheInt8, DequantisedValuesWithinTheStatedBound) {
   KvCache cache(1, 1, 64, {.dtype = KvDtype::int8, .block_size = 8});
   Tensor<float> k = random_tensor<float>({1, 20, 64}, 3, -5, 5);
   for (index_t c = 0; c < 32; ++c) k(0, 3, c) = 0;  // a group of zeros: scale 0, stored exactly
+  // Groups of tiny values, down to float32's subnormals: a subnormal scale (max|x| < 1.5e-36), or
+  // one that rounds to 0 (max|x| <= 127 * 2^-150), each within the bound's extra 2^-143.
+  const float tiny[] = {1e-30f, 1.4e-36f, 1e-38f, 1e-40f, 1e-42f, 1e-43f, 5e-44f, 1e-45f};
+  for (index_t r = 4; r < 12; ++r)
+    for (index_t c = 0; c < 32; ++c) k(0, r, c) *= tiny[r - 4] / 5;
   cache.append(0, k.view(), k.view());
   const Tensor<float> back = cache.keys(0);
   for (index_t r = 0; r < 20; ++r)
     for (index_t g = 0; g < 64; g += 32) {
       float top = 0;
       for (index_t c = g; c < g + 32; ++c) top = std::max(top, std::abs(k(0, r, c)));
+      const double bound = top / 254.0 * (1 + 1e-5) + std::ldexp(1.0, -143);
       for (index_t c = g; c < g + 32; ++c)
-        ASSERT_LE(std::abs(back(0, r, c) - k(0, r, c)), top / 254.0f * (1 + 1e-5f)) << r << ", " << c;
+        ASSERT_LE(std::abs(static_cast<double>(back(0, r, c)) - k(0, r, c)), bound) << r << ", " << c;
     }
 }
 
@@ -223,6 +229,46 @@ TEST(KvCacheBadInput, EachIsNamed) {
   nan[5] = NAN;
   testing::expect_error([&] { int8.append(0, nan.view(), nan.view()); }, {"int8 cache stores finite values only"});
   testing::expect_error([&] { cache.append(k.view(), k.view()); }, {"keys has shape (2,15,64); it must be (batch, kv_heads, t, head_dim)"});
+}
+
+// Attending over every sequence with ALiBi: slopes (heads,) for all, or (batch, heads), row b for
+// sequence b; each the same as that sequence's own attend. Other shapes are named.
+TEST(KvCacheBatch, AlibiSlopesPerSequence) {
+  const index_t batch = 3;
+  KvCache cache(batch, kKvHeads, kDim, {.block_size = kBlock});
+  for (index_t seq = 0; seq < batch; ++seq) {
+    const index_t t = 7 + 11 * seq;  // lengths 7, 18 and 29
+    const Tensor<float> k = random_tensor<float>({kKvHeads, t, kDim}, 70 + static_cast<std::uint64_t>(seq)),
+                        v = random_tensor<float>({kKvHeads, t, kDim}, 80 + static_cast<std::uint64_t>(seq));
+    cache.append(seq, k.view(), v.view());
+  }
+  const Tensor<float> q = random_tensor<float>({batch, kHeads, 2, kDim}, 90);
+  const Tensor<float> per_seq = random_tensor<float>({batch, kHeads}, 91, 0.05, 0.5), shared = random_tensor<float>({kHeads}, 92, 0.05, 0.5);
+  for (const Tensor<float>* slopes : {&per_seq, &shared}) {
+    Tensor<float> out({batch, kHeads, 2, kDim});
+    KvAttendOptions options;
+    options.alibi_slopes = slopes->view();
+    cache.attend(out.view(), q.view(), options);
+    for (index_t seq = 0; seq < batch; ++seq) {
+      Tensor<float> one({kHeads, 2, kDim}), q_seq({kHeads, 2, kDim});
+      std::copy(q.data() + seq * q_seq.numel(), q.data() + (seq + 1) * q_seq.numel(), q_seq.data());
+      Tensor<float> row({kHeads}, std::vector<float>(slopes->data() + (slopes->rank() == 2 ? seq * kHeads : 0),
+                                                     slopes->data() + (slopes->rank() == 2 ? seq * kHeads : 0) + kHeads));
+      KvAttendOptions own;
+      own.alibi_slopes = row.view();
+      cache.attend(one.view(), seq, q_seq.view(), own);
+      EXPECT_TRUE(std::equal(one.data(), one.data() + one.numel(), out.data() + seq * one.numel()))
+          << "sequence " << seq << ", slopes of rank " << slopes->rank();
+    }
+  }
+  Tensor<float> out({batch, kHeads, 2, kDim});
+  for (const std::vector<index_t>& bad : std::vector<std::vector<index_t>>{{kHeads + 1}, {1, kHeads}, {batch, kHeads, 1}}) {
+    const Tensor<float> slopes(bad);
+    KvAttendOptions options;
+    options.alibi_slopes = slopes.view();
+    testing::expect_error([&] { cache.attend(out.view(), q.view(), options); },
+                          {"KvCache::attend: alibi_slopes has shape", "it must be (heads,) = (4,) or (batch, heads) = (3,4)"});
+  }
 }
 
 // Attending over every sequence cuts queries and out by their batch stride: their layouts are

@@ -9,8 +9,10 @@
 //
 // Storage types: float32; bfloat16 and float16 (rounded to nearest even on append); int8, ggml's
 // q8_0 layout: each 32 values of a row share one float32 scale s = max|x| / 127 and are stored as
-// round(x / s), so a dequantised value is within s / 2 = max|x| / 254 of the appended one (head_dim
-// must be a multiple of 32). Attention computes in float32 over the values as stored.
+// round(x / s), so a dequantised value is within s / 2 = max|x| / 254 of the appended one, up to
+// float32's rounding (where s falls below float32's normal range, max|x| < 127 * 2^-126 ~ 1.5e-36, its
+// subnormal rounding adds at most 2^-143 ~ 1.1e-43); head_dim must be a multiple of 32. Attention
+// computes in float32 over the values as stored.
 //
 // attend runs attention of n new queries over the sequence's keys (n >= 1; heads a multiple of
 // kv_heads, grouped-query attention), causal aligned bottom-right by default (query i of n sees the
@@ -45,7 +47,7 @@ struct KvCacheOptions {
 struct KvAttendOptions {
   Causal causal = Causal::bottom_right;
   std::optional<Window> window;
-  TensorView<const float> alibi_slopes;  // (heads,) or empty
+  TensorView<const float> alibi_slopes;  // (heads,), or (batch, heads) for every sequence's attend; or empty
   std::optional<double> softcap;
   std::optional<double> scale;  // default 1 / sqrt(head_dim)
 };

@@ -348,12 +348,21 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
     detail::sdpa_decode_rows(out, {}, queries, shape, shape, k, v, mask, sdpa, op);
     return;
   }
+  // ALiBi slopes (heads,) for every sequence, or (batch, heads): row b for sequence b.
+  const TensorView<const float>& slopes = options.alibi_slopes;
+  const index_t H = queries.dim(1);
+  if (!slopes.empty() && !(slopes.rank() == 1 && slopes.dim(0) == H) &&
+      !(slopes.rank() == 2 && slopes.dim(0) == s.batch && slopes.dim(1) == H))
+    detail::fail(op, ": alibi_slopes has shape ", slopes.shape_string(), "; it must be (heads,) = (", H,
+                 ",) or (batch, heads) = (", s.batch, ",", H, ") for queries of shape ", queries.shape_string());
   for (index_t b = 0; b < s_->batch; ++b) {
     const TensorView<const float> q(queries.data() + b * queries.stride(0), {queries.dim(1), queries.dim(2), queries.dim(3)},
                                     {queries.stride(1), queries.stride(2), queries.stride(3)});
     const TensorView<float> o(out.data() + b * out.stride(0), {out.dim(1), out.dim(2), out.dim(3)},
                               {out.stride(1), out.stride(2), out.stride(3)});
-    attend(o, b, q, options);
+    KvAttendOptions one = options;
+    if (slopes.rank() == 2) one.alibi_slopes = TensorView<const float>(slopes.data() + b * slopes.stride(0), {H}, {slopes.stride(1)});
+    attend(o, b, q, one);
   }
 }
 
