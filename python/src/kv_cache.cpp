@@ -34,11 +34,17 @@ const char* kv_dtype_name(attn::KvDtype t) {
 
 // A float32 array of the caller's (float16 widened; anything but float16 and float32 refused).
 py::array float32_array(Call& call, py::handle obj, const char* name) {
+  const std::string takes = "; the cache stores and computes in float32 and takes float32 or float16 arrays (convert "
+                            "it with .astype(numpy.float32))";
+  if (py::isinstance<py::array>(obj)) {  // named by its own dtype, not by Call's float16-to-float64 rule
+    const auto given = py::reinterpret_borrow<py::array>(obj);
+    if (given.dtype().kind() != 'f' || (given.itemsize() != 2 && given.itemsize() != 4))
+      call.type_error(std::string(name) + " has dtype " + std::string(py::str(given.dtype())) + takes);
+  }
   call.allow_float16();
   const py::array a = call.floating(obj, name);
-  if (call.dtype() == DType::f64)
-    call.type_error(std::string(name) + " has dtype float64; the cache stores and computes in float32 (convert it with "
-                                        ".astype(numpy.float32))");
+  if (call.dtype() == DType::f64)  // a list or other sequence of Python floats
+    call.type_error(std::string(name) + " is not an array and NumPy reads it as float64" + takes);
   if (call.dtype() == DType::f16) return py::module_::import("numpy").attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
   return a;
 }
@@ -148,7 +154,8 @@ without copying.
 
 KVCache(batch, kv_heads, head_dim, *, dtype="float32", block_size=256, capacity=0, grow=True)
 dtype: "float32", "bfloat16", "float16" (rounded to nearest even) or "int8" (one float32 scale per
-  32 values, ggml's q8_0: within max|x|/254 of the value appended; head_dim a multiple of 32).
+  32 values, ggml's q8_0: within max|x|/254 of the value appended, plus at most 2^-143 where
+  max|x| < 1.5e-36 and the scale is subnormal; head_dim a multiple of 32).
 capacity: tokens per sequence allocated up front (0: as sequences grow); with grow=False an append
   past them raises ValueError.
 Arrays are float32 (float16 is widened; float64 raises TypeError).)")
@@ -163,8 +170,11 @@ sequence when seq is None.)")
            R"(Attention of new queries over the cache: queries (heads, n, head_dim) or (1, heads, n, head_dim) for
 sequence seq, or (batch, heads, n, head_dim) for every sequence when seq is None (each over its own
 length). heads a multiple of kv_heads (grouped-query attention). Returns an array shaped like queries.
-causal: "bottom_right" (default: the queries are the last n tokens appended), "top_left", or False.
-window, alibi_slopes (heads,), softcap, scale: as scaled_dot_product_attention.)")
+causal: "bottom_right" (default: the queries are the last n tokens appended), "top_left", or False;
+  True is "bottom_right", as flash_attn_with_kvcache's causal=True (PyTorch's is_causal=True, which
+  scaled_dot_product_attention follows, aligns top-left).
+window, softcap, scale: as scaled_dot_product_attention. alibi_slopes: (heads,), or (batch, heads)
+  when seq is None (row b for sequence b).)")
       .def("reset", &KVCache::reset, arg("seq"), "Empties sequence seq (its blocks are reused).")
       .def("truncate", &KVCache::truncate, arg("seq"), arg("length"), "Cuts sequence seq to its first `length` tokens.")
       .def("length", &KVCache::length, arg("seq"), "Tokens sequence seq holds.")

@@ -125,13 +125,35 @@ def test_kv_cache_all_sequences_grow_together_and_truncate(rng):
     assert cache.dtype == "bfloat16" and cache.block_size == 4 and cache.kv_heads == 1 and cache.head_dim == 32
 
 
+def test_kv_cache_batch_slopes_and_causal_true(rng):
+    # alibi_slopes (batch, heads) for every sequence at once: row b for sequence b; causal=True is
+    # "bottom_right" (flash_attn_with_kvcache's meaning), not scaled_dot_product_attention's top-left.
+    cache = attn.KVCache(3, 2, 32, block_size=8)
+    for seq, t in enumerate([5, 12, 20]):
+        k = rng.standard_normal((2, t, 32)).astype(np.float32)
+        cache.append(k, -k, seq=seq)
+    q = rng.standard_normal((3, 4, 2, 32)).astype(np.float32)
+    slopes = rng.uniform(0.05, 0.5, (3, 4)).astype(np.float32)
+    out = cache.attend(q, alibi_slopes=slopes)
+    for seq in range(3):
+        np.testing.assert_array_equal(out[seq], cache.attend(q[seq], seq=seq, alibi_slopes=slopes[seq]))
+    with pytest.raises(ValueError, match=r"alibi_slopes has shape \(1,4\); it must be \(heads,\) = \(4,\) or \(batch, heads\) = \(3,4\)"):
+        cache.attend(q, alibi_slopes=slopes[:1])
+    np.testing.assert_array_equal(cache.attend(q[2], seq=2, causal=True), cache.attend(q[2], seq=2, causal="bottom_right"))
+    assert not np.array_equal(cache.attend(q[2], seq=2, causal=True), cache.attend(q[2], seq=2, causal="top_left"))
+
+
 def test_kv_cache_bad_input_is_named(rng):
     cache = attn.KVCache(2, 2, 32, capacity=8, grow=False)
     k = np.zeros((2, 5, 32), np.float32)
     with pytest.raises(ValueError, match="seq is 2; the cache holds sequences 0 to 1"):
         cache.append(k, k, seq=2)
-    with pytest.raises(TypeError, match="keys has dtype float64; the cache stores and computes in float32"):
+    with pytest.raises(TypeError, match="keys has dtype float64; the cache stores and computes in float32 and takes float32 or float16"):
         cache.append(k.astype(np.float64), k, seq=0)
+    with pytest.raises(TypeError, match="values has dtype int32; the cache stores and computes in float32 and takes float32 or float16"):
+        cache.append(k, k.astype(np.int32), seq=0)
+    with pytest.raises(TypeError, match="keys is not an array and NumPy reads it as float64"):
+        cache.append(k.tolist(), k, seq=0)
     with pytest.raises(ValueError, match=r"keys has shape \(2,5,31\); it must be \(kv_heads, t, head_dim\)"):
         cache.append(k[..., :31], k, seq=0)
     cache.append(k, k, seq=0)
