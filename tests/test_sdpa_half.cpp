@@ -148,6 +148,19 @@ void expect_within_16_bit_rule(const Case& c) {
   const char* names[] = {"out", "lse", "dqueries", "dkeys", "dvalues"};
   for (std::size_t t = 0; t < ours.size(); ++t)
     EXPECT_TRUE(testing::within_error_budget(ours[t], low[t], oracle[t], 2.0, 1e-6)) << names[t];
+  // out in float32 (NumPy's compute_dtype): the same result before its one rounding, on the fused,
+  // decode and unfused paths alike; the same lse.
+  for (const Backend backend : {Backend::cpu, Backend::unfused}) {
+    ScopedBackend scoped(backend);
+    Tensor<H> out16(out.shape());
+    Tensor<float> out32(out.shape()), lse16(lse.shape()), lse32(lse.shape());
+    sdpa_forward<H>(out16.view(), lse16.view(), q.view(), k.view(), v.view(), masks.mask, masks.options);
+    sdpa_forward<H>(out32.view(), lse32.view(), q.view(), k.view(), v.view(), masks.mask, masks.options);
+    const Tensor<H> narrowed = to_half<H>(out32);
+    for (index_t e = 0; e < out16.numel(); ++e)
+      ASSERT_EQ(narrowed[e].bits, out16[e].bits) << "float32 out element " << e << (backend == Backend::cpu ? ", cpu" : ", unfused");
+    EXPECT_EQ(lse32.values(), lse16.values());
+  }
 }
 
 const Case kCases[] = {
@@ -279,6 +292,18 @@ TEST(SdpaHalfBadInput, LseSharingMemoryWithAnInputIsRefused) {
   const TensorView<float> lse_broadcast(lse_mem.data(), {1, 1, 8}, {0, 0, 0});
   testing::expect_error([&] { sdpa_forward<float16>(out.view(), lse_broadcast, q.view(), k.view(), v.view()); },
                         {"lse has stride 0"});
+}
+
+// A float32 out is written while the 16-bit inputs are read: it may not share their memory.
+TEST(SdpaHalfBadInput, FloatOutSharingMemoryWithAnInputIsRefused) {
+  Tensor<bfloat16> q({1, 1, 8, 4}), k({1, 1, 8, 4}), v({1, 1, 8, 4});
+  const TensorView<float> out_over_k(reinterpret_cast<float*>(k.data()), {1, 1, 4, 4});
+  for (const index_t n : {index_t{2}, index_t{8}}) {  // the decode path and the fused kernel
+    const TensorView<const bfloat16> qn(q.data(), {1, 1, n, 4});
+    const TensorView<float> out(out_over_k.data(), {1, 1, n, 4});
+    testing::expect_error([&] { sdpa_forward<bfloat16>(out, {}, qn, k.view(), v.view()); },
+                          {"sdpa_forward: out and keys share memory"});
+  }
 }
 
 TEST(SdpaHalfBadInput, ArgumentsAreNamedAsInFloat32) {

@@ -54,15 +54,24 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
                    const SdpaOptions& options = {});
 
 // 16-bit attention (attn/half.hpp): queries, keys, values, out and the gradients in bfloat16 or
-// float16, lse, masks and options in float32. Accumulation is in float32: the inputs are widened to
-// float32 on entry, the float32 fused kernels run (every mask, variant and dropout), and the results
-// are rounded once to the 16-bit type. (Kernels that read 16-bit tiles directly, and AVX512-BF16 dot
-// products, are not built yet.) Shapes and errors as above.
+// float16, lse, masks and options in float32. Accumulation is in float32, every mask, variant and
+// dropout as in float32, and the results are rounded once to the 16-bit type. On the cpu backend the
+// forward reads the 16-bit tensors in place: bfloat16 through the AVX512-BF16 products where
+// bf16_kernel_chosen() (attn/config.hpp; P rounded to bfloat16 for P V, as FlashAttention does), else
+// through the float kernels, keys and values widened exactly once per call and queries a block at a
+// time; the backward widens the tensors to float32 and makes the float32 call. Shapes and errors as
+// above.
 template <class H>
 concept Half16 = std::is_same_v<H, bfloat16> || std::is_same_v<H, float16>;
 
 template <Half16 H>
 void sdpa_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
+                  TensorView<const H> values, const Mask<float>& mask = {}, const SdpaOptions& options = {});
+
+// 16-bit queries, keys and values, out float32: the result before its rounding to 16 bits (NumPy's
+// compute_dtype="bfloat16" and `attn sdpa --compute bf16` return it).
+template <Half16 H>
+void sdpa_forward(TensorView<float> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
                   TensorView<const H> values, const Mask<float>& mask = {}, const SdpaOptions& options = {});
 
 // A decoder reading a 16-bit cache: float32 queries, out and lse, 16-bit keys and values.

@@ -78,9 +78,10 @@ struct Named {
 // The kernels write outputs (results and gradients) from several threads while they read the
 // inputs: every element of an output must have memory of its own (no broadcast), and no output may
 // share memory with an input or another output. Arguments that were not given (empty views) and
-// tensors without elements are never in conflict.
-template <class T>
-void require_no_aliasing(const char* op, std::initializer_list<Named<T>> outputs, std::initializer_list<Named<T>> inputs) {
+// tensors without elements are never in conflict. Inputs of another element type U than the outputs'
+// (a 16-bit call's float32 results) are compared byte for byte.
+template <class T, class U = T>
+void require_no_aliasing(const char* op, std::initializer_list<Named<T>> outputs, std::initializer_list<Named<U>> inputs) {
   for (auto o = outputs.begin(); o != outputs.end(); ++o) {
     if (o->view.empty() || o->view.numel() == 0) continue;
     for (int i = 0; i < o->view.rank(); ++i)
@@ -91,7 +92,7 @@ void require_no_aliasing(const char* op, std::initializer_list<Named<T>> outputs
       fail(op, ": ", o->name, " has shape ", o->view.shape_string(), " and strides ", dims_string(o->view.strides()),
            " under which two of its elements share memory; an output needs memory of its own for every element");
     }
-    auto check = [&](const Named<T>& other) {
+    auto check = [&](const auto& other) {
       if (other.view.empty() || !overlap(footprint(o->view), o->name, footprint(other.view), other.name, op)) return;
       fail(op, ": ", o->name, " and ", other.name, " share memory (", o->name, " ", o->view.shape_string(), ", ",
            other.name, " ", other.view.shape_string(), "); an output must be a buffer of its own");

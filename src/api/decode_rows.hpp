@@ -18,10 +18,11 @@ void sdpa_decode_rows(TensorView<float> out, TensorView<float> lse, TensorView<c
                       const cpu::fused::KvRows& keys, const cpu::fused::KvRows& values, const Mask<float>& mask,
                       const SdpaOptions& options, const char* op);
 
-// The fused forward over 16-bit tensors read in place (cpu::sdpa_forward_half): the caller checked
-// the layouts and that the cpu backend runs; at most cpu::fused::kMaxKeys keys.
-template <Half16 H>
-void sdpa_forward_half(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries,
+// The fused forward over 16-bit tensors read in place (cpu::sdpa_forward_half), out 16-bit (H) or
+// float32 (the result before its rounding): the caller checked the 16-bit tensors' layouts and that
+// the cpu backend runs; at most cpu::fused::kMaxKeys keys.
+template <Half16 H, class O>
+void sdpa_forward_half(TensorView<O> out, TensorView<float> lse, TensorView<const H> queries,
                        TensorView<const H> keys, TensorView<const H> values, const Mask<float>& mask,
                        const SdpaOptions& options);
 

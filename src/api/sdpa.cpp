@@ -142,36 +142,44 @@ void sdpa_decode_rows(TensorView<float> out, TensorView<float> lse, TensorView<c
   cpu::sdpa_decode_rows(o, l, c.plan, keys, values);
 }
 
-template <Half16 H>
-void sdpa_forward_half(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries,
+template <Half16 H, class O>
+void sdpa_forward_half(TensorView<O> out, TensorView<float> lse, TensorView<const H> queries,
                        TensorView<const H> keys, TensorView<const H> values, const Mask<float>& mask,
                        const SdpaOptions& options) {
   const char* op = "sdpa_forward";
   const SdpaCall<float> c = check_inputs(shape_view(queries), shape_view(keys), shape_view(values), mask, options, op);
   require_shape(out, caller_dims(c.rank, c.B, c.H, c.n, c.dv), op, "out", "(B, n, v) from queries and values");
   const View4<float> l = lse_view(lse, c, op);
-  // lse (float) apart from itself and the 16-bit tensors: the kernel writes it while reading them.
-  require_no_aliasing<float>(op, {{"lse", lse}}, {});
-  for (const Named<H>& t : {Named<H>{"queries", queries}, Named<H>{"keys", keys}, Named<H>{"values", values},
-                            Named<H>{"out", out}})
-    if (!lse.empty() && !t.view.empty() && overlap(footprint(lse), "lse", footprint(t.view), t.name, op))
-      fail(op, ": lse and ", t.name, " share memory (lse ", lse.shape_string(), ", ", t.name, " ",
-           t.view.shape_string(), "); an output must be a buffer of its own");
+  // The float outputs (lse, and out when float) apart from themselves, each other and the 16-bit
+  // tensors: the kernel writes them while reading those. (A 16-bit out against the 16-bit inputs:
+  // the caller checked.)
+  const Named<H> q{"queries", queries}, k{"keys", keys}, v{"values", values};
+  if constexpr (std::is_same_v<O, float>) {
+    require_no_aliasing<float, H>(op, {{"out", out}, {"lse", lse}}, {q, k, v});
+  } else {
+    require_no_aliasing<float, H>(op, {{"lse", lse}}, {q, k, v, {"out", out}});
+  }
   if (c.m > cpu::fused::kMaxKeys) fail(op, ": keys has ", c.m, " rows; the fused 16-bit kernel takes at most ", cpu::fused::kMaxKeys);
   cpu::fused::HalfViews x;
   x.type = std::is_same_v<H, bfloat16> ? cpu::fused::KvType::bf16 : cpu::fused::KvType::f16;
   x.q = require_tensor(retyped<const std::uint16_t>(queries), op, "queries", c.rank);
   x.k = require_tensor(retyped<const std::uint16_t>(keys), op, "keys", c.rank);
   x.v = require_tensor(retyped<const std::uint16_t>(values), op, "values", c.rank);
-  x.out = require_tensor(retyped<std::uint16_t>(out), op, "out", c.rank);
+  if constexpr (std::is_same_v<O, float>) {
+    x.out_float = require_tensor(out, op, "out", c.rank), x.float_out = true;
+  } else {
+    x.out = require_tensor(retyped<std::uint16_t>(out), op, "out", c.rank);
+  }
   cpu::sdpa_forward_half(l, c.plan, x);
 }
-template void sdpa_forward_half(TensorView<bfloat16>, TensorView<float>, TensorView<const bfloat16>,
-                                TensorView<const bfloat16>, TensorView<const bfloat16>, const Mask<float>&,
-                                const SdpaOptions&);
-template void sdpa_forward_half(TensorView<float16>, TensorView<float>, TensorView<const float16>,
-                                TensorView<const float16>, TensorView<const float16>, const Mask<float>&,
-                                const SdpaOptions&);
+#define ATTN_INSTANTIATE(H, O)                                                                                      \
+  template void sdpa_forward_half(TensorView<O>, TensorView<float>, TensorView<const H>, TensorView<const H>,       \
+                                  TensorView<const H>, const Mask<float>&, const SdpaOptions&);
+ATTN_INSTANTIATE(bfloat16, bfloat16)
+ATTN_INSTANTIATE(float16, float16)
+ATTN_INSTANTIATE(bfloat16, float)
+ATTN_INSTANTIATE(float16, float)
+#undef ATTN_INSTANTIATE
 
 }  // namespace detail
 

@@ -122,12 +122,19 @@ void check_layouts(const char* op, std::initializer_list<detail::Named<H>> outpu
   detail::require_no_aliasing(op, outputs, inputs);
 }
 
-}  // namespace
-
-template <Half16 H>
-void sdpa_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
-                  TensorView<const H> values, const Mask<float>& mask, const SdpaOptions& options) {
-  check_layouts<H>("sdpa_forward", {{"out", out}}, {{"queries", queries}, {"keys", keys}, {"values", values}});
+// The 16-bit forward, out in H (rounded once) or float (before that rounding).
+template <Half16 H, class O>
+void forward_16(TensorView<O> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
+                TensorView<const H> values, const Mask<float>& mask, const SdpaOptions& options) {
+  constexpr bool kFloatOut = std::is_same_v<O, float>;
+  if constexpr (kFloatOut) {
+    check_layouts<H>("sdpa_forward", {}, {{"queries", queries}, {"keys", keys}, {"values", values}});
+    detail::to_view4(TensorView<const float>(out), "sdpa_forward", "out");
+    detail::require_no_aliasing<float, H>("sdpa_forward", {{"out", out}},
+                                          {{"queries", queries}, {"keys", keys}, {"values", values}});
+  } else {
+    check_layouts<H>("sdpa_forward", {{"out", out}}, {{"queries", queries}, {"keys", keys}, {"values", values}});
+  }
   // The fused 16-bit kernels read the tensors in place (cpu::sdpa_forward_half); decoding reads the
   // keys and values in place too (below). The unfused and reference backends, and more keys than the
   // fused kernels index, take the float32 call.
@@ -135,15 +142,35 @@ void sdpa_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H> 
   if (backend() == Backend::cpu && n > cpu::fused::kDecodeRows && m <= cpu::fused::kMaxKeys)
     return detail::sdpa_forward_half(out, lse, queries, keys, values, mask, options);
   const bool in_place = decodes_in_place(n);
-  Wide wide({elements(queries), elements(out), in_place ? 0 : elements(keys), in_place ? 0 : elements(values)});
+  Wide wide({elements(queries), kFloatOut ? 0 : elements(out), in_place ? 0 : elements(keys),
+             in_place ? 0 : elements(values)});
   const TensorView<const float> q = wide.copy(queries, "queries");
-  const TensorView<float> o = wide.like(out);
+  TensorView<float> o;
+  if constexpr (kFloatOut) {
+    o = out;
+  } else {
+    o = wide.like(out);
+  }
   if (in_place) {  // the queries widened, the keys and values read in place
     sdpa_forward<H>(o, lse, q, keys, values, mask, options);
   } else {
     sdpa_forward<float>(o, lse, {}, q, wide.copy(keys, "keys"), wide.copy(values, "values"), mask, options);
   }
-  narrow(TensorView<const float>(o), out, "out");
+  if constexpr (!kFloatOut) narrow(TensorView<const float>(o), out, "out");
+}
+
+}  // namespace
+
+template <Half16 H>
+void sdpa_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
+                  TensorView<const H> values, const Mask<float>& mask, const SdpaOptions& options) {
+  forward_16(out, lse, queries, keys, values, mask, options);
+}
+
+template <Half16 H>
+void sdpa_forward(TensorView<float> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
+                  TensorView<const H> values, const Mask<float>& mask, const SdpaOptions& options) {
+  forward_16(out, lse, queries, keys, values, mask, options);
 }
 
 template <Half16 H>
@@ -178,6 +205,8 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
 
 #define ATTN_INSTANTIATE(H)                                                                                          \
   template void sdpa_forward(TensorView<H>, TensorView<float>, TensorView<const H>, TensorView<const H>,              \
+                             TensorView<const H>, const Mask<float>&, const SdpaOptions&);                            \
+  template void sdpa_forward(TensorView<float>, TensorView<float>, TensorView<const H>, TensorView<const H>,          \
                              TensorView<const H>, const Mask<float>&, const SdpaOptions&);                            \
   template void sdpa_forward(TensorView<float>, TensorView<float>, TensorView<const float>, TensorView<const H>,      \
                              TensorView<const H>, const Mask<float>&, const SdpaOptions&);                            \

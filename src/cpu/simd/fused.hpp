@@ -99,6 +99,9 @@ struct HalfViews {
   KvType type = KvType::bf16;  // bf16 or f16
   View4<const std::uint16_t> q, k, v;
   View4<std::uint16_t> out;
+  // Or, when float_out: the float32 result, not rounded to 16 bits (NumPy's compute_dtype).
+  View4<float> out_float;
+  bool float_out = false;
   // For the AVX512-BF16 kernel, the bfloat16 values as V pairs (dot_bf16.hpp), packed once per call
   // for every block of queries: tile t (keys t kBlockK ..) of key head (b, hk) at value_pairs +
   // ((b Hk + hk) tiles + t) kBlockK / 2 v.

@@ -59,7 +59,11 @@ struct HalfOperands {
   }
   float* out_row(index_t, index_t, index_t) const { return tile; }
   void store_row(index_t b, index_t h, index_t i) const {
-    simd::HWY_NAMESPACE::NarrowArray(tile, reinterpret_cast<H*>(x.out.row(b, h, i)), static_cast<std::size_t>(x.out.C));
+    if (x.float_out) {
+      std::copy(tile, tile + x.out_float.C, x.out_float.row(b, h, i));
+    } else {
+      simd::HWY_NAMESPACE::NarrowArray(tile, reinterpret_cast<H*>(x.out.row(b, h, i)), static_cast<std::size_t>(x.out.C));
+    }
   }
 };
 
@@ -181,8 +185,13 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
   for (index_t i = 0; i < rows; ++i) {
     const double sum = st.sum[i];
     const float inv = row_inv_sum<float>(sum);
-    std::uint16_t* o = x.out.row(b, h, i0 + i);
-    for (index_t c = 0; c < dv; ++c) o[c] = to_bfloat16(st.ot[c * kBlockQ + i] * inv).bits;
+    if (x.float_out) {
+      float* o = x.out_float.row(b, h, i0 + i);
+      for (index_t c = 0; c < dv; ++c) o[c] = st.ot[c * kBlockQ + i] * inv;
+    } else {
+      std::uint16_t* o = x.out.row(b, h, i0 + i);
+      for (index_t c = 0; c < dv; ++c) o[c] = to_bfloat16(st.ot[c * kBlockQ + i] * inv).bits;
+    }
     if (!p.lse.empty()) p.lse.at(b, h, i0 + i, 0) = row_lse(st.max[i], sum);
   }
 }
