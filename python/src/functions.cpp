@@ -97,7 +97,7 @@ py::array as_float32(const py::array& a) {
 }
 
 // The 16-bit paths of scaled_dot_product_attention: float16 arrays (out float16), or float32 arrays
-// computed in bfloat16 (rounded once on entry, out widened back to float32); lse float32.
+// computed in bfloat16 (rounded once on entry, out the float32 result, not rounded); lse float32.
 py::object sdpa_16bit(Call& call, const py::array& q, const py::array& k, const py::array& v, const MaskArgs& m,
                       attn::Mask<float> mk, const attn::SdpaOptions& options, const std::vector<index_t>& out_shape,
                       const std::vector<index_t>& lse_shape, bool return_lse) {
@@ -121,14 +121,9 @@ py::object sdpa_16bit(Call& call, const py::array& q, const py::array& k, const 
       return t;
     };
     const attn::Tensor<attn::bfloat16> qb = rounded(q), kb = rounded(k), vb = rounded(v);
-    attn::Tensor<attn::bfloat16> ob(out_shape);
     py::array_t<float> out = new_array<float>(out_shape);
-    float* o = static_cast<float*>(out.mutable_data());
-    call.run([&] {
-      attn::sdpa_forward<attn::bfloat16>(ob.view(), l, qb.view(), kb.view(), vb.view(), mk, options);
-      attn::convert(std::span<const attn::bfloat16>(ob.data(), static_cast<std::size_t>(ob.numel())),
-                    std::span<float>(o, static_cast<std::size_t>(ob.numel())));
-    });
+    const auto o = view_of<float>(out);
+    call.run([&] { attn::sdpa_forward<attn::bfloat16>(o, l, qb.view(), kb.view(), vb.view(), mk, options); });
     result = out;
   }
   if (return_lse) return py::make_tuple(result, lse);
@@ -319,7 +314,8 @@ segment_ids: int32 or int64 (B, n) when n == m, or a pair ((B, n), (B, m)): a qu
   to the keys of its own segment (packed sequences).
 16-bit: float16 arrays compute in float16 storage with float32 accumulation and return float16 (lse
   float32); compute_dtype='bfloat16' rounds float32 arrays to bfloat16 once on entry, computes as
-  float16 does, and returns float32. Neither forms weights (return_weights=True is refused).)");
+  float16 does, and returns the float32 result (not rounded to bfloat16). Neither forms weights
+  (return_weights=True is refused).)");
 
   m.def("nadaraya_watson", &nadaraya_watson, arg("x_train"), arg("y_train"), arg("x_query"),
         arg("kernel") = "gaussian", arg("width") = 1.0, arg("return_weights") = false,

@@ -45,8 +45,14 @@ def test_compute_dtype_bfloat16_rounds_once_and_returns_float32(rng):
     out = attn.scaled_dot_product_attention(q, k, v, compute_dtype="bfloat16")
     assert out.dtype == np.float32
     exact = reference(bf16(q)[:, None], bf16(k)[:, None], bf16(v)[:, None])[:, 0]
-    low = bf16(exact.astype(np.float32))
+    # The rule as FlashAttention states it: twice the error of float32 on the rounded inputs with P
+    # (the unnormalised weights) rounded to bfloat16; out is that float32 result, not rounded itself.
+    qb, kb, vb = (bf16(x) for x in (q, k, v))
+    s = qb @ kb.transpose(0, 2, 1) / np.float32(np.sqrt(32))
+    p = np.exp(s - s.max(-1, keepdims=True))
+    low = (bf16(p) @ vb) / p.sum(-1, keepdims=True)
     assert np.abs(out - exact).max() <= 2 * np.abs(low - exact).max() + 1e-6
+    assert np.any(bf16(out) != out)
     # Not float32's result: the inputs were rounded.
     assert np.abs(out - attn.scaled_dot_product_attention(q, k, v)).max() > 1e-4
 

@@ -71,18 +71,16 @@ SegmentInput read_segments(const std::string& flag, const std::string& path) {
   return s;
 }
 
-// The bfloat16 copy of float32 values (--compute bf16), and float32 values of a 16-bit tensor (a
-// result, or float16 slopes).
+// The bfloat16 copy of float32 values (--compute bf16), and float32 values of float16 slopes.
 attn::Tensor<attn::bfloat16> rounded_to_bf16(const attn::Tensor<float>& t) {
   attn::Tensor<attn::bfloat16> r(t.shape());
   attn::convert(std::span<const float>(t.data(), static_cast<std::size_t>(t.numel())),
                 std::span<attn::bfloat16>(r.data(), static_cast<std::size_t>(r.numel())));
   return r;
 }
-template <attn::Half16 H>
-attn::Tensor<float> widened(const attn::Tensor<H>& t) {
+attn::Tensor<float> widened(const attn::Tensor<attn::float16>& t) {
   attn::Tensor<float> r(t.shape());
-  attn::convert(std::span<const H>(t.data(), static_cast<std::size_t>(t.numel())),
+  attn::convert(std::span<const attn::float16>(t.data(), static_cast<std::size_t>(t.numel())),
                 std::span<float>(r.data(), static_cast<std::size_t>(r.numel())));
   return r;
 }
@@ -155,10 +153,10 @@ void run_sdpa(const SdpaArgs& args) {
     } else {
       const auto q = rounded_to_bf16(to_tensor<float>(in.queries)), k = rounded_to_bf16(to_tensor<float>(in.keys));
       const auto v = rounded_to_bf16(to_tensor<float>(in.values));
-      attn::Tensor<attn::bfloat16> out(out_shape);
+      attn::Tensor<float> out(out_shape);  // the float32 result, not rounded to bfloat16
       as_usage([&] { attn::sdpa_forward<attn::bfloat16>(out.view(), lse_view, q.cview(), k.cview(), v.cview(), mask, options); });
       progress.stage("writing " + args.output.out);
-      write_output(args.output.out, widened(out));
+      write_output(args.output.out, out);
     }
     write_lse(lse);
     progress.done();
@@ -227,7 +225,8 @@ void add_sdpa_command(CLI::App& app) {
                       "also write each query row's log-sum-exp (B,n) or (B,H,n) (-inf for a row with no key)")
       ->type_name("LSE.npy");
   command->add_option("--compute", args->compute,
-                      "bf16: run float32 inputs through the bfloat16 kernels (rounded once on entry; out float32). "
+                      "bf16: run float32 inputs through the bfloat16 kernels (rounded once on entry; out the float32 "
+                      "result, not rounded to bfloat16). "
                       "float16 (.npy '<f2') inputs always run in float16 (out float16, lse float32)")
       ->check(CLI::IsMember({"bf16"}))
       ->type_name("TYPE");
