@@ -7,7 +7,8 @@
 //   cache.append(seq, keys, values);            // (kv_heads, t, head_dim) each, t >= 1 tokens
 //   cache.attend(out, seq, queries);            // queries, out (heads, n, head_dim) or (1, heads, n, head_dim)
 //
-// Storage types: float32; bfloat16 and float16 (rounded to nearest even on append); int8, ggml's
+// Storage types: float32; bfloat16 and float16 (rounded to nearest even on append; float16 stores a
+// value beyond its +-65504 as +-inf, as a cast does, and attention over it is not finite); int8, ggml's
 // q8_0 layout: each 32 values of a row share one float32 scale s = max|x| / 127 and are stored as
 // round(x / s), so a dequantised value is within s / 2 = max|x| / 254 of the appended one, up to
 // float32's rounding (where s falls below float32's normal range, max|x| < 127 * 2^-126 ~ 1.5e-36, its
