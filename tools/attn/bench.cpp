@@ -18,6 +18,7 @@
 #include "attn/config.hpp"
 #include "attn/error.hpp"
 #include "attn/machine.hpp"
+#include "attn/memory.hpp"
 #include "exit_codes.hpp"
 
 namespace attn_cli {
@@ -77,8 +78,10 @@ std::pair<double, double> interleaved_medians(const std::function<void()>& fused
 // 64-byte aligned buffer of that size, touched first), timed in turn as interleaved_medians does.
 std::pair<double, double> medians_against_a_read(const std::function<void()>& kernel, double bytes, double budget) {
   const std::size_t count = static_cast<std::size_t>(bytes / sizeof(float));
-  const std::unique_ptr<float[]> storage(new float[count + 16]);  // not zeroed: touched below
-  float* x = storage.get() + (16 - reinterpret_cast<std::uintptr_t>(storage.get()) % 64 / sizeof(float)) % 16;
+  attn::detail::CacheLineAllocator<float> lines;  // as a Tensor's elements; not zeroed: touched below
+  const auto release = [&](float* p) { lines.deallocate(p, count); };
+  const std::unique_ptr<float, decltype(release)> storage(lines.allocate(count), release);
+  float* x = storage.get();
 #pragma omp parallel for schedule(static)
   for (std::size_t i = 0; i < count; ++i) x[i] = 1.0f;  // first touch, by the thread that will read
   volatile float sink = 0;
