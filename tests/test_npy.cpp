@@ -453,6 +453,29 @@ TEST(NpyErrors, FilesThatCannotBeOpenedOrRead) {
   std::filesystem::remove(text);
 }
 
+// read_npy reads no more than the header declares: a stream that is not .npy is refused at its first
+// bytes (found by probing: /dev/zero was read until memory ran out), data too large for the memory
+// attn may use is refused before it is read, and bytes after the data are counted up to a chunk.
+TEST(NpyErrors, ReadingStopsWhereTheHeaderSays) {
+  if (std::filesystem::exists("/dev/zero"))
+    EXPECT_TRUE(throws_with([&] { read_npy("/dev/zero"); }, {"/dev/zero: not a .npy file", "\\x00\\x00"}));
+  const std::string path = temp_path("large");
+  write_npy(path, Tensor<float>({512, 1024}));  // 2 MiB of data
+  set_memory_limit(std::size_t{1} << 20);
+  EXPECT_TRUE(throws_with([&] { read_npy(path); }, {path.c_str(), ": the data of shape (512,1024) of float32 needs"}));
+  set_memory_limit(0);
+  EXPECT_EQ(read_npy(path).bytes.size(), std::size_t{512 * 1024 * 4});
+  std::size_t after = 0;  // bytes appended so far
+  for (const std::size_t extra : {std::size_t{7}, std::size_t{65536}, std::size_t{65537}}) {
+    std::ofstream(path, std::ios::binary | std::ios::app) << std::string(extra - after, 'x');
+    after = extra;
+    const std::string said = extra > 65536 ? "the file has more than 65536 bytes after the 2097152 data bytes"
+                                           : "the file has " + std::to_string(extra) + " bytes after the 2097152 data bytes";
+    EXPECT_TRUE(throws_with([&] { read_npy(path); }, {said.c_str()})) << extra;
+  }
+  std::filesystem::remove(path);
+}
+
 // float16 ('<f2'): written as numpy writes it, read back bit for bit; read as float it is refused.
 TEST(Npy, Float16RoundTripsAndIsNotReadAsFloat) {
   Tensor<float16> t({2, 3});

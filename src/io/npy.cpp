@@ -6,6 +6,8 @@
 // a hostile length nor a deeply nested header can exhaust memory or the stack.
 #include "attn/npy.hpp"
 
+#include <sys/stat.h>
+
 #include <array>
 #include <bit>
 #include <cctype>
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 namespace attn::io {
@@ -386,14 +389,29 @@ std::size_t dtype_size(DType dtype) {
 
 index_t NpyArray::numel() const { return checked_numel(shape, "NpyArray::numel"); }
 
-NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
+namespace {
+
+// A .npy file's header: the array it declares (no data yet), its layout, and where its data starts.
+struct Header {
+  NpyArray array;
+  bool fortran_order = false;
+  std::size_t data_start = 0, data_bytes = 0;
+};
+
+// The header of `file`: the whole file (`whole`), or its first bytes as they are read. A prefix too
+// short to hold the header gives nullopt and, in `need`, the bytes it must have to tell more; every
+// other problem is the error a whole file gets.
+std::optional<Header> read_header(std::span<const std::byte> file, const std::string& name, bool whole, std::size_t& need) {
   // Magic and version: "\x93NUMPY", major, minor.
   const std::string_view start(reinterpret_cast<const char*>(file.data()), std::min(file.size(), kMagic.size()));
-  if (file.empty()) fail(name, ": the file is empty; a .npy file starts with the magic \\x93NUMPY");
+  if (whole && file.empty()) fail(name, ": the file is empty; a .npy file starts with the magic \\x93NUMPY");
   if (start != kMagic.substr(0, start.size()))
     fail(name, ": not a .npy file: it starts with \"", printable(start), "\" instead of the magic \\x93NUMPY");
-  if (file.size() < kMagic.size() + 2)
+  need = kMagic.size() + 2;
+  if (file.size() < need) {
+    if (!whole) return std::nullopt;
     fail(name, ": the file ends after ", file.size(), " bytes, inside the magic and format version");
+  }
   const unsigned major = std::to_integer<unsigned>(file[6]), minor = std::to_integer<unsigned>(file[7]);
   if (major < 1 || major > 3 || minor != 0)
     fail(name, ": .npy format version ", major, ".", minor, " is not supported; attn reads 1.0, 2.0 and 3.0");
@@ -401,37 +419,37 @@ NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
   // Header length: 2 bytes in version 1.0, 4 in 2.0 and 3.0.
   const std::size_t length_width = major == 1 ? 2 : 4;
   const std::size_t header_start = kMagic.size() + 2 + length_width;
-  if (file.size() < header_start)
+  need = header_start;
+  if (file.size() < header_start) {
+    if (!whole) return std::nullopt;
     fail(name, ": the file ends after ", file.size(), " bytes, inside the header length (version ", major,
          ".0 puts the header at byte ", header_start, ")");
+  }
   const std::uint64_t header_len = read_le(file.data() + 8, length_width);
-  if (header_len > file.size() - header_start)
+  need = header_start + header_len;
+  if (header_len > file.size() - header_start) {
+    if (!whole) return std::nullopt;
     fail(name, ": the header length ", header_len, " runs past the end of the file: the header would end at byte ",
          header_start + header_len, " but the file has ", file.size(), " bytes");
+  }
 
   // The header dict and what it means. The parser works on a view into the file: a header of any
   // declared length costs no allocation beyond the strings it finds.
   const std::string_view text(reinterpret_cast<const char*>(file.data()) + header_start, header_len);
   HeaderFields fields = HeaderParser(text, name).parse();
-  NpyArray array;
-  array.dtype = dtype_from_descr(fields.descr, name);
-  array.shape = std::move(fields.shape);
+  Header h;
+  h.array.dtype = dtype_from_descr(fields.descr, name);
+  h.array.shape = std::move(fields.shape);
+  h.fortran_order = fields.fortran_order;
+  h.data_start = header_start + header_len;
+  h.data_bytes = static_cast<std::size_t>(checked_nbytes(h.array.shape, h.array.dtype, name));
+  return h;
+}
 
-  // The data: exactly the bytes the shape needs, checked before anything is allocated for them.
-  const index_t nbytes = checked_nbytes(array.shape, array.dtype, name);
-  const std::size_t data_start = header_start + header_len;
-  const std::size_t available = file.size() - data_start;
-  const std::string what = cat("shape ", dims_string(array.shape), " of ", dtype_name(array.dtype));
-  if (static_cast<std::uint64_t>(nbytes) > available)
-    fail(name, ": ", what, " needs ", nbytes, " data bytes but the file has only ", available,
-         " after the header; it is truncated");
-  // numpy.load would ignore bytes after the data; for attn they mean a file that was written wrongly
-  // or concatenated with another, so they are refused rather than silently dropped.
-  if (static_cast<std::uint64_t>(nbytes) < available)
-    fail(name, ": the file has ", available - nbytes, " bytes after the ", nbytes, " data bytes of ", what,
-         "; a .npy file ends with its data");
-  const auto data = file.subspan(data_start);
-  if (fields.fortran_order)
+// The array of `header` from `data`, its data bytes (exactly header.data_bytes of them).
+NpyArray with_data(Header header, std::span<const std::byte> data, const std::string& name) {
+  NpyArray array = std::move(header.array);
+  if (header.fortran_order)
     array.bytes = fortran_to_c(data, array.shape, dtype_size(array.dtype));
   else
     array.bytes.assign(data.begin(), data.end());
@@ -439,19 +457,67 @@ NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
   return array;
 }
 
+std::string data_what(const NpyArray& array) { return cat("shape ", dims_string(array.shape), " of ", dtype_name(array.dtype)); }
+
+}  // namespace
+
+NpyArray parse_npy(std::span<const std::byte> file, const std::string& name) {
+  std::size_t need = 0;
+  Header header = *read_header(file, name, true, need);
+  // The data: exactly the bytes the shape needs, checked before anything is allocated for them.
+  const std::size_t nbytes = header.data_bytes, available = file.size() - header.data_start;
+  const std::string what = data_what(header.array);
+  if (nbytes > available)
+    fail(name, ": ", what, " needs ", nbytes, " data bytes but the file has only ", available,
+         " after the header; it is truncated");
+  // numpy.load would ignore bytes after the data; for attn they mean a file that was written wrongly
+  // or concatenated with another, so they are refused rather than silently dropped.
+  if (nbytes < available)
+    fail(name, ": the file has ", available - nbytes, " bytes after the ", nbytes, " data bytes of ", what,
+         "; a .npy file ends with its data");
+  return with_data(std::move(header), file.subspan(header.data_start), name);
+}
+
 NpyArray read_npy(const std::string& path) {
   FilePtr file(std::fopen(path.c_str(), "rb"));
   if (!file) fail(path, ": cannot open for reading: ", std::strerror(errno));
-  // Read in chunks until the end rather than trusting a size from seek/stat: that also works for
-  // pipes such as /dev/stdin, and a directory shows up as a read error (EISDIR).
+  // Read in chunks rather than trusting a size from seek/stat: that also works for pipes such as
+  // /dev/stdin, and a directory shows up as a read error (EISDIR). Only as many bytes as the header
+  // declares are read, and the header is checked as soon as its bytes are in (found by probing:
+  // /dev/zero, read to its end before any check, ran the machine out of memory).
   std::vector<std::byte> content;
   std::array<std::byte, 1 << 16> chunk;
-  while (true) {
-    const std::size_t got = std::fread(chunk.data(), 1, chunk.size(), file.get());
-    content.insert(content.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(got));
-    if (got < chunk.size()) break;
+  bool ended = false;
+  const auto read_until = [&](std::size_t want) {  // until content holds `want` bytes or the file ends
+    while (!ended && content.size() < want) {
+      const std::size_t ask = std::min(chunk.size(), want - content.size());
+      const std::size_t got = std::fread(chunk.data(), 1, ask, file.get());
+      content.insert(content.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(got));
+      if (got < ask) ended = true;
+    }
+    if (std::ferror(file.get())) fail(path, ": reading failed: ", std::strerror(errno));
+  };
+  std::size_t need = 64;
+  std::optional<Header> header;
+  while (!header) {
+    // A header longer than a chunk (numpy writes them under 100 bytes) is checked as data would be.
+    const detail::MemoryReservation header_room(need > chunk.size() ? need : 0, cat(path, ": a .npy header of ", need, " bytes").c_str());
+    read_until(need);
+    header = read_header(content, path, ended, need);
   }
-  if (std::ferror(file.get())) fail(path, ": reading failed: ", std::strerror(errno));
+  // The data, checked against the memory attn may use before it is read, and up to a chunk past it:
+  // bytes after the data are refused, as parse_npy refuses them.
+  const std::size_t end = header->data_start + header->data_bytes;
+  const std::string what = data_what(header->array);
+  // (A regular file holds no more than its size: one declaring more is truncated, and is named so.)
+  struct stat st {};
+  const bool sized = ::fstat(::fileno(file.get()), &st) == 0 && S_ISREG(st.st_mode);
+  const std::size_t at_most = sized ? std::min(header->data_bytes, static_cast<std::size_t>(st.st_size)) : header->data_bytes;
+  const detail::MemoryReservation room(at_most, cat(path, ": the data of ", what).c_str());
+  read_until(end + chunk.size() + 1);
+  if (const std::size_t after = content.size() - std::min(content.size(), end); after > 0)
+    fail(path, ": the file has ", after > chunk.size() ? cat("more than ", chunk.size()) : cat(after), " bytes after the ",
+         header->data_bytes, " data bytes of ", what, "; a .npy file ends with its data");
   return parse_npy(content, path);
 }
 
