@@ -153,6 +153,10 @@ TEST_F(CliErrors, ShapesThatDoNotFitAreBadUsage) {
          {"attn softmax: error: masked_softmax_forward: valid_lens[1] is 6", "[0, 4]"});
   expect({"sdpa", "--queries", "Q.npy", "--keys", "K3.npy", "--values", "V.npy", "--out", "O.npy"}, 2,
          {"attn sdpa: error: ", "keys has shape (2,10,3) but must be (2,10,2)"});
+  // Queries of a rank sdpa does not take are named as the file they came from, not as the out made
+  // from them.
+  expect({"sdpa", "--queries", "Y49.npy", "--keys", "K.npy", "--values", "V.npy", "--out", "O.npy"}, 2,
+         {"--queries ", "Y49.npy has shape (49,); queries, keys and values must be 3-D"});
   expect({"additive", "--queries", "Q20.npy", "--keys", "K.npy", "--values", "V.npy", "--wq", "WK.npy", "--wk", "WK.npy",
           "--wv", "WV.npy", "--out", "O.npy"},
          2, {"attn additive: error: ", "w_q has shape (8,2) but must be (8,20)"});

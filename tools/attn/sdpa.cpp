@@ -89,6 +89,12 @@ void run_sdpa(const SdpaArgs& args) {
   Progress progress("sdpa");
   progress.stage("reading inputs");
   const QkvFlags::Inputs in = args.qkv.read();
+  // Ranks first: out's shape is made from the queries', and the library would name out (found by
+  // probing: 1-D queries were reported as "out has shape (24,)").
+  for (const NpyInput* input : {&in.queries, &in.keys, &in.values})
+    if (input->array.shape.size() != 3 && input->array.shape.size() != 4)
+      throw UsageError(input->where() + " has shape " + attn::detail::dims_string(input->array.shape) +
+                       "; queries, keys and values must be 3-D (batch, rows, features) or 4-D (batch, heads, rows, features)");
   const MaskInputs masks = args.mask.read();
   const std::optional<attn::Window> window =
       args.window.empty() ? std::nullopt : std::optional<attn::Window>(parse_window(args.window));
