@@ -231,6 +231,49 @@ TEST(KvCacheBadInput, EachIsNamed) {
   testing::expect_error([&] { cache.append(k.view(), k.view()); }, {"keys has shape (2,15,64); it must be (batch, kv_heads, t, head_dim)"});
 }
 
+// Sizes and options that cannot work are refused by the constructor, before it allocates, naming
+// the argument (found by probing: a batch of 2^62 raised the standard library's length_error, a
+// capacity of 2^62 tokens allocated blocks for minutes, a capacity of 0 with grow = false made a
+// cache that refused every token).
+TEST(KvCacheBadInput, SizesAndContradictoryOptionsAreRefusedUpFront) {
+  const index_t huge = index_t(1) << 62;
+  testing::expect_error([&] { KvCache bad(huge, 1, 32); }, {"KvCache: batch is 4611686018427387904", "64-bit size"});
+  testing::expect_error([&] { KvCache bad(index_t(1) << 40, 1, 32); },
+                        {"the block tables of a KvCache of 1099511627776 sequences needs"});
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.capacity = huge}); },
+                        {"KvCache: capacity is 4611686018427387904 tokens for each of 1 sequences", "64-bit size"});
+  // 2^30 tokens of 4 sequences, 2 heads of 64 float32 values: 4 TiB of keys and values.
+  testing::expect_error([&] { KvCache bad(4, 2, 64, {.capacity = index_t(1) << 30}); },
+                        {"a KvCache's capacity, 1073741824 tokens for each of 4 sequences", "allocated up front", "needs"});
+  testing::expect_error([&] { KvCache bad(2, 1, 32, {.grow = false}); }, {"capacity is 0", "grow is false"});
+  KvCache fits(2, 1, 32, {.dtype = KvDtype::int8, .block_size = 16, .capacity = 40, .grow = false});
+  // 3 blocks a sequence, each 16 tokens of 32 keys and 32 values and a scale per 32 of each.
+  EXPECT_EQ(fits.bytes(), std::size_t{2 * 3 * (2 * 16 * 32 + 2 * 16 * 4)});
+}
+
+// Appending to every sequence is all or nothing: a value an int8 cache cannot store in sequence 1
+// leaves sequence 0 as it was (found by probing: it had been appended before the error). Shapes are
+// named as given, (batch, kv_heads, t, head_dim), not as one sequence's slice.
+TEST(KvCacheBatch, AFailedAppendStoresNothing) {
+  KvCache cache(2, 1, 32, {.dtype = KvDtype::int8, .block_size = 2});
+  Tensor<float> k = random_tensor<float>({2, 1, 3, 32}, 70);
+  cache.append(k.view(), k.view());
+  k(1, 0, 2, 5) = NAN;
+  const Tensor<float> keys_before = cache.keys(0);
+  testing::expect_error([&] { cache.append(k.view(), k.view()); }, {"finite values only", "sequence 1"});
+  EXPECT_EQ(cache.length(0), 3);
+  EXPECT_EQ(cache.length(1), 3);
+  EXPECT_EQ(cache.keys(0).values(), keys_before.values());
+  const Tensor<float> wide({2, 1, 1, 31}), heads({2, 3, 1, 32}), q({2, 3, 6, 32});
+  testing::expect_error([&] { cache.append(wide.view(), wide.view()); },
+                        {"keys has shape (2,1,1,31); it must be (batch, kv_heads, t, head_dim) = (2, 1, t, 32)"});
+  testing::expect_error([&] { cache.append(heads.view(), heads.view()); }, {"keys has shape (2,3,1,32)"});
+  KvCache two_heads(2, 2, 32);
+  Tensor<float> out({2, 3, 6, 32});
+  testing::expect_error([&] { two_heads.attend(out.view(), q.view()); },
+                        {"queries has shape (2,3,6,32) with 3 heads; the cache has 2 key heads"});
+}
+
 // Attending over every sequence with ALiBi: slopes (heads,) for all, or (batch, heads), row b for
 // sequence b; each the same as that sequence's own attend. Other shapes are named.
 TEST(KvCacheBatch, AlibiSlopesPerSequence) {

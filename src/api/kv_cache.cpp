@@ -124,6 +124,9 @@ struct KvCache::State {
     blocks.push_back(std::move(b));
     return static_cast<index_t>(blocks.size()) - 1;
   }
+  void check_append(const char* op, index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values) const;
+  void hold(index_t seq, index_t tokens);
+  void store(index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values);
   void check_seq(index_t seq, const char* op) const {
     if (seq < 0 || seq >= batch) detail::fail(op, ": seq is ", seq, "; the cache holds sequences 0 to ", batch - 1);
   }
@@ -163,20 +166,40 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
   if (options.capacity < 0) detail::fail(op, ": capacity is ", options.capacity, "; it must be 0 (no limit) or more");
   if (options.dtype == KvDtype::int8 && head_dim % 32 != 0)
     detail::fail(op, ": head_dim is ", head_dim, "; an int8 cache stores groups of 32 values, so head_dim must be a multiple of 32");
+  if (options.capacity == 0 && !options.grow)
+    detail::fail(op, ": capacity is 0 (no limit: blocks allocated as sequences grow) and grow is false, so no token "
+                 "could ever be appended; give a capacity, or let the cache grow");
   index_t block_values = 0;
   if (__builtin_mul_overflow(kv_heads, options.block_size, &block_values) ||
       __builtin_mul_overflow(block_values, head_dim, &block_values) || block_values > (index_t(1) << 40))
     detail::fail(op, ": a block of ", options.block_size, " tokens x ", kv_heads, " heads x ", head_dim, " values is too large");
+  // Sizes checked before anything is allocated (found by probing: a batch of 2^62 sequences raised
+  // the standard library's length_error, and a capacity of 2^62 tokens allocated blocks one by one
+  // until the memory limit, minutes later, naming neither): the per-sequence tables, and a capacity's
+  // blocks, all of them, against the memory attn may use.
+  const auto elem = static_cast<std::size_t>(element_bytes(options.dtype));
+  const auto values = static_cast<std::size_t>(block_values);  // keys and values, and for int8 their scales
+  const std::size_t block_bytes = 2 * values * elem + (options.dtype == KvDtype::int8 ? 2 * (values / 32) * sizeof(float) : 0);
+  std::size_t table_bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(batch), sizeof(std::vector<index_t>) + sizeof(index_t), &table_bytes))
+    detail::fail(op, ": batch is ", batch, "; the tables of that many sequences would not fit in a 64-bit size");
+  detail::release_memory(detail::reserve_memory(table_bytes, detail::cat("the block tables of a KvCache of ", batch, " sequences").c_str()));
+  const index_t per_seq = options.capacity > 0 ? (options.capacity - 1) / options.block_size + 1 : 0;
+  std::size_t capacity_bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(batch), static_cast<std::size_t>(per_seq), &capacity_bytes) ||
+      __builtin_mul_overflow(capacity_bytes, block_bytes, &capacity_bytes))
+    detail::fail(op, ": capacity is ", options.capacity, " tokens for each of ", batch, " sequences (", per_seq,
+                 " blocks of ", block_bytes, " bytes each); that many bytes do not fit in a 64-bit size");
+  detail::release_memory(detail::reserve_memory(
+      capacity_bytes, detail::cat("a KvCache's capacity, ", options.capacity, " tokens for each of ", batch, " sequences (",
+                                  per_seq, " blocks of ", block_bytes, " bytes each) allocated up front,").c_str()));
   State& s = *s_;
   s.batch = batch, s.kv_heads = kv_heads, s.head_dim = head_dim, s.options = options;
-  s.elem = element_bytes(options.dtype);
+  s.elem = static_cast<index_t>(elem);
   s.table.resize(static_cast<std::size_t>(batch));
   s.lengths.assign(static_cast<std::size_t>(batch), 0);
-  if (options.capacity > 0) {  // allocated up front
-    const index_t per_seq = (options.capacity + options.block_size - 1) / options.block_size;
-    for (index_t seq = 0; seq < batch; ++seq)
-      for (index_t i = 0; i < per_seq; ++i) s.table[static_cast<std::size_t>(seq)].push_back(s.new_block());
-  }
+  for (index_t seq = 0; seq < batch; ++seq)  // a capacity's blocks, allocated up front
+    for (index_t i = 0; i < per_seq; ++i) s.table[static_cast<std::size_t>(seq)].push_back(s.new_block());
 }
 
 KvCache::~KvCache() = default;
@@ -198,64 +221,94 @@ std::size_t KvCache::bytes() const {
   return total;
 }
 
+namespace {
+
+// Fails unless keys and values are one sequence's tokens, (kv_heads, t, head_dim), or (batched) every
+// sequence's, (batch, kv_heads, t, head_dim): the same t in both, rows contiguous, no negative stride.
+// Messages name the arrays as the caller gave them.
+void check_tokens(const char* op, index_t batch, index_t kv_heads, index_t head_dim, const TensorView<const float>& keys,
+                  const TensorView<const float>& values, bool batched) {
+  const int rank = batched ? 4 : 3, lead = batched ? 1 : 0;
+  const std::string want = batched ? detail::cat("(batch, kv_heads, t, head_dim) = (", batch, ", ", kv_heads, ", t, ", head_dim,
+                                                 "), or (kv_heads, t, head_dim) with seq given")
+                                   : detail::cat("(kv_heads, t, head_dim) = (", kv_heads, ", t, ", head_dim, ")");
+  for (const auto& [name, t] : {std::pair{"keys", keys}, std::pair{"values", values}}) {
+    if (t.rank() != rank || (batched && t.dim(0) != batch) || t.dim(lead) != kv_heads || t.dim(lead + 2) != head_dim)
+      detail::fail(op, ": ", name, " has shape ", t.shape_string(), "; it must be ", want);
+    if (t.data() == nullptr && t.numel() > 0) detail::fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
+    if (t.dim(rank - 1) > 1 && t.stride(rank - 1) != 1)
+      detail::fail(op, ": ", name, " has stride ", t.stride(rank - 1), " in its last dimension; it must be 1");
+    for (int i = 0; i < rank - 1; ++i)
+      if (t.stride(i) < 0) detail::fail(op, ": ", name, " has stride ", t.stride(i), " in dimension ", i, "; strides must not be negative");
+  }
+  if (keys.dim(lead + 1) != values.dim(lead + 1))
+    detail::fail(op, ": keys has shape ", keys.shape_string(), " but values ", values.shape_string(), "; they must hold the same tokens");
+}
+
+// Sequence b's (kv_heads, t, head_dim) of a (batch, kv_heads, t, head_dim) array.
+TensorView<const float> sequence_of(const TensorView<const float>& t, index_t b) {
+  return TensorView<const float>(t.data() + b * t.stride(0), {t.dim(1), t.dim(2), t.dim(3)}, {t.stride(1), t.stride(2), t.stride(3)});
+}
+
+}  // namespace
+
+// The checks of one sequence's append that depend on its values and its room, before anything is stored.
+void KvCache::State::check_append(const char* op, index_t seq, const TensorView<const float>& keys,
+                                  const TensorView<const float>& values) const {
+  const index_t t = keys.dim(1), length = lengths[static_cast<std::size_t>(seq)];
+  if (options.dtype == KvDtype::int8)
+    for (const auto& v : {keys, values})
+      for (index_t hk = 0; hk < kv_heads; ++hk)
+        for (index_t r = 0; r < t; ++r)
+          for (index_t c = 0; c < head_dim; ++c)
+            if (!std::isfinite(v.data()[hk * v.stride(0) + r * v.stride(1) + c]))
+              detail::fail(op, ": an int8 cache stores finite values only; sequence ", seq, " was given a non-finite one");
+  if (!options.grow && length + t > options.capacity)
+    detail::fail(op, ": sequence ", seq, " holds ", length, " of its ", options.capacity, " tokens; ", t,
+                 " more do not fit (the cache was made with grow = false)");
+}
+
+// Blocks enough for `tokens` tokens of sequence seq (a freed one reused, or a new one).
+void KvCache::State::hold(index_t seq, index_t tokens) {
+  auto& ids = table[static_cast<std::size_t>(seq)];
+  while (static_cast<index_t>(ids.size()) * options.block_size < tokens) ids.push_back(new_block());
+}
+
+// Stores checked tokens after sequence seq's, in blocks it holds already (hold).
+void KvCache::State::store(index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values) {
+  const index_t t = keys.dim(1), length = lengths[static_cast<std::size_t>(seq)];
+  const bool int8 = options.dtype == KvDtype::int8;  // other caches have no scales (found by fuzzing)
+  for (index_t r = 0; r < t; ++r)
+    for (index_t hk = 0; hk < kv_heads; ++hk) {
+      auto [block, at] = place(seq, hk, length + r);
+      store_row(options.dtype, keys.data() + hk * keys.stride(0) + r * keys.stride(1), head_dim, block->k.data() + at * elem,
+                int8 ? block->k_scales.data() + at / 32 : nullptr);
+      store_row(options.dtype, values.data() + hk * values.stride(0) + r * values.stride(1), head_dim,
+                block->v.data() + at * elem, int8 ? block->v_scales.data() + at / 32 : nullptr);
+    }
+  lengths[static_cast<std::size_t>(seq)] = length + t;
+}
+
 void KvCache::append(index_t seq, TensorView<const float> keys, TensorView<const float> values) {
   const char* op = "KvCache::append";
   State& s = *s_;
   s.check_seq(seq, op);
-  const std::string want = "(kv_heads, t, head_dim) = (" + std::to_string(s.kv_heads) + ", t, " + std::to_string(s.head_dim) + ")";
-  for (const auto& [name, t] : {std::pair{"keys", keys}, std::pair{"values", values}}) {
-    if (t.rank() != 3 || t.dim(0) != s.kv_heads || t.dim(2) != s.head_dim)
-      detail::fail(op, ": ", name, " has shape ", t.shape_string(), "; it must be ", want);
-    if (t.data() == nullptr && t.numel() > 0) detail::fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
-    if (t.dim(2) > 1 && t.stride(2) != 1) detail::fail(op, ": ", name, " has stride ", t.stride(2), " in its last dimension; it must be 1");
-    for (int i = 0; i < 2; ++i)
-      if (t.stride(i) < 0) detail::fail(op, ": ", name, " has stride ", t.stride(i), " in dimension ", i, "; strides must not be negative");
-  }
-  if (keys.dim(1) != values.dim(1))
-    detail::fail(op, ": keys has shape ", keys.shape_string(), " but values ", values.shape_string(), "; they must hold the same tokens");
-  const index_t t = keys.dim(1), length = s.lengths[static_cast<std::size_t>(seq)];
-  if (s.options.dtype == KvDtype::int8)
-    for (const auto& v : {keys, values})
-      for (index_t hk = 0; hk < s.kv_heads; ++hk)
-        for (index_t r = 0; r < t; ++r)
-          for (index_t c = 0; c < s.head_dim; ++c)
-            if (!std::isfinite(v.data()[hk * v.stride(0) + r * v.stride(1) + c]))
-              detail::fail(op, ": an int8 cache stores finite values only; sequence ", seq, " was given a non-finite one");
-  const index_t capacity = s.options.capacity;
-  if (!s.options.grow && length + t > capacity)
-    detail::fail(op, ": sequence ", seq, " holds ", length, " of its ", capacity, " tokens; ", t,
-                 " more do not fit (the cache was made with grow = false)");
-  auto& blocks = s.table[static_cast<std::size_t>(seq)];
-  while (static_cast<index_t>(blocks.size()) * s.options.block_size < length + t) blocks.push_back(s.new_block());
-  const bool int8 = s.options.dtype == KvDtype::int8;  // other caches have no scales (found by fuzzing)
-  for (index_t r = 0; r < t; ++r)
-    for (index_t hk = 0; hk < s.kv_heads; ++hk) {
-      auto [block, at] = s.place(seq, hk, length + r);
-      store_row(s.options.dtype, keys.data() + hk * keys.stride(0) + r * keys.stride(1), s.head_dim,
-                block->k.data() + at * s.elem, int8 ? block->k_scales.data() + at / 32 : nullptr);
-      store_row(s.options.dtype, values.data() + hk * values.stride(0) + r * values.stride(1), s.head_dim,
-                block->v.data() + at * s.elem, int8 ? block->v_scales.data() + at / 32 : nullptr);
-    }
-  s.lengths[static_cast<std::size_t>(seq)] = length + t;
+  check_tokens(op, s.batch, s.kv_heads, s.head_dim, keys, values, false);
+  s.check_append(op, seq, keys, values);
+  s.hold(seq, s.lengths[static_cast<std::size_t>(seq)] + keys.dim(1));
+  s.store(seq, keys, values);
 }
 
+// All or nothing: every sequence's tokens checked, and every block they need held, before any is
+// stored (found by probing: a non-finite value for sequence 1 of an int8 cache raised after sequence
+// 0's tokens had been appended).
 void KvCache::append(TensorView<const float> keys, TensorView<const float> values) {
   const char* op = "KvCache::append";
-  const State& s = *s_;
-  for (const auto& [name, t] : {std::pair{"keys", keys}, std::pair{"values", values}})
-    if (t.rank() != 4 || t.dim(0) != s.batch)
-      detail::fail(op, ": ", name, " has shape ", t.shape_string(), "; it must be (batch, kv_heads, t, head_dim) = (",
-                   s.batch, ", ", s.kv_heads, ", t, ", s.head_dim, "), or (kv_heads, t, head_dim) with seq given");
-  // Room for every sequence's tokens checked before any is stored.
-  if (!s.options.grow)
-    for (index_t q = 0; q < s.batch; ++q)
-      if (s.lengths[static_cast<std::size_t>(q)] + keys.dim(2) > s.options.capacity)
-        detail::fail(op, ": sequence ", q, " holds ", s.lengths[static_cast<std::size_t>(q)], " of its ", s.options.capacity,
-                     " tokens; ", keys.dim(2), " more do not fit (the cache was made with grow = false)");
-  const auto slice = [](const TensorView<const float>& t, index_t b) {
-    return TensorView<const float>(t.data() + b * t.stride(0), {t.dim(1), t.dim(2), t.dim(3)}, {t.stride(1), t.stride(2), t.stride(3)});
-  };
-  for (index_t b = 0; b < s.batch; ++b) append(b, slice(keys, b), slice(values, b));
+  State& s = *s_;
+  check_tokens(op, s.batch, s.kv_heads, s.head_dim, keys, values, true);
+  for (index_t b = 0; b < s.batch; ++b) s.check_append(op, b, sequence_of(keys, b), sequence_of(values, b));
+  for (index_t b = 0; b < s.batch; ++b) s.hold(b, s.lengths[static_cast<std::size_t>(b)] + keys.dim(2));
+  for (index_t b = 0; b < s.batch; ++b) s.store(b, sequence_of(keys, b), sequence_of(values, b));
 }
 
 void KvCache::attend(TensorView<float> out, index_t seq, TensorView<const float> queries,
@@ -312,6 +365,9 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
   detail::require_no_aliasing<float>(op, {{"out", out}}, {{"queries", queries}});
   const State& s = *s_;
   const index_t n = queries.dim(2);
+  if (queries.dim(1) % s.kv_heads != 0)  // here, not in a sequence's attend, which would name its slice
+    detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", queries.dim(1), " heads; the cache has ",
+                 s.kv_heads, " key heads, and the query heads must be a multiple of them");
   if (backend() == Backend::cpu && n <= cpu::fused::kDecodeRows && !options.window && options.alibi_slopes.empty()) {
     // One decode call over every sequence (its keys split across threads): each sequence's length and
     // the causal rule as per-query valid lengths, blocks past a sequence's length never read.
