@@ -143,7 +143,10 @@ py::array Call::same_dtype(py::handle obj, const char* name) {
   const char kind = a.dtype().kind();
   if (kind != 'f' && kind != 'i' && kind != 'u')
     type_error(std::string(name) + " has dtype " + dtype_text(a) + "; it must hold numbers");
-  return numpy().attr("ascontiguousarray")(a, py::arg("dtype") = dtype_name(*dtype_));
+  // float32 in a float16 call, as its float masks: attn's 16-bit attention takes them in float32 (found
+  // by probing: ALiBi slopes rounded to float16 biased distant keys by up to slope 2^-11 |i - j|).
+  const DType as = *dtype_ == DType::f16 ? DType::f32 : *dtype_;
+  return numpy().attr("ascontiguousarray")(a, py::arg("dtype") = dtype_name(as));
 }
 
 double Call::number(py::handle obj, const char* name) {

@@ -69,7 +69,8 @@ class Call {
   py::array mask(py::handle obj, const char* name);
   // Segment ids: int32 or int64, kept as they are.
   py::array segment_ids(py::handle obj, const char* name);
-  // An array of the call's floating dtype (after the first floating array fixed it).
+  // An array of the call's floating dtype (after the first floating array fixed it); float32 in a
+  // float16 call.
   py::array same_dtype(py::handle obj, const char* name);
 
   // Scalars, with TypeError naming the argument for a wrong type.

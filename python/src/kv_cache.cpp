@@ -82,9 +82,11 @@ class KVCache {
                                  {"scale", "scale"}});
     const py::array q = float32_array(call, queries_obj, "queries");
     attn::KvAttendOptions options;
-    if (causal.is_none() || (py::isinstance<py::bool_>(causal) && !causal.cast<bool>())) {
+    // A bool, NumPy's among them, as scaled_dot_product_attention takes it.
+    const bool flag = py::isinstance<py::bool_>(causal) || py::isinstance(causal, py::module_::import("numpy").attr("bool_"));
+    if (causal.is_none() || (flag && PyObject_IsTrue(causal.ptr()) == 0)) {
       options.causal = attn::Causal::none;
-    } else if (py::isinstance<py::bool_>(causal) || call.text(causal, "causal") == "bottom_right") {
+    } else if (flag || call.text(causal, "causal") == "bottom_right") {
       options.causal = attn::Causal::bottom_right;
     } else if (call.text(causal, "causal") == "top_left") {
       options.causal = attn::Causal::top_left;

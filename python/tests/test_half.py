@@ -173,3 +173,41 @@ def test_kv_cache_bad_input_is_named(rng):
         cache.attend(np.zeros((3, 1, 32), np.float32), seq=0)
     with pytest.raises(ValueError, match=r"length is 9; sequence 0 holds 5 tokens"):
         cache.truncate(0, 9)
+
+
+def test_float16_call_takes_alibi_slopes_in_float32(rng):
+    # attn's 16-bit attention takes its slopes in float32: a float16 call must not round them to
+    # float16 (found by probing: slope 0.3 became 0.2998, biasing distant keys).
+    m, d = 64, 16
+    q, k = np.zeros((1, 1, 1, d), np.float16), np.zeros((1, 1, m, d), np.float16)
+    v = np.ones((1, 1, m, d), np.float16)
+    slope = np.array([0.3], np.float32)
+    _, lse = attn.scaled_dot_product_attention(q, k, v, alibi_slopes=slope, return_lse=True)
+    scores = -np.float64(slope[0]) * np.arange(m)  # the query sits at position 0: every key is at distance j
+    expected = scores.max() + np.log(np.exp(scores - scores.max()).sum())
+    rounded = -np.float64(np.float16(0.3)) * np.arange(m)
+    assert abs(lse.ravel()[0] - expected) < 1e-5 < abs(expected - (rounded.max() + np.log(np.exp(rounded).sum())))
+
+
+def test_kv_cache_sizes_and_all_or_nothing_appends(rng):
+    with pytest.raises(ValueError, match="batch is 4611686018427387904"):
+        attn.KVCache(2**62, 1, 32)
+    with pytest.raises(MemoryError, match="a KvCache's capacity, 1073741824 tokens for each of 4 sequences"):
+        attn.KVCache(4, 2, 64, capacity=2**30)
+    with pytest.raises(ValueError, match="capacity is 0 .* grow is false"):
+        attn.KVCache(2, 1, 32, grow=False)
+    cache = attn.KVCache(2, 1, 32, dtype="int8")
+    k = rng.standard_normal((2, 1, 3, 32)).astype(np.float32)
+    k[1, 0, 2, 5] = np.nan
+    with pytest.raises(ValueError, match="sequence 1 was given a non-finite one"):
+        cache.append(k, k)
+    assert (cache.length(0), cache.length(1)) == (0, 0)
+    with pytest.raises(ValueError, match=r"keys has shape \(2,1,1,31\); it must be \(batch, kv_heads, t, head_dim\)"):
+        cache.append(k[:, :, :1, :31], k[:, :, :1, :31])
+    # causal as NumPy's bool, as scaled_dot_product_attention takes it.
+    ok = attn.KVCache(1, 1, 32)
+    kv = rng.standard_normal((1, 5, 32)).astype(np.float32)
+    ok.append(kv, kv, seq=0)
+    q = rng.standard_normal((1, 2, 32)).astype(np.float32)
+    np.testing.assert_array_equal(ok.attend(q, seq=0, causal=np.bool_(True)), ok.attend(q, seq=0))
+    np.testing.assert_array_equal(ok.attend(q, seq=0, causal=np.bool_(False)), ok.attend(q, seq=0, causal=False))
