@@ -40,7 +40,8 @@ struct KvCacheOptions {
   KvDtype dtype = KvDtype::float32;
   index_t block_size = 256;  // tokens per block
   // Tokens each sequence may hold: 0 = no limit (blocks allocated as sequences grow); else that many
-  // are allocated up front, and an append past them is an error when `grow` is false.
+  // are allocated up front (their bytes checked against the memory attn may use first), and an
+  // append past them is an error when `grow` is false (capacity 0 with grow false is refused).
   index_t capacity = 0;
   bool grow = true;
 };
@@ -71,7 +72,8 @@ class KvCache {
 
   // Appends keys and values (kv_heads, t, head_dim) to sequence seq.
   void append(index_t seq, TensorView<const float> keys, TensorView<const float> values);
-  // Appends (batch, kv_heads, t, head_dim) to every sequence.
+  // Appends (batch, kv_heads, t, head_dim) to every sequence: all or nothing (every sequence's tokens
+  // are checked, and its blocks held, before any is stored).
   void append(TensorView<const float> keys, TensorView<const float> values);
 
   // out (like queries) = attention of queries (heads, n, head_dim) or (1, heads, n, head_dim) over

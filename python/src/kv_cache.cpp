@@ -159,7 +159,8 @@ dtype: "float32", "bfloat16", "float16" (rounded to nearest even) or "int8" (one
   32 values, ggml's q8_0: within max|x|/254 of the value appended, plus at most 2^-143 where
   max|x| < 1.5e-36 and the scale is subnormal; head_dim a multiple of 32).
 capacity: tokens per sequence allocated up front (0: as sequences grow); with grow=False an append
-  past them raises ValueError.
+  past them raises ValueError (capacity=0 with grow=False is refused). An append to every sequence
+  stores nothing if any sequence's tokens are refused.
 Arrays are float32 (float16 is widened; float64 raises TypeError).)")
       .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, bool>(), arg("batch"),
            arg("kv_heads"), arg("head_dim"), py::kw_only(), arg("dtype") = "float32", arg("block_size") = 256,
