@@ -94,10 +94,8 @@ class KVCache {
       call.value_error("causal is '" + call.text(causal, "causal") + "'; it must be 'bottom_right' (the default), 'top_left', True or False");
     }
     options.window = window_from(call, window);
-    const py::array slopes =
-        alibi_slopes.is_none()
-            ? no_array()
-            : py::array(py::module_::import("numpy").attr("ascontiguousarray")(alibi_slopes, py::arg("dtype") = "float32"));
+    // Numbers as float32, others named (found by probing: ['a'] raised NumPy's bare ValueError).
+    const py::array slopes = alibi_slopes.is_none() ? no_array() : call.same_dtype(alibi_slopes, "alibi_slopes");
     if (slopes) options.alibi_slopes = cview<float>(slopes);
     if (!softcap.is_none()) options.softcap = call.number(softcap, "softcap");
     if (!scale.is_none()) options.scale = call.number(scale, "scale");

@@ -211,3 +211,7 @@ def test_kv_cache_sizes_and_all_or_nothing_appends(rng):
     q = rng.standard_normal((1, 2, 32)).astype(np.float32)
     np.testing.assert_array_equal(ok.attend(q, seq=0, causal=np.bool_(True)), ok.attend(q, seq=0))
     np.testing.assert_array_equal(ok.attend(q, seq=0, causal=np.bool_(False)), ok.attend(q, seq=0, causal=False))
+    # slopes that are not numbers are named, as scaled_dot_product_attention names them.
+    with pytest.raises(TypeError, match="KVCache.attend: alibi_slopes has dtype <U1; it must hold numbers"):
+        ok.attend(q, seq=0, alibi_slopes=["a"])
+    np.testing.assert_array_equal(ok.attend(q, seq=0, alibi_slopes=[0.5]), ok.attend(q, seq=0, alibi_slopes=np.float32([0.5])))
