@@ -90,12 +90,6 @@ attn::SegmentIds segment_view(const py::array& a) {
   return cview<std::int64_t>(a);
 }
 
-// A C-ordered float32 copy of `a` (the 16-bit calls' masks and slopes).
-py::array as_float32(const py::array& a) {
-  if (!a) return a;
-  return py::module_::import("numpy").attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
-}
-
 // The 16-bit paths of scaled_dot_product_attention: float16 arrays (out float16), or float32 arrays
 // computed in bfloat16 (rounded once on entry, out the float32 result, not rounded); lse float32.
 py::object sdpa_16bit(Call& call, const py::array& q, const py::array& k, const py::array& v, const MaskArgs& m,
@@ -171,8 +165,7 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
     mk.causal = m.causal, mk.fill = m.fill, mk.window = win;
     mk.segment_ids_q = segment_view(segments.q);
     mk.segment_ids_k = segment_view(segments.k);
-    const py::array slopes32 = as_float32(slopes);
-    if (slopes32) mk.alibi_slopes = cview<float>(slopes32);
+    if (slopes) mk.alibi_slopes = cview<float>(slopes);  // float32 in a 16-bit call (Call::same_dtype)
     return sdpa_16bit(call, q, k, v, m, mk, options, out_shape, lse_shape, return_lse);
   }
   return dispatch(call.dtype(), [&](auto tag) -> py::object {

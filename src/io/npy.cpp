@@ -515,9 +515,9 @@ NpyArray read_npy(const std::string& path) {
   const std::size_t at_most = sized ? std::min(header->data_bytes, static_cast<std::size_t>(st.st_size)) : header->data_bytes;
   const detail::MemoryReservation room(at_most, cat(path, ": the data of ", what).c_str());
   read_until(end + chunk.size() + 1);
-  if (const std::size_t after = content.size() - std::min(content.size(), end); after > 0)
-    fail(path, ": the file has ", after > chunk.size() ? cat("more than ", chunk.size()) : cat(after), " bytes after the ",
-         header->data_bytes, " data bytes of ", what, "; a .npy file ends with its data");
+  if (content.size() > end + chunk.size())  // more than parse_npy is shown; it names the exact count of fewer
+    fail(path, ": the file has more than ", chunk.size(), " bytes after the ", header->data_bytes, " data bytes of ", what,
+         "; a .npy file ends with its data");
   return parse_npy(content, path);
 }
 
