@@ -48,6 +48,24 @@ std::vector<float> stored(KvDtype type, const float* x, index_t count) {
   return out;
 }
 
+// Queries as attend over an int8 cache uses them, from the rule in kv_cache.hpp: each row rounded to
+// integers of 16 bits times sigma = max|q| / 32767; a row whose largest magnitude is not finite or
+// below 2^-100 as given.
+Tensor<float> as_attended(KvDtype type, const Tensor<float>& q) {
+  Tensor<float> out = q;
+  if (type != KvDtype::int8) return out;
+  const index_t d = q.shape().back();
+  for (index_t row = 0; row < q.numel() / d; ++row) {
+    float* x = out.data() + row * d;
+    float top = 0;
+    for (index_t c = 0; c < d; ++c) top = std::isnan(x[c]) ? INFINITY : std::max(top, std::abs(x[c]));
+    if (!std::isfinite(top) || top < 0x1p-100f) continue;
+    const float sigma = top / 32767.0f;
+    for (index_t c = 0; c < d; ++c) x[c] = std::nearbyint(x[c] * (32767.0f / top)) * sigma;
+  }
+  return out;
+}
+
 constexpr index_t kHeads = 4, kKvHeads = 2, kDim = 64, kBlock = 16;
 
 // A sequence's appended keys and values (kv_heads, L, d), as given and as the cache must store them.
@@ -124,6 +142,7 @@ TEST_P(KvCacheTypes, AttendMatchesTheReferenceOverTheStoredKeysAndValues) {
     EXPECT_EQ(cache.values(seq).values(), v.values()) << "sequence " << seq;
     for (const index_t n : {1, 3, 9}) {  // decode in place (up to 4), and a prompt's queries
       const Tensor<float> q = random_tensor<float>({kHeads, n, kDim}, 50 + static_cast<std::uint64_t>(n), -2, 2);
+      const Tensor<float> q_used = as_attended(type, q);
       for (std::size_t o = 0; o < variants.size(); ++o) {
         Tensor<float> out({kHeads, n, kDim});
         cache.attend(out.view(), seq, q.view(), variants[o]);
@@ -131,8 +150,8 @@ TEST_P(KvCacheTypes, AttendMatchesTheReferenceOverTheStoredKeysAndValues) {
         Tensor<float> ref32;
         {
           ScopedBackend reference(Backend::reference);
-          oracle = expected<double>(q, k, v, variants[o]);
-          ref32 = expected<float>(q, k, v, variants[o]);
+          oracle = expected<double>(q_used, k, v, variants[o]);
+          ref32 = expected<float>(q_used, k, v, variants[o]);
         }
         EXPECT_TRUE(testing::within_error_budget(out, ref32, oracle)) << "sequence " << seq << ", n " << n << ", variant " << o;
       }
@@ -173,6 +192,56 @@ TEST(KvCacheInt8, DequantisedValuesWithinTheStatedBound) {
       for (index_t c = g; c < g + 32; ++c)
         ASSERT_LE(std::abs(static_cast<double>(back(0, r, c)) - k(0, r, c)), bound) << r << ", " << c;
     }
+}
+
+// The query rounding of kv_cache.hpp: each element within sigma / 2 of the query as given, up to
+// float32's rounding (so a score within sigma / 2 sum|k_c|); attend over int8 keys as the reference over the rounded query, decoding
+// (n = 1) and for a prompt (n = 6), in every SIMD target, for a head_dim past the decode path's
+// buffer on the stack (1056), a row of tiny values (used as given) and a row with a NaN (out NaN).
+TEST(KvCacheInt8, QueriesRoundedToSixteenBitsAsStated) {
+  for (const index_t d : {32, 1056}) {
+    KvCache cache(1, 1, d, {.dtype = KvDtype::int8, .block_size = 16});
+    const Tensor<float> k = random_tensor<float>({1, 40, d}, 11, -3, 3), v = random_tensor<float>({1, 40, d}, 12);
+    cache.append(0, k.view(), v.view());
+    const Tensor<float> ks = cache.keys(0), vs = cache.values(0);
+    for (const index_t n : {1, 6}) {
+      Tensor<float> q = random_tensor<float>({2, n, d}, 13 + static_cast<std::uint64_t>(n), -4, 4);
+      for (index_t c = 0; c < d; ++c) q(1, 0, c) *= 1e-31f;  // below 2^-100 ~ 7.9e-31: as given
+      const Tensor<float> rounded = as_attended(KvDtype::int8, q);
+      for (index_t i = 0; i < n; ++i) {
+        float top = 0;
+        for (index_t c = 0; c < d; ++c) top = std::max(top, std::abs(q(0, i, c)));
+        for (index_t c = 0; c < d; ++c)  // up to float32's rounding of q / sigma (32767 2^-24 < 2^-9) and of r sigma
+          ASSERT_LE(std::abs(static_cast<double>(rounded(0, i, c)) - q(0, i, c)),
+                    top / 32767.0 * (0.5 + 0x1p-9) + top * 0x1p-24);
+      }
+      EXPECT_NE(rounded.values(), q.values());
+      Tensor<float> out({2, n, d});
+      cache.attend(out.view(), 0, q.view(), {.causal = Causal::none});
+      for (const auto& [name, query] : {std::pair{"rounded", rounded}, std::pair{"given", q}}) {
+        Tensor<double> oracle;
+        Tensor<float> ref32;
+        {
+          ScopedBackend reference(Backend::reference);
+          auto run = [&]<class T>(T) {
+            const Tensor<T> q4 = convert<T>(query), k4 = convert<T>(ks), v4 = convert<T>(vs);
+            Tensor<T> o({1, 2, n, d});
+            sdpa_forward<T>(o.view(), {}, {}, TensorView<const T>(q4.data(), {1, 2, n, d}),
+                            TensorView<const T>(k4.data(), {1, 1, 40, d}), TensorView<const T>(v4.data(), {1, 1, 40, d}));
+            return Tensor<T>({2, n, d}, std::vector<T>(o.values().begin(), o.values().end()));
+          };
+          oracle = run(0.0), ref32 = run(0.0f);
+        }
+        const bool close = testing::within_error_budget(out, ref32, oracle);
+        EXPECT_EQ(close, std::string(name) == "rounded") << name << " query, d " << d << ", n " << n;
+      }
+    }
+    Tensor<float> q = random_tensor<float>({1, 1, d}, 20);
+    q(0, 0, d / 2) = NAN;
+    Tensor<float> out({1, 1, d});
+    cache.attend(out.view(), 0, q.view());
+    for (index_t c = 0; c < d; ++c) ASSERT_TRUE(std::isnan(out(0, 0, c))) << c;
+  }
 }
 
 TEST(KvCacheBlocks, TruncateResetAndAppendReuseBlocks) {

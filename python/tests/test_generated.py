@@ -33,7 +33,7 @@ from hypothesis import assume, given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import attn  # noqa: E402
-from test_half import bf16, stored  # noqa: E402  (bfloat16 rounding; what a KV cache keeps)
+from test_half import attended, bf16, stored  # noqa: E402  (bfloat16 rounding; what a KV cache keeps and uses)
 
 try:
     import torch
@@ -844,11 +844,12 @@ def test_kv_cache_attends_as_sdpa_over_the_stored_keys(batch, kv_heads, group, s
                                                       alibi_slopes=slopes, softcap=softcap, scale=scale)[0]
             c = {"rank": 4, "scale": scale, "softcap": softcap, "causal": causal, "window": window, "fill": "exclude",
                  "dtype": "float32", "scores_shape": (1, heads, n, k.shape[1])}
-            a = {"q": queries[seq][None].astype(np.float64), "k": k[None].astype(np.float64),
-                 "v": v[None].astype(np.float64), "slopes": slopes}
-            exact, low = attention(a, c, np.float64), attention(a, c, np.float32)
-            within_rule(got, low["out"][0], exact["out"][0], f"cache seq {seq}", floor=exact["floor"]["out"])
-            within_rule(plain, low["out"][0], exact["out"][0], f"sdpa seq {seq}", floor=exact["floor"]["out"])
+            # The cache attends with the queries as its type uses them (int8: rounded to 16 bits).
+            for name, out, q in (("cache", got, attended(queries[seq], storage_type)), ("sdpa", plain, queries[seq])):
+                a = {"q": q[None].astype(np.float64), "k": k[None].astype(np.float64),
+                     "v": v[None].astype(np.float64), "slopes": slopes}
+                exact, low = attention(a, c, np.float64), attention(a, c, np.float32)
+                within_rule(out, low["out"][0], exact["out"][0], f"{name} seq {seq}", floor=exact["floor"]["out"])
 
 
 # ---- failures found, minimised ------------------------------------------------------------------

@@ -87,6 +87,19 @@ def stored(x, dtype):
     return x
 
 
+def attended(q, dtype):
+    """Queries (..., d) as a cache of `dtype` attends with them, from the definitions: over int8 keys
+    each row rounded to 16-bit integers times sigma = max|q| / 32767 (as given where max|q| is not
+    finite or below 2^-100)."""
+    q = np.asarray(q, np.float32)
+    if dtype != "int8":
+        return q
+    top = np.abs(q).max(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        r = np.rint(q * (np.float32(32767) / top)) * (top / np.float32(32767))
+    return np.where(np.isfinite(top) & (top >= np.float32(2.0**-100)), r, q).astype(np.float32)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "int8"])
 def test_kv_cache_attends_like_sdpa_over_what_it_stores(rng, dtype):
     cache = attn.KVCache(3, 2, 64, dtype=dtype, block_size=16)
@@ -106,7 +119,7 @@ def test_kv_cache_attends_like_sdpa_over_what_it_stores(rng, dtype):
             q = rng.standard_normal((4, n, 64)).astype(np.float32)
             out = cache.attend(q, seq=seq)
             assert out.shape == q.shape and out.dtype == np.float32
-            exact = reference(q, stored(k, dtype), stored(v, dtype), causal="bottom_right")
+            exact = reference(attended(q, dtype), stored(k, dtype), stored(v, dtype), causal="bottom_right")
             np.testing.assert_allclose(out, exact, rtol=0, atol=2e-5)
     # Every sequence at once, one new query each; a float16 query is widened.
     q = rng.standard_normal((3, 4, 1, 64)).astype(np.float32)

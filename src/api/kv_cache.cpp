@@ -44,6 +44,27 @@ KvType kv_type(KvDtype t) {
   return KvType::f32;
 }
 
+// Queries (1, heads, n, head_dim) as attend over an int8 cache uses them (kv_cache.hpp): each row
+// rounded to integers of 16 bits times its scale sigma = max|q| / 32767, as the decode path rounds it
+// (simd/sdpa_decode.cpp, RoundQuery); a row whose largest magnitude is not finite or below 2^-100 as
+// it is. For the queries of a prompt, whose keys are gathered into float32.
+Tensor<float> rounded_queries(TensorView<const float> q) {
+  Tensor<float> out(q.shape());
+  const index_t d = q.dim(3);
+  float* to = out.data();
+  for (index_t h = 0; h < q.dim(1); ++h)
+    for (index_t i = 0; i < q.dim(2); ++i, to += d) {
+      float top = 0;
+      bool finite = true;
+      for (index_t c = 0; c < d; ++c) top = std::max(top, std::abs(q(0, h, i, c))), finite = finite && std::isfinite(q(0, h, i, c));
+      const float inv = 32767.0f / top, sigma = top / 32767.0f;
+      for (index_t c = 0; c < d; ++c)
+        to[c] = finite && top >= 0x1p-100f ? std::clamp(std::nearbyint(q(0, h, i, c) * inv), -32768.0f, 32767.0f) * sigma
+                                           : q(0, h, i, c);
+    }
+  return out;
+}
+
 // One block: keys and values (kv_heads, block_size, head_dim) in the storage type, and for int8 one
 // scale per 32 of them.
 struct Block {
@@ -348,7 +369,9 @@ void KvCache::attend(TensorView<float> out, index_t seq, TensorView<const float>
     return;
   }
   const Tensor<float> keys = s.gather(seq, false), values = s.gather(seq, true);
-  sdpa_forward<float>(o, {}, {}, q, with_batch_of_one(keys.view()), with_batch_of_one(values.view()), mask, sdpa);
+  const Tensor<float> rounded = s.options.dtype == KvDtype::int8 ? rounded_queries(q) : Tensor<float>();
+  sdpa_forward<float>(o, {}, {}, rounded.numel() > 0 ? rounded.view() : q, with_batch_of_one(keys.view()),
+                      with_batch_of_one(values.view()), mask, sdpa);
 }
 
 void KvCache::attend(TensorView<float> out, TensorView<const float> queries, const KvAttendOptions& options) const {
