@@ -32,8 +32,10 @@ struct CountedAllocator {
     }
   }
   void deallocate(T* p, std::size_t count) {
-    CacheLineAllocator<T>().deallocate(p, count);
+    // Released before the delete: the size, computed by std::vector from the pointers, is then not
+    // used after it (GCC 12 warned -Wuse-after-free on every Buffer's destructor).
     release_memory(count * sizeof(T));
+    CacheLineAllocator<T>().deallocate(p, count);
   }
   template <class U>
   bool operator==(const CountedAllocator<U>&) const {
