@@ -211,14 +211,16 @@ TEST(KvCacheInt8, QueriesRoundedToSixteenBitsAsStated) {
       for (index_t i = 0; i < n; ++i) {
         float top = 0;
         for (index_t c = 0; c < d; ++c) top = std::max(top, std::abs(q(0, i, c)));
-        for (index_t c = 0; c < d; ++c)  // up to float32's rounding of q / sigma (32767 2^-24 < 2^-9) and of r sigma
+        for (index_t c = 0; c < d; ++c)  // up to float32's rounding of q / sigma (2^-7 sigma) and of r sigma
           ASSERT_LE(std::abs(static_cast<double>(rounded(0, i, c)) - q(0, i, c)),
-                    top / 32767.0 * (0.5 + 0x1p-9) + top * 0x1p-24);
+                    top / 32767.0 * (0.5 + 0x1p-7) + top * 0x1p-24);
       }
       EXPECT_NE(rounded.values(), q.values());
       Tensor<float> out({2, n, d});
       cache.attend(out.view(), 0, q.view(), {.causal = Causal::none});
-      for (const auto& [name, query] : {std::pair{"rounded", rounded}, std::pair{"given", q}}) {
+      for (const auto& named : {std::pair{"rounded", rounded}, std::pair{"given", q}}) {
+        const std::string name = named.first;
+        const Tensor<float>& query = named.second;  // (a structured binding: clang's lambdas cannot capture it)
         Tensor<double> oracle;
         Tensor<float> ref32;
         {
@@ -233,7 +235,7 @@ TEST(KvCacheInt8, QueriesRoundedToSixteenBitsAsStated) {
           oracle = run(0.0), ref32 = run(0.0f);
         }
         const bool close = testing::within_error_budget(out, ref32, oracle);
-        EXPECT_EQ(close, std::string(name) == "rounded") << name << " query, d " << d << ", n " << n;
+        EXPECT_EQ(close, name == "rounded") << name << " query, d " << d << ", n " << n;
       }
     }
     Tensor<float> q = random_tensor<float>({1, 1, d}, 20);
@@ -242,6 +244,58 @@ TEST(KvCacheInt8, QueriesRoundedToSixteenBitsAsStated) {
     cache.attend(out.view(), 0, q.view());
     for (index_t c = 0; c < d; ++c) ASSERT_TRUE(std::isnan(out(0, 0, c))) << c;
   }
+}
+
+// Rounding to nearest even: max|q| = 32767 makes sigma 1, so 2.5 rounds to 2 and 3.5 to 4 (away from
+// zero, 3 and 4; the scores 0.01 (127 r1 + 100 r2) then differ by 1.27, and the weights of the two
+// keys by far more than float32's error). And keys so large (1e33) that the sum of the rounded
+// query's products before sigma, 32767 / max|q| times q . k, overflows float32 where q . k does not:
+// the decode path computes such a row with the query as given, as the prompt path does.
+TEST(KvCacheInt8, RoundsTiesToEvenAndHugeKeysStayFinite) {
+  KvCache cache(1, 1, 32, {.dtype = KvDtype::int8});
+  Tensor<float> k({1, 2, 32}), v({1, 2, 32});
+  k(0, 0, 0) = 127, k(0, 0, 1) = 100;  // stored exactly (scale 1); key 1 all 0
+  for (index_t c = 0; c < 32; ++c) v(0, 0, c) = 1, v(0, 1, c) = -1;
+  cache.append(0, k.view(), v.view());
+  Tensor<float> q({1, 1, 32});
+  q(0, 0, 0) = 2.5f, q(0, 0, 1) = 3.5f, q(0, 0, 2) = 32767;
+  const Tensor<float> rounded = as_attended(KvDtype::int8, q);
+  ASSERT_EQ(rounded(0, 0, 0), 2.0f);
+  ASSERT_EQ(rounded(0, 0, 1), 4.0f);
+  auto sdpa_of = [&](const Tensor<float>& query, const Tensor<float>& keys, index_t m, double scale) {
+    Tensor<double> o({1, 1, 1, 32});
+    const Tensor<double> q64 = convert<double>(query), k64 = convert<double>(keys), v64 = convert<double>(cache.values(0));
+    SdpaOptions so;
+    so.scale = scale;
+    sdpa_forward<double>(o.view(), {}, {}, TensorView<const double>(q64.data(), {1, 1, 1, 32}),
+                         TensorView<const double>(k64.data(), {1, 1, m, 32}), TensorView<const double>(v64.data(), {1, 1, m, 32}),
+                         {}, so);
+    return o;
+  };
+  for (const index_t n : {1, 5}) {  // decode, and a prompt (the same query five times)
+    Tensor<float> qn({1, n, 32}), out({1, n, 32});
+    for (index_t i = 0; i < n; ++i)
+      for (index_t c = 0; c < 32; ++c) qn(0, i, c) = q(0, 0, c);
+    cache.attend(out.view(), 0, qn.view(), {.causal = Causal::none, .scale = 0.01});
+    const Tensor<double> want = sdpa_of(rounded, cache.keys(0), 2, 0.01);
+    for (index_t i = 0; i < n; ++i)
+      for (index_t c = 0; c < 32; ++c) EXPECT_NEAR(out(0, i, c), want(0, 0, 0, c), 1e-5) << "n " << n << ", i " << i;
+  }
+  KvCache huge(1, 1, 32, {.dtype = KvDtype::int8});
+  Tensor<float> big({1, 2, 32});
+  for (index_t c = 0; c < 32; ++c) big(0, 0, c) = 1e33f, big(0, 1, c) = -1e33f;
+  huge.append(0, big.view(), v.view());
+  for (const float scale_of_q : {1.0f, 1e-30f})
+    for (const index_t n : {1, 5}) {
+      Tensor<float> qn({1, n, 32}), out({1, n, 32});
+      for (index_t i = 0; i < qn.numel(); ++i) qn[i] = scale_of_q;  // q . k = +-32e33 max|q|
+      huge.attend(out.view(), 0, qn.view(), {.causal = Causal::none, .scale = 1e-33});
+      const Tensor<double> want = sdpa_of(as_attended(KvDtype::int8, qn), huge.keys(0), 2, 1e-33);
+      for (index_t c = 0; c < 32; ++c) {
+        ASSERT_TRUE(std::isfinite(out(0, 0, c))) << "max|q| " << scale_of_q << ", n " << n;
+        EXPECT_NEAR(out(0, 0, c), want(0, 0, 0, c), 1e-5) << "max|q| " << scale_of_q << ", n " << n;
+      }
+    }
 }
 
 TEST(KvCacheBlocks, TruncateResetAndAppendReuseBlocks) {

@@ -13,12 +13,13 @@
 // round(x / s), so a dequantised value is within s / 2 = max|x| / 254 of the appended one, up to
 // float32's rounding (where s falls below float32's normal range, max|x| < 127 * 2^-126 ~ 1.5e-36, its
 // subnormal rounding adds at most 2^-143 ~ 1.1e-43); head_dim must be a multiple of 32. Attention
-// computes in float32 over the values as stored. Over int8 keys each query row is rounded to integers
-// of 16 bits, q ~ r sigma with sigma = max|q| / 32767 and r = round(q / sigma) (to nearest even), and
-// its products with the stored integers are summed in integers (ggml rounds a query to 8 bits): a
-// score q . k moves by at most sigma / 2 sum|k_c| (k as stored; up to float32's rounding of q / sigma,
-// under sigma 2^-9), a 65534th of max|q| sum|k_c|, where the keys' own rounding moves it by up to
-// sum|q_c| max|k| / 254. A row whose largest magnitude is not finite or below 2^-100 is used as given.
+// computes in float32 over the values as stored. Over int8 keys each query row is rounded to
+// integers of 16 bits, q ~ r sigma with sigma = max|q| / 32767 and r = round(q / sigma) (to nearest
+// even in the default rounding mode), and its products with the stored integers are summed in
+// integers (ggml rounds a query to 8 bits): a score q . k moves by at most sigma / 2 sum|k_c| (k as
+// stored; float32's rounding of q / sigma adds under sigma 2^-7 an element), a 65534th of max|q|
+// sum|k_c|, where the keys' own rounding moves it by up to sum|q_c| max|k| / 254. A row whose
+// largest magnitude is not finite or below 2^-100 is used as given.
 //
 // attend runs attention of n new queries over the sequence's keys (n >= 1; heads a multiple of
 // kv_heads, grouped-query attention), causal aligned bottom-right by default (query i of n sees the

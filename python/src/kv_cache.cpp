@@ -157,7 +157,7 @@ dtype: "float32", "bfloat16", "float16" (rounded to nearest even) or "int8" (one
   32 values, ggml's q8_0: within max|x|/254 of the value appended, plus at most 2^-143 where
   max|x| < 1.5e-36 and the scale is subnormal; head_dim a multiple of 32; attend rounds each query
   row to 16-bit integers times max|q|/32767 for its products with the int8 keys, moving a score by at
-  most max|q|/65534 * sum|k|, as kv_cache.hpp states).
+  most max|q|/65534 * sum|k| up to float32's rounding, as kv_cache.hpp states).
 capacity: tokens per sequence allocated up front (0: as sequences grow); with grow=False an append
   past them raises ValueError (capacity=0 with grow=False is refused). An append to every sequence
   stores nothing if any sequence's tokens are refused.

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "api/checks.hpp"
 #include "api/decode_rows.hpp"
@@ -45,22 +47,20 @@ KvType kv_type(KvDtype t) {
 }
 
 // Queries (1, heads, n, head_dim) as attend over an int8 cache uses them (kv_cache.hpp): each row
-// rounded to integers of 16 bits times its scale sigma = max|q| / 32767, as the decode path rounds it
-// (simd/sdpa_decode.cpp, RoundQuery); a row whose largest magnitude is not finite or below 2^-100 as
-// it is. For the queries of a prompt, whose keys are gathered into float32.
+// r sigma as the decode path rounds it (fused::round_query), or as given. For the queries of a
+// prompt, whose keys are gathered into float32.
 Tensor<float> rounded_queries(TensorView<const float> q) {
   Tensor<float> out(q.shape());
   const index_t d = q.dim(3);
+  std::vector<float> row(static_cast<std::size_t>(d));
+  std::vector<std::int16_t> r(static_cast<std::size_t>(d));
   float* to = out.data();
   for (index_t h = 0; h < q.dim(1); ++h)
     for (index_t i = 0; i < q.dim(2); ++i, to += d) {
-      float top = 0;
-      bool finite = true;
-      for (index_t c = 0; c < d; ++c) top = std::max(top, std::abs(q(0, h, i, c))), finite = finite && std::isfinite(q(0, h, i, c));
-      const float inv = 32767.0f / top, sigma = top / 32767.0f;
+      for (index_t c = 0; c < d; ++c) row[static_cast<std::size_t>(c)] = q(0, h, i, c);
+      const float sigma = cpu::fused::round_query(cpu::simd::current(), row.data(), d, r.data());
       for (index_t c = 0; c < d; ++c)
-        to[c] = finite && top >= 0x1p-100f ? std::clamp(std::nearbyint(q(0, h, i, c) * inv), -32768.0f, 32767.0f) * sigma
-                                           : q(0, h, i, c);
+        to[c] = sigma != 0 ? static_cast<float>(r[static_cast<std::size_t>(c)]) * sigma : row[static_cast<std::size_t>(c)];
     }
   return out;
 }

@@ -4,8 +4,10 @@
 // simd/fused.hpp, pass 1).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 #include "attn/config.hpp"
 #include "cpu/bf16/dot_bf16.hpp"
@@ -19,15 +21,19 @@
 namespace attn::cpu {
 namespace {
 
-// The decode path's partial results of `parts` (row, chunk) pairs with value size v.
+// The decode path's partial results of `parts` (row, chunk) pairs with value size v, and for int8
+// keys each of `rounded_rows` query rows of d elements rounded (fused::round_query).
 template <class T>
 struct DecodeBuffers {
   T* part_out;       // (parts, v)
   T* part_max;       // (parts)
   double* part_sum;  // (parts)
-  DecodeBuffers(Carve& c, std::size_t parts, index_t v)
+  std::int16_t* rounded;  // (rounded_rows, d)
+  float* sigma;           // (rounded_rows)
+  DecodeBuffers(Carve& c, std::size_t parts, index_t v, std::size_t rounded_rows, index_t d)
       : part_out(c.take<T>(parts * static_cast<std::size_t>(v))), part_max(c.take<T>(parts)),
-        part_sum(c.take<double>(parts)) {}
+        part_sum(c.take<double>(parts)), rounded(c.take<std::int16_t>(rounded_rows * static_cast<std::size_t>(d))),
+        sigma(c.take<float>(rounded_rows)) {}
 };
 
 // The decode path (simd/fused.hpp): key chunks sized from the shape alone (about 16 tasks over all
@@ -38,8 +44,17 @@ void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr,
   const index_t B = a.q.B, H = a.q.H, Hk = a.k.H, n = a.q.R, m = a.k.R, dv = a.v.C;
   const index_t chunks = fused::key_chunks(B * Hk, m / 256);
   const index_t chunk_keys = std::max<index_t>(1, (m + chunks - 1) / chunks);
-  Scratch<DecodeBuffers<T>> buf(static_cast<std::size_t>(B * H * n * chunks), dv);
-  const fused::SdpaDecode<T> p{f, chunk_keys, chunks, buf->part_out, buf->part_max, buf->part_sum, keys, values};
+  const bool int8 = keys != nullptr && keys->type == fused::KvType::i8;
+  const auto rows = static_cast<std::size_t>(B * H * n);
+  Scratch<DecodeBuffers<T>> buf(rows * static_cast<std::size_t>(chunks), dv, int8 ? rows : 0, a.q.C);
+  fused::SdpaDecode<T> p{f, chunk_keys, chunks, buf->part_out, buf->part_max, buf->part_sum, keys, values};
+  if constexpr (std::is_same_v<T, float>) {
+    if (int8) {  // each query row rounded once, before the threads share it
+      for (index_t r = 0; r < B * H * n; ++r)
+        buf->sigma[r] = fused::round_query(f.simd, a.q.row(r / n / H, r / n % H, r % n), a.q.C, buf->rounded + r * a.q.C);
+      p.rounded = buf->rounded, p.sigma = buf->sigma;
+    }
+  }
 #pragma omp parallel for schedule(dynamic, 1) if (B * Hk * chunks > 1)
   for (index_t t = 0; t < B * Hk * chunks; ++t)
     fused::sdpa_decode_chunk<T>(p, t / chunks / Hk, t / chunks % Hk, t % chunks);

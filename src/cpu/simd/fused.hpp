@@ -198,6 +198,13 @@ struct KvRows {
   index_t run(index_t j) const { return blocks == nullptr ? std::numeric_limits<index_t>::max() : block_size - j % block_size; }
 };
 
+// A float query row of d elements (a multiple of 32) rounded for an int8 cache's keys
+// (attn/kv_cache.hpp states the rule): r = round(q / sigma) to nearest even with sigma = max|q| /
+// 32767, returning sigma; 0 (r untouched) where the row is used as given, its largest magnitude not
+// finite or below 2^-100. The decode path and the prompt path (api/kv_cache.cpp) both round
+// through it; every SIMD target rounds alike.
+float round_query(simd::Target target, const float* q, index_t d, std::int16_t* r);
+
 template <class T>
 struct SdpaDecode {
   SdpaForward<T> f;
@@ -207,6 +214,9 @@ struct SdpaDecode {
   double* part_sum;    // (B, H, n, chunks)
   const KvRows* keys = nullptr;    // when given (float only), read instead of the plan's k and v data
   const KvRows* values = nullptr;
+  // int8 keys: each query row rounded (B, H, n, d) and its sigma (B, H, n), 0 for a row used as given.
+  const std::int16_t* rounded = nullptr;
+  const float* sigma = nullptr;
 };
 
 // Keys of chunk `chunk` of key head hk of batch b for every query row of the heads that read it: the

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/simd/sdpa_decode.cpp"
@@ -92,12 +91,10 @@ HWY_INLINE hn::Vec<D> DotScaledLanes(D d, const float* HWY_RESTRICT q, const std
   return hn::Add(total0, total1);
 }
 
-// A float query row rounded to 16-bit integers for the dot products with an int8 cache's keys
-// (kv_cache.hpp states the rule): rounded = round(q / sigma) with sigma = max|q| / 32767, and
-// sigma returned; 0 where the row is used as given (its largest magnitude not finite, or below 2^-100,
-// where sigma would lose bits).
-template <class D>
-HWY_INLINE float RoundQuery(D d, const float* HWY_RESTRICT q, index_t dim, std::int16_t* HWY_RESTRICT rounded) {
+// round_query (fused.hpp) on this target: every target rounds alike (the maximum is exact, and
+// NearestInt rounds to nearest even).
+float RoundQueryRow(const float* HWY_RESTRICT q, index_t dim, std::int16_t* HWY_RESTRICT rounded) {
+  const hn::ScalableTag<float> d;
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   auto top = hn::Zero(d), poison = hn::Zero(d);  // poison: NaN where an element is not finite
   for (index_t c = 0; c < dim; c += L) {  // dim a multiple of 32, so of L
@@ -107,8 +104,8 @@ HWY_INLINE float RoundQuery(D d, const float* HWY_RESTRICT q, index_t dim, std::
   }
   const float m = hn::GetLane(hn::MaxOfLanes(d, top));
   if (std::isnan(hn::GetLane(hn::SumOfLanes(d, poison))) || !(m >= 0x1p-100f)) return 0;
-  const auto inv = hn::Set(d, 32767.0f / m);
-  const hn::Rebind<std::int16_t, D> dw;
+  const auto inv = hn::Set(d, 32767.0f / m);  // |q inv| <= 32767 (1 + 2^-23): within int16
+  const hn::Rebind<std::int16_t, decltype(d)> dw;
   for (index_t c = 0; c < dim; c += L)
     hn::StoreU(hn::DemoteTo(dw, hn::NearestInt(hn::Mul(hn::LoadU(d, q + c), inv))), dw, rounded + c);
   return m / 32767.0f;
@@ -212,14 +209,15 @@ struct NextRows {
 
 // s[0, cnt) = q . k_j for the tile's keys, d elements each; `then`: the rows read next. Rows one
 // after another: reading four rows side by side was measured 40% slower (keys alone, one thread,
-// (32,1,8192,128): 14.2 ms against 10.1 ms). In float, the lanes of four rows are summed in one reduction (SumOfLanes4)
-// where d is a multiple of the lanes. Returns the factor the scores still need: an int8 cache's keys
-// are multiplied by the query rounded to integers (RoundQuery), whose scale sigma it returns; 1 else.
-// (Rounded, the int8 decode (32,1,8192,128) took 1.86-1.96 ms on a Zen 5, against 2.00-2.09 ms with
-// the query in float, three alternated runs; with its data in the cache, one thread, 10.0-10.7 ns a
-// token against 12.3-13.0.)
+// (32,1,8192,128): 14.2 ms against 10.1 ms). In float, the lanes of four rows are summed in one
+// reduction (SumOfLanes4) where d is a multiple of the lanes. An int8 cache's keys are multiplied
+// by the query rounded to integers (rounded, sigma: round_query) where sigma is not 0. (Rounded,
+// the int8 decode (32,1,8192,128) took 1.86-1.96 ms on a Zen 5, against 2.00-2.09 ms with the query
+// in float, three alternated runs; with its data in the cache, one thread, 10.0-10.7 ns a token
+// against 12.3-13.0.)
 template <class D, class T, class E>
-T Dots(D d, const T* q, const TileRows<E>& k, index_t dim, index_t cnt, T* s, const NextRows<E>& then) {
+void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileRows<E>& k, index_t dim, index_t cnt,
+          T* s, const NextRows<E>& then) {
   const index_t ahead = RowsAhead<E>(dim);
   auto prefetch = [&](index_t j) {
     if (j + ahead < cnt) PrefetchRow(k, j + ahead, dim);
@@ -227,13 +225,7 @@ T Dots(D d, const T* q, const TileRows<E>& k, index_t dim, index_t cnt, T* s, co
   };
   index_t j = 0;
   if constexpr (std::is_same_v<T, float> && std::is_same_v<E, std::int8_t>) {
-    // An int8 cache's keys against the query rounded to 16-bit integers (a longer row than the stack
-    // holds in a buffer of its own).
-    constexpr index_t kOnStack = 1024;
-    HWY_ALIGN std::int16_t on_stack[kOnStack];
-    std::vector<std::int16_t> on_heap(dim > kOnStack ? static_cast<std::size_t>(dim) : 0);
-    std::int16_t* rounded = dim > kOnStack ? on_heap.data() : on_stack;
-    if (const float sigma = RoundQuery(d, q, dim, rounded); sigma != 0) {
+    if (sigma != 0) {  // an int8 cache's keys against the query rounded to integers (round_query)
 #if HWY_TARGET != HWY_SCALAR
       for (; j + 4 <= cnt; j += 4) {
         hn::Vec<D> lanes[4];
@@ -248,7 +240,23 @@ T Dots(D d, const T* q, const TileRows<E>& k, index_t dim, index_t cnt, T* s, co
         prefetch(j);
         s[j] = hn::GetLane(hn::SumOfLanes(d, DotRoundedLanes(d, rounded, k.row(j), k.scale(j), dim)));
       }
-      return sigma;
+      // Times sigma; a sum of up to 32767 / max|q| times q . k can overflow where q . k does not
+      // (keys near 1e34 max|q|): such a row again with the query as given.
+      const index_t L = static_cast<index_t>(hn::Lanes(d));
+      const auto vsigma = hn::Set(d, sigma);
+      auto poison = hn::Zero(d);  // NaN where a score is not finite
+      j = 0;
+      for (; j + L <= cnt; j += L) {
+        const auto x = hn::Mul(hn::Load(d, s + j), vsigma);
+        poison = hn::Add(poison, hn::Mul(x, hn::Zero(d)));
+        hn::Store(x, d, s + j);
+      }
+      bool overflow = std::isnan(hn::GetLane(hn::SumOfLanes(d, poison)));
+      for (; j < cnt; ++j) s[j] *= sigma, overflow = overflow || !std::isfinite(s[j]);
+      if (overflow)
+        for (j = 0; j < cnt; ++j)
+          if (!std::isfinite(s[j])) s[j] = hn::GetLane(hn::SumOfLanes(d, DotScaledLanes(d, q, k.row(j), k.scale(j), dim)));
+      return;
     }
   }
 #if HWY_TARGET != HWY_SCALAR
@@ -276,7 +284,6 @@ T Dots(D d, const T* q, const TileRows<E>& k, index_t dim, index_t cnt, T* s, co
       s[j] = Dot(d, q, k.row(j), dim);
     }
   }
-  return T(1);
 }
 
 // o[c0, c0 + N L) += the weighted value rows of the tile, those whose weight is not 0, held in N
@@ -374,13 +381,14 @@ void ScaleAndCap(D d, T* s, index_t cnt, T scale, T softcap) {
 // and sum, and o += the tile's weighted values. s: kDecodeTile scratch; next_keys: the next tile's
 // keys.
 template <class D, class T, class E>
-void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, const TileRows<E>& keys,
+void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, const std::int16_t* rounded,
+                   float sigma, const TileRows<E>& keys,
                    const TileRows<E>& vals, const NextRows<E>& next_keys, index_t j0, index_t cnt, index_t bh,
                    index_t i, T* s, T* o, T& mx, double& sum) {
   const T inf = std::numeric_limits<T>::infinity();
   const T fill = a.mask.seeds_fill ? T(-1e6) : -inf;
-  const T rounding = Dots(d, q, keys, a.q.C, cnt, s, NextRows<E>{vals, cnt, a.v.C});
-  ScaleAndCap(d, s, cnt, a.scale * rounding, a.softcap);
+  Dots(d, q, rounded, sigma, keys, a.q.C, cnt, s, NextRows<E>{vals, cnt, a.v.C});
+  ScaleAndCap(d, s, cnt, a.scale, a.softcap);
   if (a.hook != nullptr) a.hook->modify(a.hook->ctx, s, 1, bh / a.q.H, bh % a.q.H, i, 1, j0, cnt);
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   T tile_max = -inf;
@@ -477,7 +485,9 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chun
         const RowMask<T> rm = a.mask.row(b, h, i);
         if (!a.mask.seeds_fill && (j0 >= rm.end || j0 + cnt <= rm.begin)) continue;
         const index_t r = slot(h, i);
-        DecodeTileRow(d, a, rm, a.q.row(b, h, i), keys, vals, next_keys, j0, cnt, b * H + h, i, s,
+        const index_t row = (b * H + h) * n + i;  // its rounding, for int8 keys
+        DecodeTileRow(d, a, rm, a.q.row(b, h, i), p.rounded == nullptr ? nullptr : p.rounded + row * a.q.C,
+                      p.sigma == nullptr ? 0.0f : p.sigma[row], keys, vals, next_keys, j0, cnt, b * H + h, i, s,
                       p.part_out + r * dv, p.part_max[r], p.part_sum[r]);
       }
   }
@@ -507,7 +517,12 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attn::cpu::fused {
 
+HWY_EXPORT(RoundQueryRow);
 HWY_EXPORT(DecodeChunkF32);
+
+float round_query(simd::Target target, const float* q, index_t d, std::int16_t* r) {
+  return ATTN_SIMD_CALL(target, RoundQueryRow)(q, d, r);
+}
 HWY_EXPORT(DecodeChunkF64);
 
 template <>
