@@ -212,9 +212,9 @@ struct NextRows {
 // (32,1,8192,128): 14.2 ms against 10.1 ms). In float, the lanes of four rows are summed in one
 // reduction (SumOfLanes4) where d is a multiple of the lanes. An int8 cache's keys are multiplied
 // by the query rounded to integers (rounded, sigma: round_query) where sigma is not 0. (Rounded,
-// the int8 decode (32,1,8192,128) took 1.86-1.96 ms on a Zen 5, against 2.00-2.09 ms with the query
-// in float, three alternated runs; with its data in the cache, one thread, 10.0-10.7 ns a token
-// against 12.3-13.0.)
+// the int8 decode (32,1,8192,128) took 5% to 10% less time on a Zen 5 with two threads, and 20%
+// less on its AVX2 path; with its data in the cache, one thread, 10.0-10.7 ns a token against
+// 12.3-13.0.)
 template <class D, class T, class E>
 void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileRows<E>& k, index_t dim, index_t cnt,
           T* s, const NextRows<E>& then) {
