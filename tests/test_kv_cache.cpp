@@ -195,9 +195,10 @@ TEST(KvCacheInt8, DequantisedValuesWithinTheStatedBound) {
 }
 
 // The query rounding of kv_cache.hpp: each element within sigma / 2 of the query as given, up to
-// float32's rounding (so a score within sigma / 2 sum|k_c|); attend over int8 keys as the reference over the rounded query, decoding
-// (n = 1) and for a prompt (n = 6), in every SIMD target, for a head_dim past the decode path's
-// buffer on the stack (1056), a row of tiny values (used as given) and a row with a NaN (out NaN).
+// float32's rounding (so a score within sigma / 2 sum|k_c|); attend over int8 keys as the reference
+// over the rounded query and not as the one over the query as given, decoding (n = 1) and for a
+// prompt (n = 6), in every SIMD target, for head_dim 32 and 1056, with a row of tiny values (used as
+// given) and a row with a NaN (out NaN).
 TEST(KvCacheInt8, QueriesRoundedToSixteenBitsAsStated) {
   for (const index_t d : {32, 1056}) {
     KvCache cache(1, 1, d, {.dtype = KvDtype::int8, .block_size = 16});
@@ -262,6 +263,7 @@ TEST(KvCacheInt8, RoundsTiesToEvenAndHugeKeysStayFinite) {
   const Tensor<float> rounded = as_attended(KvDtype::int8, q);
   ASSERT_EQ(rounded(0, 0, 0), 2.0f);
   ASSERT_EQ(rounded(0, 0, 1), 4.0f);
+  // The float64 reference over keys and values as stored (both caches were given the values v).
   auto sdpa_of = [&](const Tensor<float>& query, const Tensor<float>& keys, index_t m, double scale) {
     Tensor<double> o({1, 1, 1, 32});
     const Tensor<double> q64 = convert<double>(query), k64 = convert<double>(keys), v64 = convert<double>(cache.values(0));
