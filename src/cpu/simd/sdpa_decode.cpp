@@ -69,9 +69,22 @@ HWY_INLINE T Dot(D d, const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, index_t 
   return t;
 }
 
-// The lanes of the same over int8 elements, each 32 of them scaled by their float (dim a multiple of
-// 32): each group's products summed unscaled, then scaled once into one of two totals, two groups a
-// step.
+// The lanes of sum_g scales[g] group_dot(g) over the groups of 32 elements of an int8 row (dim a
+// multiple of 32): each group's lanes scaled once into one of two totals, two groups a step.
+template <class D, class GroupDot>
+HWY_INLINE hn::Vec<D> ScaledGroups(D d, const float* scales, index_t dim, const GroupDot& group_dot) {
+  auto total0 = hn::Zero(d), total1 = hn::Zero(d);
+  index_t g = 0;
+  for (; g + 64 <= dim; g += 64) {
+    total0 = hn::MulAdd(group_dot(g), hn::Set(d, scales[g / 32]), total0);
+    total1 = hn::MulAdd(group_dot(g + 32), hn::Set(d, scales[g / 32 + 1]), total1);
+  }
+  if (g < dim) total0 = hn::MulAdd(group_dot(g), hn::Set(d, scales[g / 32]), total0);
+  return hn::Add(total0, total1);
+}
+
+// The lanes of q . k over int8 elements, each 32 of them scaled by their float (dim a multiple of
+// 32): each group's products summed unscaled, then scaled once (ScaledGroups).
 template <class D>
 HWY_INLINE hn::Vec<D> DotScaledLanes(D d, const float* HWY_RESTRICT q, const std::int8_t* HWY_RESTRICT k,
                                      const float* scales, index_t dim) {
@@ -81,14 +94,7 @@ HWY_INLINE hn::Vec<D> DotScaledLanes(D d, const float* HWY_RESTRICT q, const std
     for (index_t c = g + L; c < g + 32; c += L) sum = hn::MulAdd(hn::LoadU(d, q + c), LoadWide(d, k + c), sum);
     return sum;
   };
-  auto total0 = hn::Zero(d), total1 = hn::Zero(d);
-  index_t g = 0;
-  for (; g + 64 <= dim; g += 64) {
-    total0 = hn::MulAdd(group_dot(g), hn::Set(d, scales[g / 32]), total0);
-    total1 = hn::MulAdd(group_dot(g + 32), hn::Set(d, scales[g / 32 + 1]), total1);
-  }
-  if (g < dim) total0 = hn::MulAdd(group_dot(g), hn::Set(d, scales[g / 32]), total0);
-  return hn::Add(total0, total1);
+  return ScaledGroups(d, scales, dim, group_dot);
 }
 
 // round_query (fused.hpp) on this target: every target rounds alike (the maximum is exact, and
@@ -133,14 +139,7 @@ HWY_INLINE hn::Vec<D> DotRoundedLanes(D d, const std::int16_t* HWY_RESTRICT roun
                                            even, odd);
     return hn::ConvertTo(d, hn::RearrangeToOddPlusEven(even, odd));
   };
-  auto total0 = hn::Zero(d), total1 = hn::Zero(d);
-  index_t g = 0;
-  for (; g + 64 <= dim; g += 64) {
-    total0 = hn::MulAdd(group_dot(g), hn::Set(d, scales[g / 32]), total0);
-    total1 = hn::MulAdd(group_dot(g + 32), hn::Set(d, scales[g / 32 + 1]), total1);
-  }
-  if (g < dim) total0 = hn::MulAdd(group_dot(g), hn::Set(d, scales[g / 32]), total0);
-  return hn::Add(total0, total1);
+  return ScaledGroups(d, scales, dim, group_dot);
 }
 
 #if HWY_TARGET != HWY_SCALAR  // one lane: nothing to interleave
