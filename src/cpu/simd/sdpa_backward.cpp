@@ -86,8 +86,7 @@ void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void
       if (!st.may_attend(j0, cnt) || !a.tile_live(b, h, i0, j0)) continue;  // no common segment, or mask_mod
       simd::note_tile();
       BlockGemm<false>(d, a.k.row(b, a.kv_head(h), j0), a.k.sR, 1, st.qt, st.s, cnt, a.q.C);
-      st.mask_tile(d, a.scale, a.softcap, j0, cnt);
-      st.softmax_tile(d, cnt);
+      st.weigh_tile(d, a.scale, a.softcap, j0, cnt);
     }
     for (index_t i = 0; i < rows; ++i) {
       p.row_max[row0 + i] = st.max[i];

@@ -88,9 +88,8 @@ void ForwardBlock(const SdpaForward<T>& p, const Operands& operands, const Block
     simd::note_tile();
     // scores^T (cnt, kBlockQ) = K_tile Q^T, then scale, soft-capping, position bias and masks.
     BlockGemm<false>(d, a.k.row(b, hk, j0), a.k.sR, 1, st.qt, st.s, cnt, dq);
-    const bool partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt);
+    const bool partial = st.weigh_tile(d, a.scale, a.softcap, j0, cnt);
     if (partial || st.tile_bias) simd::note_masked_tile();
-    st.softmax_tile(d, cnt);
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
     // out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T.
     st.rescale(d, st.ot, dv);
@@ -162,9 +161,8 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
     if (!st.may_attend(j0, cnt)) continue;
     simd::note_tile();
     bf16::scores(x.k.row(b, hk, j0), x.k.sR, cnt, dq, query_pairs, st.s);
-    const bool partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt);
+    const bool partial = st.weigh_tile</*kTileSumInFloat=*/true>(d, a.scale, a.softcap, j0, cnt);
     if (partial || st.tile_bias) simd::note_masked_tile();
-    st.softmax_tile</*kTileSumInFloat=*/true>(d, cnt);
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
     const std::uint16_t* v0 = x.v.row(b, hk, j0);
     // The pair products read value rows up to an even count: for an odd cnt, the packed tile's row
