@@ -165,10 +165,18 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         T* dvt = dv_chunk + (j0 - k0) * dv;
         const T* k_tile = a.k.row(b, hk, j0);
         const T* v_tile = a.v.row(b, hk, j0);
-        // P^T = exp(masked scores - max) / sum, exactly the forward's weights.
+        // P^T = exp(masked scores - max) / sum, exactly the forward's weights: on a plain tile the
+        // scale is applied as they are taken, as the forward's weigh_tile does.
         BlockGemm<false>(d, k_tile, a.k.sR, 1, st.qt, st.s, cnt, dq);
-        const bool partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt, softcapped ? tanh_tile : nullptr,
-                                          a.hook != nullptr ? raw_tile : nullptr);
+        const bool plain = st.plain_tile(a.softcap, j0, cnt);
+        bool partial = false;
+        if (plain) {
+          st.general = false;
+        } else {
+          partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt, softcapped ? tanh_tile : nullptr,
+                                 a.hook != nullptr ? raw_tile : nullptr);
+        }
+        const V factor = hn::Set(d, plain ? a.scale : T(1));  // times 1: exact
         // dP^T = V_tile dout^T.
         BlockGemm<false>(d, v_tile, a.v.sR, 1, st.ot, dst, cnt, dv);
         for (index_t i = 0; i < kBlockQ; i += L) {
@@ -176,7 +184,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
           const V shift = hn::IfThenZeroElse(hn::Eq(mx, hn::Set(d, -INFINITY)), mx);
           for (index_t jj = 0; jj < cnt; ++jj) {
             T* sj = st.s + jj * kBlockQ + i;
-            hn::Store(hn::Mul(ExpWeight(d, hn::Sub(hn::Load(d, sj), shift)), inv), d, sj);
+            hn::Store(hn::Mul(ExpWeight(d, hn::Sub(hn::Mul(hn::Load(d, sj), factor), shift)), inv), d, sj);
           }
         }
         // dS = P (drop dP - D), in float64 as the unfused path (dP - D cancels in a peaked row), and
