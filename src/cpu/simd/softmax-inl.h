@@ -256,7 +256,7 @@ struct BlockState : BlockArrays<T> {
     return hn::IfThenElse(keep, x, hn::Set(d, fill));
   }
 
-  // Whether key j of the current tile is allowed for lane i, as mask_tile decided (for the backward).
+  // Whether key j of the current tile is allowed for lane i, as mask_tile or weigh_tile decided (for the backward).
   bool allowed(index_t i, index_t j) const {
     return general ? rm[i].allowed(j) : static_cast<T>(j) < end[i] && static_cast<T>(j) >= begin[i];
   }
