@@ -354,6 +354,44 @@ TEST(Sdpa, ScaleDefaultsToOneOverSqrtD) {
             1e-15);
 }
 
+// Scales of either sign, and 0, on whole blocks of 64 queries, where the fused kernels apply the
+// scale inside the softmax step on an unmasked tile (weigh_tile): the largest scaled score is the
+// scale times the largest score only for a positive scale. The scores spread over more than exp's
+// range (88 in float, 709 in double), so a wrong maximum overflows to NaN. Forward and backward
+// against the reference backend in the same type.
+template <class T>
+void expect_scales_of_every_sign(double spread) {
+  const index_t B = 1, H = 2, n = 130, m = 140, d = 8;
+  const Tensor<T> q = random_tensor<T>({B, H, n, d}, 31, -spread, spread), k = random_tensor<T>({B, H, m, d}, 32);
+  const Tensor<T> v = random_tensor<T>({B, H, m, d}, 33), g = random_tensor<T>({B, H, n, d}, 34);
+  const double tol = sizeof(T) == 4 ? 2e-4 : 1e-10;
+  for (double scale : {-1.0, -0.05, 0.0, 0.05, 1.0}) {
+    SdpaOptions options;
+    options.scale = scale;
+    std::vector<Tensor<T>> results[2];
+    for (int which = 0; which < 2; ++which) {
+      ScopedBackend use(which == 0 ? Backend::reference : Backend::cpu);
+      Tensor<T> out({B, H, n, d}), lse({B, H, n}), dq({B, H, n, d}), dk({B, H, m, d}), dv({B, H, m, d});
+      sdpa_forward<T>(out.view(), lse.view(), {}, q.view(), k.view(), v.view(), {}, options);
+      sdpa_backward<T>(dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(), lse.view(),
+                       {}, options);
+      for (Tensor<T>* t : {&out, &lse, &dq, &dk, &dv}) results[which].push_back(std::move(*t));
+    }
+    const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; ++i) {
+      double top = 1;
+      for (index_t e = 0; e < results[0][i].numel(); ++e) top = std::max(top, std::abs(double(results[0][i][e])));
+      EXPECT_LE(testing::max_abs_diff(results[1][i], results[0][i]), tol * top)
+          << names[i] << ", scale " << scale << ", " << sizeof(T) * 8 << "-bit";
+    }
+  }
+}
+
+TEST(Sdpa, ScalesOfEverySignOnWholeBlocks) {
+  expect_scales_of_every_sign<float>(40.0);    // scores up to about 40 sqrt(8) / 3 ~ 38 a term, sums of hundreds
+  expect_scales_of_every_sign<double>(400.0);  // and of thousands
+}
+
 TEST(Sdpa, BadInputNamesTheArgumentAndTheRule) {
   const Tensor<float> q({2, 1, 2}), k({2, 10, 2}), k3({2, 10, 3}), v({2, 10, 4}), v9({2, 9, 4}), k4({2, 1, 10, 2});
   Tensor<float> out({2, 1, 4}), bad_out({2, 1, 5});

@@ -168,7 +168,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         // P^T = exp(masked scores - max) / sum, exactly the forward's weights: on a plain tile the
         // scale is applied as they are taken, as the forward's weigh_tile does.
         BlockGemm<false>(d, k_tile, a.k.sR, 1, st.qt, st.s, cnt, dq);
-        const bool plain = st.plain_tile(a.softcap, j0, cnt);
+        const bool plain = st.plain_tile(a.scale, a.softcap, j0, cnt);
         bool partial = false;
         if (plain) {
           st.general = false;

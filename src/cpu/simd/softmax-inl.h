@@ -263,10 +263,12 @@ struct BlockState : BlockArrays<T> {
 
   // Whether every row of the block attends every key of [j0, j0 + cnt) with its score as it is: a
   // whole block, no key outside a row's range, and no keep-mask, additive mask, segment ids, ALiBi,
-  // soft-capping or score_mod acting on the tile. Call it after may_attend.
-  bool plain_tile(T softcap, index_t j0, index_t cnt) const {
-    return rows == kBlockQ && j0 + cnt <= min_end && max_begin <= j0 && hook == nullptr && softcap == T(0) &&
-           alibi == T(0) && !tile_keep && !tile_bias && !tile_general(j0, cnt);
+  // soft-capping or score_mod acting on the tile; and a scale > 0, so that the largest scaled score
+  // is the scale times the largest score (a negative one would make it the smallest). Call it after
+  // may_attend.
+  bool plain_tile(T scale, T softcap, index_t j0, index_t cnt) const {
+    return scale > T(0) && rows == kBlockQ && j0 + cnt <= min_end && max_begin <= j0 && hook == nullptr &&
+           softcap == T(0) && alibi == T(0) && !tile_keep && !tile_bias && !tile_general(j0, cnt);
   }
 
   // The scores of keys [j0, j0 + cnt) (raw dot products in s) -> their weights: mask_tile, then
@@ -275,7 +277,7 @@ struct BlockState : BlockArrays<T> {
   // forward's time on a Zen 5). Returns mask_tile's answer (false on a plain tile).
   template <bool kTileSumInFloat = false, class D>
   bool weigh_tile(D d, T scale, T softcap, index_t j0, index_t cnt) {
-    if (plain_tile(softcap, j0, cnt)) {
+    if (plain_tile(scale, softcap, j0, cnt)) {
       general = false;
       softmax_tile<kTileSumInFloat>(d, cnt, scale);
       return false;
@@ -287,7 +289,8 @@ struct BlockState : BlockArrays<T> {
 
   // The online softmax step of one tile: new running maximum, alpha = exp(old max - new max),
   // s = exp(scale s - new max) (the tile's weights, unnormalised), sum = alpha sum + the tile's row
-  // sums. (The maximum of the scaled scores is scale times that of the scores: rounding keeps order.)
+  // sums. (Scale > 0: the maximum of the scaled scores is scale times that of the scores, as rounding
+  // keeps their order.)
   // The row sums are kept in double; with kTileSumInFloat a tile's (at most kBlockK terms, each at
   // most 1) is first summed in T, within 63 ulp of T, and only then widened: the bfloat16 kernel's
   // choice, whose weights are rounded to bfloat16 (2^-9) before they are used anyway.
