@@ -5,8 +5,8 @@
 //
 // Build with -DATTN_FUZZ=ON and clang++ (see CMakeLists.txt), then for example
 //   build-fuzz/npy_fuzz -dict=fuzz/npy.dict -max_total_time=600 corpus-dir fuzz/corpus/npy
-// Or directly: clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
-//                fuzz/npy_fuzz.cpp src/io/npy.cpp -o npy_fuzz
+// Or directly (one command):
+//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude fuzz/npy_fuzz.cpp src/io/npy.cpp -o npy_fuzz
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -62,6 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case DType::int32: check_tensor<std::int32_t>(array); break;
       case DType::int64: check_tensor<std::int64_t>(array); break;
       case DType::boolean: check_tensor<bool>(array); break;
+      case DType::float16: check_tensor<attn::float16>(array); break;
     }
   }
   return 0;

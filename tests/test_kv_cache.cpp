@@ -5,6 +5,7 @@
 // soft-capping), within twice the float32 reference's error; truncate, reset and block reuse; bad
 // input. Registered for every SIMD target (the decode path reads the blocks with SIMD).
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ namespace {
 
 using testing::convert;
 using testing::random_tensor;
+
+// Attend options with no causal mask, and the given scale (or the default).
+KvAttendOptions unmasked(std::optional<double> scale) {
+  KvAttendOptions o;
+  o.causal = Causal::none, o.scale = scale;
+  return o;
+}
 
 // What the cache stores for x, from the definitions in kv_cache.hpp.
 std::vector<float> stored(KvDtype type, const float* x, index_t count) {
@@ -218,7 +226,7 @@ TEST(KvCacheInt8, QueriesRoundedToSixteenBitsAsStated) {
       }
       EXPECT_NE(rounded.values(), q.values());
       Tensor<float> out({2, n, d});
-      cache.attend(out.view(), 0, q.view(), {.causal = Causal::none});
+      cache.attend(out.view(), 0, q.view(), unmasked(std::nullopt));
       for (const auto& named : {std::pair{"rounded", rounded}, std::pair{"given", q}}) {
         const std::string name = named.first;
         const Tensor<float>& query = named.second;  // (a structured binding: clang's lambdas cannot capture it)
@@ -278,7 +286,7 @@ TEST(KvCacheInt8, RoundsTiesToEvenAndHugeKeysStayFinite) {
     Tensor<float> qn({1, n, 32}), out({1, n, 32});
     for (index_t i = 0; i < n; ++i)
       for (index_t c = 0; c < 32; ++c) qn(0, i, c) = q(0, 0, c);
-    cache.attend(out.view(), 0, qn.view(), {.causal = Causal::none, .scale = 0.01});
+    cache.attend(out.view(), 0, qn.view(), unmasked(0.01));
     const Tensor<double> want = sdpa_of(rounded, cache.keys(0), 2, 0.01);
     for (index_t i = 0; i < n; ++i)
       for (index_t c = 0; c < 32; ++c) EXPECT_NEAR(out(0, i, c), want(0, 0, 0, c), 1e-5) << "n " << n << ", i " << i;
@@ -291,7 +299,7 @@ TEST(KvCacheInt8, RoundsTiesToEvenAndHugeKeysStayFinite) {
     for (const index_t n : {1, 5}) {
       Tensor<float> qn({1, n, 32}), out({1, n, 32});
       for (index_t i = 0; i < qn.numel(); ++i) qn[i] = scale_of_q;  // q . k = +-32e33 max|q|
-      huge.attend(out.view(), 0, qn.view(), {.causal = Causal::none, .scale = 1e-33});
+      huge.attend(out.view(), 0, qn.view(), unmasked(1e-33));
       const Tensor<double> want = sdpa_of(as_attended(KvDtype::int8, qn), huge.keys(0), 2, 1e-33);
       for (index_t c = 0; c < 32; ++c) {
         ASSERT_TRUE(std::isfinite(out(0, 0, c))) << "max|q| " << scale_of_q << ", n " << n;

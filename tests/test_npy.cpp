@@ -457,8 +457,9 @@ TEST(NpyErrors, FilesThatCannotBeOpenedOrRead) {
 // bytes (found by probing: /dev/zero was read until memory ran out), data too large for the memory
 // attn may use is refused before it is read, and bytes after the data are counted up to a chunk.
 TEST(NpyErrors, ReadingStopsWhereTheHeaderSays) {
-  if (std::filesystem::exists("/dev/zero"))
+  if (std::filesystem::exists("/dev/zero")) {
     EXPECT_TRUE(throws_with([&] { read_npy("/dev/zero"); }, {"/dev/zero: not a .npy file", "\\x00\\x00"}));
+  }
   const std::string path = temp_path("large");
   write_npy(path, Tensor<float>({512, 1024}));  // 2 MiB of data
   set_memory_limit(std::size_t{1} << 20);
