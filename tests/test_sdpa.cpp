@@ -388,8 +388,10 @@ void expect_scales_of_every_sign(double spread) {
 }
 
 TEST(Sdpa, ScalesOfEverySignOnWholeBlocks) {
-  expect_scales_of_every_sign<float>(40.0);    // scores up to about 40 sqrt(8) / 3 ~ 38 a term, sums of hundreds
-  expect_scales_of_every_sign<double>(400.0);  // and of thousands
+  // q in [-spread, spread], k in [-1, 1], d = 8: scores of standard deviation spread sqrt(8) / 3,
+  // so a row of 140 keys spans about 190 (float) and 1900 (double).
+  expect_scales_of_every_sign<float>(40.0);
+  expect_scales_of_every_sign<double>(400.0);
 }
 
 TEST(Sdpa, BadInputNamesTheArgumentAndTheRule) {
