@@ -122,6 +122,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // of them (last tiles of 1 and 8 keys, 7, 8 and 11 value columns)
                       Case{"block_remainders_1", 1, 2, 1, 70, 129, 13, 7}, Case{"block_remainders_2", 1, 1, 1, 65, 136, 6, 8},
                       Case{"block_remainders_5", 1, 1, 1, 9, 136, 128, 11},
+                      // a head of one element (no whole pair of it) and of three (one pair, one alone)
+                      Case{"head_dim_1", 1, 2, 1, 70, 75, 1, 5}, Case{"head_dim_3", 1, 1, 1, 66, 71, 3, 1},
                       Case{"causal_lengths_keep_additive", 2, 2, 2, 100, 140, 32, 16, Causal::bottom_right, true, true, true},
                       Case{"gqa_window_alibi_softcap_segments", 1, 4, 2, 150, 150, 48, 24, Causal::top_left, false, false,
                            false, true, true, Window{40, 3}, 4.0},

@@ -54,53 +54,67 @@ void pack_queries(const std::uint16_t* q, index_t qs, index_t rows, index_t d, s
 
 namespace {
 
-// Scores of K key rows (stride ks) against the block's query pairs: s[r][i] for r < K, with the
-// counts known at compile time, so that the K x 4 accumulators stay in registers.
+// Scores of K key rows (stride ks) against the block's query pairs, over the first `whole` >= 1
+// pairs: s[r][i] for r < K, with the counts known at compile time, so that the K x 4 accumulators
+// stay in registers. (With a loop that might run no time, GCC 12 keeps them on the stack at both
+// ends: 72 more loads and stores a call.)
 template <int K>
-ATTN_BF16_TARGET void score_rows(const std::uint16_t* k, index_t ks, index_t d, const std::uint32_t* qp, float* s) {
+ATTN_BF16_TARGET void score_rows(const std::uint16_t* k, index_t ks, index_t whole, const std::uint32_t* qp, float* s) {
+  if (whole < 1) __builtin_unreachable();
   __m512 acc[K][4];
   for (int r = 0; r < K; ++r)
     for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
-  const auto step = [&](index_t c, const std::uint32_t (&words)[K]) ATTN_BF16_TARGET {
+  for (index_t c = 0; c < whole; ++c) {
     const std::uint32_t* qc = qp + c * kLanes;
     const __m512bh q0 = (__m512bh)_mm512_loadu_si512(qc), q1 = (__m512bh)_mm512_loadu_si512(qc + 16);
     const __m512bh q2 = (__m512bh)_mm512_loadu_si512(qc + 32), q3 = (__m512bh)_mm512_loadu_si512(qc + 48);
     for (int r = 0; r < K; ++r) {
-      const __m512bh kb = (__m512bh)_mm512_set1_epi32(static_cast<int>(words[r]));
+      std::uint32_t word;
+      std::memcpy(&word, k + r * ks + 2 * c, sizeof word);
+      const __m512bh kb = (__m512bh)_mm512_set1_epi32(static_cast<int>(word));
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], q0, kb);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], q1, kb);
       acc[r][2] = _mm512_dpbf16_ps(acc[r][2], q2, kb);
       acc[r][3] = _mm512_dpbf16_ps(acc[r][3], q3, kb);
     }
-  };
-  const index_t whole = d / 2;  // pairs with both elements; an odd d leaves one more, its high half 0
-  std::uint32_t words[K];
-  for (index_t c = 0; c < whole; ++c) {
-    for (int r = 0; r < K; ++r) std::memcpy(&words[r], k + r * ks + 2 * c, sizeof(std::uint32_t));
-    step(c, words);
-  }
-  if (d % 2 != 0) {
-    for (int r = 0; r < K; ++r) words[r] = k[r * ks + 2 * whole];
-    step(whole, words);
   }
   for (int r = 0; r < K; ++r)
     for (int v = 0; v < 4; ++v) _mm512_storeu_ps(s + r * kLanes + 16 * v, acc[r][v]);
+}
+
+// An odd d's last pair, element d - 1 alone (its high half 0), added to the scores of cnt key rows:
+// s[j][i] += k[j][d - 1] q[i][d - 1] (s starting at 0 when d == 1).
+ATTN_BF16_TARGET void score_last_element(const std::uint16_t* k, index_t ks, index_t cnt, index_t d,
+                                         const std::uint32_t* qp, float* s) {
+  const std::uint32_t* qc = qp + (d / 2) * kLanes;
+  for (index_t j = 0; j < cnt; ++j) {
+    const __m512bh kb = (__m512bh)_mm512_set1_epi32(k[j * ks + d - 1]);
+    for (int v = 0; v < 4; ++v) {
+      float* sv = s + j * kLanes + 16 * v;
+      const __m512 start = d == 1 ? _mm512_setzero_ps() : _mm512_loadu_ps(sv);
+      _mm512_storeu_ps(sv, _mm512_dpbf16_ps(start, (__m512bh)_mm512_loadu_si512(qc + 16 * v), kb));
+    }
+  }
 }
 
 }  // namespace
 
 void scores(const std::uint16_t* k, index_t ks, index_t cnt, index_t d, const std::uint32_t* qp, float* s) {
   constexpr index_t kKeys = 6;  // 6 keys x 4 query vectors: 24 accumulators, 4 queries, 1 key pair
-  index_t j = 0;
-  for (; j + kKeys <= cnt; j += kKeys) score_rows<kKeys>(k + j * ks, ks, d, qp, s + j * kLanes);
-  switch (cnt - j) {
-    case 5: score_rows<5>(k + j * ks, ks, d, qp, s + j * kLanes); break;
-    case 4: score_rows<4>(k + j * ks, ks, d, qp, s + j * kLanes); break;
-    case 3: score_rows<3>(k + j * ks, ks, d, qp, s + j * kLanes); break;
-    case 2: score_rows<2>(k + j * ks, ks, d, qp, s + j * kLanes); break;
-    case 1: score_rows<1>(k + j * ks, ks, d, qp, s + j * kLanes); break;
-    default: break;
+  const index_t whole = d / 2;  // pairs with both elements
+  if (whole >= 1) {
+    index_t j = 0;
+    for (; j + kKeys <= cnt; j += kKeys) score_rows<kKeys>(k + j * ks, ks, whole, qp, s + j * kLanes);
+    switch (cnt - j) {
+      case 5: score_rows<5>(k + j * ks, ks, whole, qp, s + j * kLanes); break;
+      case 4: score_rows<4>(k + j * ks, ks, whole, qp, s + j * kLanes); break;
+      case 3: score_rows<3>(k + j * ks, ks, whole, qp, s + j * kLanes); break;
+      case 2: score_rows<2>(k + j * ks, ks, whole, qp, s + j * kLanes); break;
+      case 1: score_rows<1>(k + j * ks, ks, whole, qp, s + j * kLanes); break;
+      default: break;
+    }
   }
+  if (d % 2 != 0) score_last_element(k, ks, cnt, d, qp, s);
 }
 
 ATTN_BF16_TARGET void pack_weights(const float* w, index_t cnt, std::uint32_t* pp) {
@@ -148,6 +162,7 @@ ATTN_BF16_TARGET void accumulate_columns(const std::uint32_t* vp, const std::uin
   for (int v = 0; v < 4; ++v) scale[v] = _mm512_loadu_ps(alpha + 16 * v);
   for (int r = 0; r < C; ++r)
     for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_mul_ps(_mm512_loadu_ps(ot + r * kLanes + 16 * v), scale[v]);
+  if (pairs < 1) __builtin_unreachable();  // a tile has a key (see score_rows)
   for (index_t j = 0; j < pairs; ++j) {
     const std::uint32_t* pj = pp + j * kLanes;
     const __m512bh p0 = (__m512bh)_mm512_loadu_si512(pj), p1 = (__m512bh)_mm512_loadu_si512(pj + 16);

@@ -38,7 +38,7 @@ void scores(const std::uint16_t* k, index_t ks, index_t cnt, index_t d, const st
 void pack_weights(const float* w, index_t cnt, std::uint32_t* pp);
 // vp = the V pairs of cnt value rows (stride vs) of dv elements.
 void pack_values(const std::uint16_t* v, index_t vs, index_t cnt, index_t dv, std::uint32_t* vp);
-// ot (dv, 64) = ot alpha + V_tile^T P^T: ot[c][i] = ot[c][i] alpha[i] + sum_j v[j][c] P[j][i]. The
+// ot (dv, 64) = ot alpha + V_tile^T P^T: ot[c][i] = ot[c][i] alpha[i] + sum_j v[j][c] P[j][i], cnt >= 1. The
 // online softmax's rescale of the rows (alpha, 64 floats) is applied as the accumulators are loaded,
 // not in a pass of its own over ot (which took a tenth of the (1,4096,4096,128) forward on a Zen 5).
 void accumulate(const std::uint32_t* vp, const std::uint32_t* pp, index_t cnt, index_t dv, const float* alpha,
