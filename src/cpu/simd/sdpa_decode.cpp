@@ -142,6 +142,45 @@ HWY_INLINE hn::Vec<D> DotRoundedLanes(D d, const std::int16_t* HWY_RESTRICT roun
   return ScaledGroups(d, scales, dim, group_dot);
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// DotRoundedLanes of four rows of a tile, j to j + 3, at once and lane for lane the same: each row's
+// groups go into its two totals in the same order. Each vector of the query is loaded once for the
+// four rows, and their totals stay in registers. (Row by row, GCC kept the four rows' lanes and its
+// loop state on the stack: the int8 decode (32,1,8192,128) on a Zen 5 with two threads took
+// 1.96-2.15 ms against 1.85-1.91 ms now, four alternated runs; the same results, bit for bit.)
+template <class D>
+HWY_INLINE void DotRoundedLanes4(D d, const std::int16_t* HWY_RESTRICT rounded, const TileRows<std::int8_t>& k,
+                                 index_t j, index_t dim, hn::Vec<D>* lanes) {
+  const hn::Repartition<std::int32_t, D> di;
+  const hn::Repartition<std::int16_t, D> dw;  // twice the lanes, summed in pairs
+  const hn::Rebind<std::int8_t, decltype(dw)> db;
+  const index_t W = static_cast<index_t>(hn::Lanes(dw));
+  const std::int8_t* HWY_RESTRICT row[4] = {k.row(j), k.row(j + 1), k.row(j + 2), k.row(j + 3)};
+  const float* scale[4] = {k.scale(j), k.scale(j + 1), k.scale(j + 2), k.scale(j + 3)};
+  hn::Vec<D> total0[4], total1[4];
+  for (int r = 0; r < 4; ++r) total0[r] = total1[r] = hn::Zero(d);
+  const auto add_group = [&](index_t g, hn::Vec<D>* total) HWY_ATTR {
+    hn::Vec<decltype(di)> even[4], odd[4];
+    for (int r = 0; r < 4; ++r) even[r] = odd[r] = hn::Zero(di);
+    for (index_t c = g; c < g + 32; c += W) {
+      const auto qv = hn::LoadU(dw, rounded + c);
+      for (int r = 0; r < 4; ++r)
+        even[r] = hn::ReorderWidenMulAccumulate(di, hn::PromoteTo(dw, hn::LoadU(db, row[r] + c)), qv, even[r], odd[r]);
+    }
+    for (int r = 0; r < 4; ++r)
+      total[r] = hn::MulAdd(hn::ConvertTo(d, hn::RearrangeToOddPlusEven(even[r], odd[r])), hn::Set(d, scale[r][g / 32]),
+                            total[r]);
+  };
+  index_t g = 0;  // as ScaledGroups
+  for (; g + 64 <= dim; g += 64) {
+    add_group(g, total0);
+    add_group(g + 32, total1);
+  }
+  if (g < dim) add_group(g, total0);
+  for (int r = 0; r < 4; ++r) lanes[r] = hn::Add(total0[r], total1[r]);
+}
+#endif
+
 #if HWY_TARGET != HWY_SCALAR  // one lane: nothing to interleave
 // out[0, 4) = the sums of the lanes of v[0, 4), in one reduction: within each 128-bit block, pairs
 // of lanes are added across the four vectors (two interleaving rounds) so that the block holds one
@@ -227,11 +266,9 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
     if (sigma != 0) {  // an int8 cache's keys against the query rounded to integers (round_query)
 #if HWY_TARGET != HWY_SCALAR
       for (; j + 4 <= cnt; j += 4) {
+        for (int r = 0; r < 4; ++r) prefetch(j + r);
         hn::Vec<D> lanes[4];
-        for (int r = 0; r < 4; ++r) {
-          prefetch(j + r);
-          lanes[r] = DotRoundedLanes(d, rounded, k.row(j + r), k.scale(j + r), dim);
-        }
+        DotRoundedLanes4(d, rounded, k, j, dim, lanes);
         SumOfLanes4(d, lanes, s + j);
       }
 #endif
