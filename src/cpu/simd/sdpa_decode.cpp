@@ -69,18 +69,26 @@ HWY_INLINE T Dot(D d, const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, index_t 
   return t;
 }
 
-// The lanes of sum_g scales[g] group_dot(g) over the groups of 32 elements of an int8 row (dim a
-// multiple of 32): each group's lanes scaled once into one of two totals, two groups a step.
-template <class D, class GroupDot>
-HWY_INLINE hn::Vec<D> ScaledGroups(D d, const float* scales, index_t dim, const GroupDot& group_dot) {
-  auto total0 = hn::Zero(d), total1 = hn::Zero(d);
+// The lanes of sum_g scales_r[g] dot_r(g) over the groups of 32 elements of R int8 rows at once (dim a
+// multiple of 32), dot_r(g) the unscaled lanes of row r's group g, all R given by group_dots(g,
+// dots): each group's lanes scaled once into one of two totals of its row, two groups a step.
+template <int R, class D, class GroupDots>
+HWY_INLINE void ScaledGroups(D d, const float* const* scales, index_t dim, const GroupDots& group_dots,
+                             hn::Vec<D>* lanes) {
+  hn::Vec<D> total0[R], total1[R];
+  for (int r = 0; r < R; ++r) total0[r] = total1[r] = hn::Zero(d);
+  const auto add = [&](index_t g, hn::Vec<D>* total) HWY_ATTR {
+    hn::Vec<D> dots[R];
+    group_dots(g, dots);
+    for (int r = 0; r < R; ++r) total[r] = hn::MulAdd(dots[r], hn::Set(d, scales[r][g / 32]), total[r]);
+  };
   index_t g = 0;
   for (; g + 64 <= dim; g += 64) {
-    total0 = hn::MulAdd(group_dot(g), hn::Set(d, scales[g / 32]), total0);
-    total1 = hn::MulAdd(group_dot(g + 32), hn::Set(d, scales[g / 32 + 1]), total1);
+    add(g, total0);
+    add(g + 32, total1);
   }
-  if (g < dim) total0 = hn::MulAdd(group_dot(g), hn::Set(d, scales[g / 32]), total0);
-  return hn::Add(total0, total1);
+  if (g < dim) add(g, total0);
+  for (int r = 0; r < R; ++r) lanes[r] = hn::Add(total0[r], total1[r]);
 }
 
 // The lanes of q . k over int8 elements, each 32 of them scaled by their float (dim a multiple of
@@ -89,12 +97,14 @@ template <class D>
 HWY_INLINE hn::Vec<D> DotScaledLanes(D d, const float* HWY_RESTRICT q, const std::int8_t* HWY_RESTRICT k,
                                      const float* scales, index_t dim) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
-  auto group_dot = [&](index_t g) {
+  const auto group_dot = [&](index_t g, hn::Vec<D>* dots) HWY_ATTR {
     auto sum = hn::Mul(hn::LoadU(d, q + g), LoadWide(d, k + g));
     for (index_t c = g + L; c < g + 32; c += L) sum = hn::MulAdd(hn::LoadU(d, q + c), LoadWide(d, k + c), sum);
-    return sum;
+    dots[0] = sum;
   };
-  return ScaledGroups(d, scales, dim, group_dot);
+  hn::Vec<D> lanes[1];
+  ScaledGroups<1>(d, &scales, dim, group_dot, lanes);
+  return lanes[0];
 }
 
 // round_query (fused.hpp) on this target: every target rounds alike (the maximum is exact, and
@@ -117,13 +127,18 @@ float RoundQueryRow(const float* HWY_RESTRICT q, index_t dim, std::int16_t* HWY_
   return m / 32767.0f;
 }
 
-// The lanes of rounded . k over an int8 row (dim a multiple of 32): each 32 products summed in 32-bit
-// integers (at most 32 * 127 * 32767 < 2^31; on AVX2 and AVX-512 four or two a lane, under 2^24, so
-// exact in float too), converted once, then scaled by the group's float into one of two totals.
-// Half the instructions of DotScaledLanes: int8 widened to int16 once, two products a multiply-add.
-template <class D>
-HWY_INLINE hn::Vec<D> DotRoundedLanes(D d, const std::int16_t* HWY_RESTRICT rounded,
-                                      const std::int8_t* HWY_RESTRICT k, const float* scales, index_t dim) {
+// The lanes of rounded . k over R int8 rows at once, rows[r] scaled by scales[r] (dim a multiple of
+// 32): each 32 products summed in 32-bit integers (at most 32 * 127 * 32767 < 2^31; on AVX2 and
+// AVX-512 four or two a lane, under 2^24, so exact in float too), converted once, then scaled by
+// the group's float into one of two totals (ScaledGroups). Half the instructions of DotScaledLanes:
+// int8 widened to int16 once, two products a multiply-add. Each row's lanes are the same for any R;
+// with R = 4 each vector of the query is loaded once for four rows, and their totals stay in
+// registers. (Row by row, GCC kept the four rows' lanes and its loop state on the stack: the int8
+// decode (32,1,8192,128) on a Zen 5 with two threads took 1.96-2.15 ms against 1.85-1.91 ms four
+// rows at a time, four alternated runs.)
+template <int R, class D>
+HWY_INLINE void DotRoundedLanes(D d, const std::int16_t* HWY_RESTRICT rounded, const std::int8_t* const* rows,
+                                const float* const* scales, index_t dim, hn::Vec<D>* lanes) {
   const hn::Repartition<std::int32_t, D> di;
 #if HWY_TARGET == HWY_SCALAR
   const hn::Rebind<std::int16_t, D> dw;  // one lane
@@ -132,54 +147,18 @@ HWY_INLINE hn::Vec<D> DotRoundedLanes(D d, const std::int16_t* HWY_RESTRICT roun
 #endif
   const hn::Rebind<std::int8_t, decltype(dw)> db;
   const index_t W = static_cast<index_t>(hn::Lanes(dw));
-  auto group_dot = [&](index_t g) {
-    auto even = hn::Zero(di), odd = hn::Zero(di);
-    for (index_t c = g; c < g + 32; c += W)
-      even = hn::ReorderWidenMulAccumulate(di, hn::PromoteTo(dw, hn::LoadU(db, k + c)), hn::LoadU(dw, rounded + c),
-                                           even, odd);
-    return hn::ConvertTo(d, hn::RearrangeToOddPlusEven(even, odd));
-  };
-  return ScaledGroups(d, scales, dim, group_dot);
-}
-
-#if HWY_TARGET != HWY_SCALAR
-// DotRoundedLanes of four rows of a tile, j to j + 3, at once and lane for lane the same: each row's
-// groups go into its two totals in the same order. Each vector of the query is loaded once for the
-// four rows, and their totals stay in registers. (Row by row, GCC kept the four rows' lanes and its
-// loop state on the stack: the int8 decode (32,1,8192,128) on a Zen 5 with two threads took
-// 1.96-2.15 ms against 1.85-1.91 ms now, four alternated runs; the same results, bit for bit.)
-template <class D>
-HWY_INLINE void DotRoundedLanes4(D d, const std::int16_t* HWY_RESTRICT rounded, const TileRows<std::int8_t>& k,
-                                 index_t j, index_t dim, hn::Vec<D>* lanes) {
-  const hn::Repartition<std::int32_t, D> di;
-  const hn::Repartition<std::int16_t, D> dw;  // twice the lanes, summed in pairs
-  const hn::Rebind<std::int8_t, decltype(dw)> db;
-  const index_t W = static_cast<index_t>(hn::Lanes(dw));
-  const std::int8_t* HWY_RESTRICT row[4] = {k.row(j), k.row(j + 1), k.row(j + 2), k.row(j + 3)};
-  const float* scale[4] = {k.scale(j), k.scale(j + 1), k.scale(j + 2), k.scale(j + 3)};
-  hn::Vec<D> total0[4], total1[4];
-  for (int r = 0; r < 4; ++r) total0[r] = total1[r] = hn::Zero(d);
-  const auto add_group = [&](index_t g, hn::Vec<D>* total) HWY_ATTR {
-    hn::Vec<decltype(di)> even[4], odd[4];
-    for (int r = 0; r < 4; ++r) even[r] = odd[r] = hn::Zero(di);
+  const auto group_dots = [&](index_t g, hn::Vec<D>* dots) HWY_ATTR {
+    hn::Vec<decltype(di)> even[R], odd[R];
+    for (int r = 0; r < R; ++r) even[r] = odd[r] = hn::Zero(di);
     for (index_t c = g; c < g + 32; c += W) {
       const auto qv = hn::LoadU(dw, rounded + c);
-      for (int r = 0; r < 4; ++r)
-        even[r] = hn::ReorderWidenMulAccumulate(di, hn::PromoteTo(dw, hn::LoadU(db, row[r] + c)), qv, even[r], odd[r]);
+      for (int r = 0; r < R; ++r)
+        even[r] = hn::ReorderWidenMulAccumulate(di, hn::PromoteTo(dw, hn::LoadU(db, rows[r] + c)), qv, even[r], odd[r]);
     }
-    for (int r = 0; r < 4; ++r)
-      total[r] = hn::MulAdd(hn::ConvertTo(d, hn::RearrangeToOddPlusEven(even[r], odd[r])), hn::Set(d, scale[r][g / 32]),
-                            total[r]);
+    for (int r = 0; r < R; ++r) dots[r] = hn::ConvertTo(d, hn::RearrangeToOddPlusEven(even[r], odd[r]));
   };
-  index_t g = 0;  // as ScaledGroups
-  for (; g + 64 <= dim; g += 64) {
-    add_group(g, total0);
-    add_group(g + 32, total1);
-  }
-  if (g < dim) add_group(g, total0);
-  for (int r = 0; r < 4; ++r) lanes[r] = hn::Add(total0[r], total1[r]);
+  ScaledGroups<R>(d, scales, dim, group_dots, lanes);
 }
-#endif
 
 #if HWY_TARGET != HWY_SCALAR  // one lane: nothing to interleave
 // out[0, 4) = the sums of the lanes of v[0, 4), in one reduction: within each 128-bit block, pairs
@@ -267,14 +246,20 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
 #if HWY_TARGET != HWY_SCALAR
       for (; j + 4 <= cnt; j += 4) {
         for (int r = 0; r < 4; ++r) prefetch(j + r);
+        const std::int8_t* rows[4] = {k.row(j), k.row(j + 1), k.row(j + 2), k.row(j + 3)};
+        const float* scales[4] = {k.scale(j), k.scale(j + 1), k.scale(j + 2), k.scale(j + 3)};
         hn::Vec<D> lanes[4];
-        DotRoundedLanes4(d, rounded, k, j, dim, lanes);
+        DotRoundedLanes<4>(d, rounded, rows, scales, dim, lanes);
         SumOfLanes4(d, lanes, s + j);
       }
 #endif
       for (; j < cnt; ++j) {
         prefetch(j);
-        s[j] = hn::GetLane(hn::SumOfLanes(d, DotRoundedLanes(d, rounded, k.row(j), k.scale(j), dim)));
+        const std::int8_t* row = k.row(j);
+        const float* scale = k.scale(j);
+        hn::Vec<D> lanes[1];
+        DotRoundedLanes<1>(d, rounded, &row, &scale, dim, lanes);
+        s[j] = hn::GetLane(hn::SumOfLanes(d, lanes[0]));
       }
       // Times sigma; a sum of up to 32767 / max|q| times q . k can overflow where q . k does not
       // (keys near 1e34 max|q|): such a row again with the query as given.
