@@ -3,8 +3,11 @@
 #include "cpu/bf16/dot_bf16.hpp"
 
 // GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as uninitialised.
+// (clang, the ThreadSanitizer build's compiler, has no -Wmaybe-uninitialized and warned of it.)
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
