@@ -30,12 +30,28 @@ Renames with_masks(Renames renames) {
   return renames;
 }
 
+// Functions without a 16-bit kernel take float16 arrays too (as every function taking float32 does):
+// they compute in float32, and their results are rounded to float16 (NumPy's astype, to nearest even).
+DType computed_in(const Call& call) { return call.dtype() == DType::f16 ? DType::f32 : call.dtype(); }
+py::array widened(const Call& call, const py::array& a) {
+  if (call.dtype() != DType::f16) return a;
+  return py::module_::import("numpy").attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
+}
+py::object narrowed(const Call& call, const py::object& result) {
+  if (call.dtype() != DType::f16) return result;
+  if (!py::isinstance<py::tuple>(result)) return result.attr("astype")("float16");
+  py::list parts;
+  for (const py::handle r : result) parts.append(r.attr("astype")("float16"));
+  return py::tuple(parts);
+}
+
 py::array masked_softmax(py::object X, py::object valid_lens, py::object mask, py::object causal,
                          py::object masked_fill) {
   Call call("masked_softmax", with_masks({{"scores", "X"}}));
-  const py::array x = call.floating(X, "X");
+  call.allow_float16();
+  const py::array x = widened(call, call.floating(X, "X"));
   const MaskArgs m = mask_args(call, valid_lens, mask, causal, masked_fill);
-  return dispatch(call.dtype(), [&](auto tag) -> py::array {
+  return narrowed(call, dispatch(computed_in(call), [&](auto tag) -> py::array {
     using T = decltype(tag);
     py::array_t<T> weights = new_array<T>(dims(x));
     const auto w = view_of<T>(weights);
@@ -43,25 +59,26 @@ py::array masked_softmax(py::object X, py::object valid_lens, py::object mask, p
     const attn::Mask<T> mk = m.mask<T>();
     call.run([&] { attn::masked_softmax_forward<T>(w, s, mk); });
     return weights;
-  });
+  }));
 }
 
 py::array bmm(py::object a_obj, py::object b_obj, bool transpose_a, bool transpose_b) {
   Call call("bmm", {});
-  const py::array a = call.floating(a_obj, "a");
-  const py::array b = call.floating(b_obj, "b");
+  call.allow_float16();
+  const py::array a = widened(call, call.floating(a_obj, "a"));
+  const py::array b = widened(call, call.floating(b_obj, "b"));
   // out (batch..., rows of op(a), columns of op(b)); attn checks the shapes, this only sizes out.
   std::vector<index_t> shape = dims(a, 0, -2);
   shape.push_back(dim(a, transpose_a ? -1 : -2));
   shape.push_back(dim(b, transpose_b ? -2 : -1));
-  return dispatch(call.dtype(), [&](auto tag) -> py::array {
+  return narrowed(call, dispatch(computed_in(call), [&](auto tag) -> py::array {
     using T = decltype(tag);
     py::array_t<T> out = new_array<T>(shape);
     const auto o = view_of<T>(out);
     const auto av = cview<T>(a), bv = cview<T>(b);
     call.run([&] { attn::bmm_forward<T>(o, av, bv, transpose_a, transpose_b); });
     return out;
-  });
+  }));
 }
 
 // segment_ids: None, one array for queries and keys (n == m), or a pair (queries' ids, keys' ids).
@@ -212,9 +229,10 @@ py::object nadaraya_watson(py::object x_train_obj, py::object y_train_obj, py::o
                                 {"queries", "x_query (queries)"},
                                 {"width sigma", "width"},
                                 {"unknown kernel", "kernel: unknown kernel"}});
-  const py::array x_train = call.floating(x_train_obj, "x_train");
-  const py::array y_train = call.floating(y_train_obj, "y_train");
-  const py::array x_query = call.floating(x_query_obj, "x_query");
+  call.allow_float16();
+  const py::array x_train = widened(call, call.floating(x_train_obj, "x_train"));
+  const py::array y_train = widened(call, call.floating(y_train_obj, "y_train"));
+  const py::array x_query = widened(call, call.floating(x_query_obj, "x_query"));
   const std::string kernel_name = call.text(kernel_obj, "kernel");
   // width='auto': one width per input dimension, chosen by leave-one-out cross-validation.
   const bool auto_width = py::isinstance<py::str>(width_obj) && width_obj.cast<std::string>() == "auto";
@@ -230,7 +248,7 @@ py::object nadaraya_watson(py::object x_train_obj, py::object y_train_obj, py::o
   std::vector<index_t> weights_shape = out_shape;
   if (batched || y_train.ndim() != 1) out_shape.push_back(v);
   weights_shape.push_back(m);
-  return dispatch(call.dtype(), [&](auto tag) -> py::object {
+  return narrowed(call, dispatch(computed_in(call), [&](auto tag) -> py::object {
     using T = decltype(tag);
     py::array_t<T> out = new_array<T>(out_shape);
     const py::array weights = return_weights ? py::array(new_array<T>(weights_shape, "the weights")) : no_array();
@@ -253,7 +271,7 @@ py::object nadaraya_watson(py::object x_train_obj, py::object y_train_obj, py::o
     });
     if (return_weights) return py::make_tuple(out, weights);
     return out;
-  });
+  }));
 }
 
 }  // namespace
@@ -264,7 +282,8 @@ void bind_functions(py::module_& m) {
         arg("causal") = false, py::kw_only(), arg("masked_fill") = "exclude",
         R"(Softmax over the last axis of X, each row restricted to the keys its masks allow.
 
-X: scores (B, n, m) or (B, H, n, m), float32 or float64. Returns the weights, same shape and dtype.
+X: scores (B, n, m) or (B, H, n, m), float32 or float64 (or float16: computed in float32, the weights
+  rounded to float16). Returns the weights, same shape and dtype.
 valid_lens: None, (B,) (one length per batch element, as the seeds) or (B, n) (one per query), integers
   in [0, m]; query i of batch b attends to keys [0, valid_lens[b] or valid_lens[b, i]).
 mask: None, a bool array (True = attend) or a float array (added to the scores, -inf excludes a key),
@@ -278,7 +297,8 @@ masked_fill: "exclude" (default): masked keys take no part and a row left with n
         R"(Batched matrix product, torch.bmm: out[b] = op(a[b]) @ op(b[b]).
 
 a (B, r, k) and b (B, k, c), or 4-D with a heads axis (B, H, ., .); op transposes the last two axes when
-transpose_a / transpose_b is set (MXNet's batch_dot). Returns (B, r, c) in the inputs' dtype.)");
+transpose_a / transpose_b is set (MXNet's batch_dot). Returns (B, r, c) in the inputs' dtype (float16
+computed in float32, then rounded).)");
 
   m.def("scaled_dot_product_attention", &scaled_dot_product_attention, arg("q"), arg("k"), arg("v"),
         arg("valid_lens") = py::none(), arg("mask") = py::none(), arg("causal") = false, arg("scale") = py::none(),
@@ -322,18 +342,20 @@ return_weights=True, (y_hat, weights) where weights[i, j] is the weight of x_tra
 (n, m): queries along the rows, like attention_weights (d2l's attention_w is its transpose). A query
 with no training point inside a compact kernel's support predicts 0 with weights 0.
 width='auto' chooses one width per input dimension by leave-one-out cross-validation (statsmodels'
-cv_ls; see select_width) and predicts with it.)");
+cv_ls; see select_width) and predicts with it. float32 or float64 arrays, or float16 (computed in
+float32, the results rounded to float16).)");
 
   m.def(
       "select_width",
       [](py::object x_train_obj, py::object y_train_obj, py::object kernel_obj) {
         Call call("select_width", {{"keys", "x_train"}, {"values", "y_train"}, {"unknown kernel", "kernel: unknown kernel"}});
-        const py::array x_train = call.floating(x_train_obj, "x_train");
-        const py::array y_train = call.floating(y_train_obj, "y_train");
+        call.allow_float16();  // float16 computed in float32; the widths are float64 whatever the dtype
+        const py::array x_train = widened(call, call.floating(x_train_obj, "x_train"));
+        const py::array y_train = widened(call, call.floating(y_train_obj, "y_train"));
         attn::Kernel kernel{};
         const std::string kernel_name = call.text(kernel_obj, "kernel");
         call.run([&] { kernel = attn::kernel_from_name(kernel_name); });
-        return dispatch(call.dtype(), [&](auto tag) -> py::object {
+        return dispatch(computed_in(call), [&](auto tag) -> py::object {
           using T = decltype(tag);
           attn::WidthSelection chosen;
           const auto keys = as_batch<T>(call, x_train, "x_train");

@@ -1,5 +1,6 @@
 // attn.KVCache: the C++ KvCache (attn/kv_cache.hpp) for decoders written in NumPy. Keys, values and
-// queries are float32 (float16 arrays are widened; float64 is refused: the cache computes in float32).
+// queries are float32 (float16 arrays are widened, and float16 queries get float16 out, as every
+// float16 call does; float64 is refused: the cache computes in float32).
 #include <optional>
 #include <string>
 
@@ -81,6 +82,7 @@ class KVCache {
     Call call("KVCache.attend", {{"alibi_slopes", "alibi_slopes"}, {"softcap", "softcap"},
                                  {"scale", "scale"}});
     const py::array q = float32_array(call, queries_obj, "queries");
+    const bool half_out = call.dtype() == DType::f16;  // float16 queries: float16 out
     attn::KvAttendOptions options;
     // A bool, NumPy's among them, as scaled_dot_product_attention takes it.
     const bool flag = py::isinstance<py::bool_>(causal) || py::isinstance(causal, py::module_::import("numpy").attr("bool_"));
@@ -108,6 +110,7 @@ class KVCache {
       const index_t s = call.integer(seq, "seq");
       call.run([&] { cache_->attend(o, s, qv, options); });
     }
+    if (half_out) return out.attr("astype")("float16");  // rounded to nearest even
     return out;
   }
 
@@ -161,7 +164,7 @@ dtype: "float32", "bfloat16", "float16" (rounded to nearest even) or "int8" (one
 capacity: tokens per sequence allocated up front (0: as sequences grow); with grow=False an append
   past them raises ValueError (capacity=0 with grow=False is refused). An append to every sequence
   stores nothing if any sequence's tokens are refused.
-Arrays are float32 (float16 is widened; float64 raises TypeError).)")
+Arrays are float32 (float16 is widened, and float16 queries get float16 out; float64 raises TypeError).)")
       .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, bool>(), arg("batch"),
            arg("kv_heads"), arg("head_dim"), py::kw_only(), arg("dtype") = "float32", arg("block_size") = 256,
            arg("capacity") = 0, arg("grow") = true)
@@ -172,7 +175,8 @@ sequence when seq is None.)")
            arg("window") = py::none(), arg("alibi_slopes") = py::none(), arg("softcap") = py::none(), arg("scale") = py::none(),
            R"(Attention of new queries over the cache: queries (heads, n, head_dim) or (1, heads, n, head_dim) for
 sequence seq, or (batch, heads, n, head_dim) for every sequence when seq is None (each over its own
-length). heads a multiple of kv_heads (grouped-query attention). Returns an array shaped like queries.
+length). heads a multiple of kv_heads (grouped-query attention). Returns an array shaped like queries,
+of their dtype (float32 or float16).
 causal: "bottom_right" (default: the queries are the last n tokens appended), "top_left", or False;
   True is "bottom_right", as flash_attn_with_kvcache's causal=True (PyTorch's is_causal=True, which
   scaled_dot_product_attention follows, aligns top-left).

@@ -20,7 +20,6 @@ CASES = {
               r"^masked_softmax: X has shape \(2,3\); it must have 3 to 4 dimensions"),
     "X 5-D": (lambda: attn.masked_softmax(f32(1, 1, 1, 2, 3)), ValueError, r"^masked_softmax: X has shape \(1,1,1,2,3\) with 5"),
     "X int": (lambda: attn.masked_softmax(np.ones((2, 3, 4), np.int64)), TypeError, r"^masked_softmax: X has dtype int64"),
-    "X float16": (lambda: attn.masked_softmax(X.astype(np.float16)), TypeError, r"X has dtype float16; attn computes in float32 or float64"),
     "X str": (lambda: attn.masked_softmax("scores"), TypeError, r"^masked_softmax: X must be an array .*got str"),
     "X None": (lambda: attn.masked_softmax(None), TypeError, r"^masked_softmax: X is required"),
     "valid_lens too long": (lambda: attn.masked_softmax(X, np.array([5, 1])), ValueError,
@@ -75,6 +74,8 @@ CASES = {
     "dot dropout type": (lambda: attn.DotProductAttention("0.5"), TypeError, r"^DotProductAttention: dropout must be a number"),
     "dot keys": (lambda: attn.DotProductAttention(0.1)(Q, f32(2, 10, 3), V), ValueError, r"^DotProductAttention: keys has shape \(2,10,3\) but must be \(2,10,2\)"),
     "dot valid_lens": (lambda: attn.DotProductAttention(0.1)(Q, K, V, np.array([1])), ValueError, r"^DotProductAttention: valid_lens has shape \(1,\)"),
+    "dot float16": (lambda: attn.DotProductAttention(0.0)(Q.astype(np.float16), K, V), TypeError,
+                    r"^DotProductAttention: queries has dtype float16; attn computes in float32 or float64"),
     "dot seed": (lambda: setattr(attn.DotProductAttention(0.1), "seed", -2), ValueError, r"seed is -2"),
     "dot set dropout": (lambda: setattr(attn.DotProductAttention(0.1), "dropout", -0.5), ValueError, r"dropout is -0.5"),
     # AdditiveAttention
@@ -102,7 +103,7 @@ CASES = {
                      r"^show_heatmaps: matrices has shape \(3,\) with 1 dimensions; it must be \(rows, cols, n, m\)"),
     "heatmap empty": (lambda: attn.show_heatmaps(f32(2, 0), path="w.svg"), ValueError, r"matrices has shape \(2,0\): there is nothing to draw"),
     # more kinds of the README's catalogue of bad input ("Bad input: what each interface says")
-    "X complex": (lambda: attn.masked_softmax(X.astype(np.complex64)), TypeError, r"^masked_softmax: X has dtype complex64; attn computes in float32 or float64"),
+    "X complex": (lambda: attn.masked_softmax(X.astype(np.complex64)), TypeError, r"^masked_softmax: X has dtype complex64; this function takes float16, float32 or float64"),
     "valid_lens huge": (lambda: attn.masked_softmax(X, np.array([2**40, 1])), ValueError, r"valid_lens\[0\] is 1099511627776; valid lengths must lie in \[0, m\] = \[0, 4\]"),
     "bmm None": (lambda: attn.bmm(None, X), TypeError, r"^bmm: a is required; got None"),
     "sdpa batch": (lambda: attn.scaled_dot_product_attention(Q, f32(3, 10, 2), f32(3, 10, 4)), ValueError,

@@ -67,8 +67,35 @@ def test_sixteen_bit_bad_input_is_named(rng):
         attn.scaled_dot_product_attention(q, q, q, compute_dtype="int4")
     with pytest.raises(TypeError, match="k has dtype float32 but q has float16"):
         attn.scaled_dot_product_attention(q, q.astype(np.float32), q)
-    with pytest.raises(TypeError, match="attn computes in float32 or float64"):
-        attn.masked_softmax(q)
+    with pytest.raises(TypeError, match="b has dtype float32 but a has float16"):
+        attn.bmm(q, q.astype(np.float32), transpose_b=True)
+    with pytest.raises(TypeError, match="mask has dtype float64 but X has float16"):
+        attn.masked_softmax(q, mask=np.zeros((5, 5)))
+    with pytest.raises(TypeError, match="queries has dtype float16; attn computes in float32 or float64"):
+        attn.MultiHeadAttention(8, 2, 0.0)(q, q, q)  # layers keep float32 or float64 parameters and gradients
+
+
+def test_functions_without_a_16_bit_kernel_take_float16(rng):
+    # float16 wherever float32 is: computed in float32 on the widened arrays, out rounded to float16.
+    def same(got, want):
+        assert got.dtype == np.float16
+        np.testing.assert_array_equal(got, want.astype(np.float16))
+
+    h = lambda *shape: rng.standard_normal(shape).astype(np.float16)
+    w = lambda x: x.astype(np.float32)
+    x, lens, mask = h(2, 3, 5), np.array([2, 4]), rng.standard_normal((3, 5)).astype(np.float32)
+    same(attn.masked_softmax(x, lens), attn.masked_softmax(w(x), lens))
+    same(attn.masked_softmax(x, mask=mask.astype(np.float16)), attn.masked_softmax(w(x), mask=w(mask.astype(np.float16))))
+    same(attn.masked_softmax(x, causal=True), attn.masked_softmax(w(x), causal=True))
+    a, b = h(2, 3, 4), h(2, 5, 4)
+    same(attn.bmm(a, b, transpose_b=True), attn.bmm(w(a), w(b), transpose_b=True))
+    x_train, y_train, x_query = h(20), h(20), h(7)
+    out, weights = attn.nadaraya_watson(x_train, y_train, x_query, width=0.5, return_weights=True)
+    out32, weights32 = attn.nadaraya_watson(w(x_train), w(y_train), w(x_query), width=0.5, return_weights=True)
+    same(out, out32), same(weights, weights32)
+    widths, error = attn.select_width(x_train, y_train)
+    np.testing.assert_array_equal(widths, attn.select_width(w(x_train), w(y_train))[0])
+    assert widths.dtype == np.float64 and error > 0
 
 
 def stored(x, dtype):
@@ -121,12 +148,14 @@ def test_kv_cache_attends_like_sdpa_over_what_it_stores(rng, dtype):
             assert out.shape == q.shape and out.dtype == np.float32
             exact = reference(attended(q, dtype), stored(k, dtype), stored(v, dtype), causal="bottom_right")
             np.testing.assert_allclose(out, exact, rtol=0, atol=2e-5)
-    # Every sequence at once, one new query each; a float16 query is widened.
+    # Every sequence at once, one new query each; a float16 query is widened, and its out is float16.
     q = rng.standard_normal((3, 4, 1, 64)).astype(np.float32)
     out = cache.attend(q)
     for seq in range(3):
         np.testing.assert_array_equal(out[seq], cache.attend(q[seq], seq=seq))
-    np.testing.assert_allclose(cache.attend(q.astype(np.float16)), cache.attend(q.astype(np.float16).astype(np.float32)))
+    out16 = cache.attend(q.astype(np.float16))
+    assert out16.dtype == np.float16 and out16.shape == q.shape
+    np.testing.assert_array_equal(out16, cache.attend(q.astype(np.float16).astype(np.float32)).astype(np.float16))
 
 
 def test_kv_cache_all_sequences_grow_together_and_truncate(rng):
