@@ -44,9 +44,9 @@ void reset_ran();
 // can prove that tiles a window or segment ids exclude are skipped, not only masked. tiles() is the
 // count over all threads since reset_ran(). The forward also counts the tiles it masks (some key of
 // some row masked, or a bias added): masked_tiles() proves that a tile a mask leaves whole takes the
-// unmasked path.
-void note_tile();
-void note_masked_tile();
+// unmasked path. A block notes its counts once, after its tiles (a locked add a tile took 0.7% of
+// the float16 forward (1,4096,4096,128) on a Zen 5).
+void note_tiles(std::int64_t tiles, std::int64_t masked_tiles = 0);
 std::int64_t tiles();
 std::int64_t masked_tiles();
 

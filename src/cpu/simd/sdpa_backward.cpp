@@ -81,13 +81,15 @@ void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void
     st.hook = a.hook;
     PackTransposed(st.qt, a.q, b, h, i0, rows);
     const KeyRange keys = st.start(a.mask, b, h, i0, rows);
+    std::int64_t tiles = 0;  // simd::note_tiles
     for (index_t j0 = keys.begin; j0 < keys.end; j0 += kBlockK) {
       const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
       if (!st.may_attend(j0, cnt) || !a.tile_live(b, h, i0, j0)) continue;  // no common segment, or mask_mod
-      simd::note_tile();
+      ++tiles;
       BlockGemm<false>(d, a.k.row(b, a.kv_head(h), j0), a.k.sR, 1, st.qt, st.s, cnt, a.q.C);
       st.weigh_tile(d, a.scale, a.softcap, j0, cnt);
     }
+    simd::note_tiles(tiles);
     for (index_t i = 0; i < rows; ++i) {
       p.row_max[row0 + i] = st.max[i];
       p.row_inv[row0 + i] = st.sum[i] > 0 ? static_cast<T>(1.0 / st.sum[i]) : T(0);
@@ -157,10 +159,11 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
           for (index_t c = 0; c < dq; ++c) st.qt[c * kBlockQ + i] = T(0);
         }
       T* part_blk = part + blk * dq * kBlockQ;
+      std::int64_t tiles = 0;  // simd::note_tiles
       for (index_t j0 = first; j0 < keys_end; j0 += kBlockK) {
         const index_t cnt = std::min<index_t>(kBlockK, k1 - j0);
         if (!st.may_attend(j0, cnt) || !a.tile_live(b, h, i0, j0)) continue;  // no common segment, or mask_mod
-        simd::note_tile();
+        ++tiles;
         T* dkt = dk_chunk + (j0 - k0) * dq;  // this tile's dK^T (d, kBlockK)
         T* dvt = dv_chunk + (j0 - k0) * dv;
         const T* k_tile = a.k.row(b, hk, j0);
@@ -254,6 +257,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
           BlockGemm<true>(d, k_tile, 1, a.k.sR, dst, part_blk, dq, cnt);
         }
       }
+      simd::note_tiles(tiles);
     }
   }
   for (index_t j = k0; j < k1; ++j) {

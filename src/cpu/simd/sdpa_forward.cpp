@@ -82,14 +82,15 @@ void ForwardBlock(const SdpaForward<T>& p, const Operands& operands, const Block
   const KeyRange keys = st.start(a.mask, b, h, i0, rows);
   for (index_t c = 0; c < dv * kBlockQ; ++c) st.ot[c] = 0;
 
+  std::int64_t tiles = 0, masked_tiles = 0;  // simd::note_tiles
   for (index_t j0 = keys.begin; j0 < keys.end; j0 += kBlockK) {
     const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
     if (!st.may_attend(j0, cnt) || !a.tile_live(b, h, i0, j0)) continue;  // no common segment, or mask_mod
-    simd::note_tile();
+    ++tiles;
     // scores^T (cnt, kBlockQ) = K_tile Q^T, then scale, soft-capping, position bias and masks.
     BlockGemm<false>(d, a.k.row(b, hk, j0), a.k.sR, 1, st.qt, st.s, cnt, dq);
     const bool partial = st.weigh_tile(d, a.scale, a.softcap, j0, cnt);
-    if (partial || st.tile_bias) simd::note_masked_tile();
+    if (partial || st.tile_bias) ++masked_tiles;
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
     // out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T.
     st.rescale(d, st.ot, dv);
@@ -100,6 +101,7 @@ void ForwardBlock(const SdpaForward<T>& p, const Operands& operands, const Block
       BlockGemm<true>(d, v0, 1, a.v.sR, st.s, st.ot, dv, cnt);
     }
   }
+  simd::note_tiles(tiles, masked_tiles);
 
   // out = out^T / sum, lse = max + log(sum); an empty row gets 0 and -inf (row_lse).
   for (index_t i = 0; i < rows; ++i) {
@@ -156,13 +158,14 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
 
   // Tiles start at multiples of kBlockK, where the packed values' tiles start; keys before
   // keys.begin are masked in every row.
+  std::int64_t tiles = 0, masked_tiles = 0;  // simd::note_tiles
   for (index_t j0 = keys.begin / kBlockK * kBlockK; j0 < keys.end; j0 += kBlockK) {
     const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
     if (!st.may_attend(j0, cnt)) continue;
-    simd::note_tile();
+    ++tiles;
     bf16::scores(x.k.row(b, hk, j0), x.k.sR, cnt, dq, query_pairs, st.s);
     const bool partial = st.weigh_tile</*kTileSumInFloat=*/true>(d, a.scale, a.softcap, j0, cnt);
-    if (partial || st.tile_bias) simd::note_masked_tile();
+    if (partial || st.tile_bias) ++masked_tiles;
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
     const std::uint16_t* v0 = x.v.row(b, hk, j0);
     // The pair products read value rows up to an even count: for an odd cnt, the packed tile's row
@@ -179,6 +182,7 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
       bf16::accumulate(x.pairs_of(b, hk, j0), weight_pairs, cnt, dv, st.alpha, st.ot);  // rescales ot first
     }
   }
+  simd::note_tiles(tiles, masked_tiles);
 
   for (index_t i = 0; i < rows; ++i) {
     const double sum = st.sum[i];

@@ -116,12 +116,10 @@ void reset_ran() {
   for (Probe& p : probes) p.bits.store(0), p.tiles.store(0), p.masked_tiles.store(0);
 }
 
-void note_tile() {
-  probes[std::min(omp_get_thread_num(), kProbeThreads - 1)].tiles.fetch_add(1, std::memory_order_relaxed);
-}
-
-void note_masked_tile() {
-  probes[std::min(omp_get_thread_num(), kProbeThreads - 1)].masked_tiles.fetch_add(1, std::memory_order_relaxed);
+void note_tiles(std::int64_t tiles, std::int64_t masked_tiles) {
+  Probe& p = probes[std::min(omp_get_thread_num(), kProbeThreads - 1)];
+  if (tiles != 0) p.tiles.fetch_add(tiles, std::memory_order_relaxed);
+  if (masked_tiles != 0) p.masked_tiles.fetch_add(masked_tiles, std::memory_order_relaxed);
 }
 
 std::int64_t tiles() {
