@@ -87,6 +87,29 @@ py::array Call::floating(py::handle obj, const char* name) {
   return readable(a, dtype_name(dt));
 }
 
+DType computed_in(const Call& call) { return call.dtype() == DType::f16 ? DType::f32 : call.dtype(); }
+
+py::array widened(const Call& call, const py::array& a) {
+  if (call.dtype() != DType::f16) return a;
+  return numpy().attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
+}
+
+py::object to_float16(const py::object& result) {
+  if (py::isinstance<py::dict>(result)) {
+    py::dict rounded;
+    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(result)) rounded[key] = value.attr("astype")("float16");
+    return rounded;
+  }
+  if (!py::isinstance<py::tuple>(result)) return result.attr("astype")("float16");
+  py::list parts;
+  for (const py::handle r : result) parts.append(r.attr("astype")("float16"));
+  return py::tuple(parts);
+}
+
+py::object narrowed(const Call& call, const py::object& result) {
+  return call.dtype() == DType::f16 ? to_float16(result) : result;
+}
+
 void Call::expect_dtype(DType dt, const char* whose) {
   dtype_ = dt;
   dtype_from_ = whose;

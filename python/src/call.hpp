@@ -160,6 +160,15 @@ std::vector<index_t> dims(const py::array& a, int from = 0, int to = 0);
 // Size of dimension i (negative: from the end), or 0 when `a` has fewer dimensions.
 index_t dim(const py::array& a, int i);
 
+// float16 where attn has no 16-bit kernel (the functions and layers that take float16 arrays and
+// compute in float32): the call's compute dtype, an array of it (float16 widened to float32), and
+// results (an array, or a tuple or dict of arrays) rounded to float16 (NumPy's astype: nearest even)
+// when the call's arrays were float16.
+DType computed_in(const Call& call);
+py::array widened(const Call& call, const py::array& a);
+py::object narrowed(const Call& call, const py::object& result);
+py::object to_float16(const py::object& result);
+
 // ---- masks -------------------------------------------------------------------------------------
 
 // A null array handle, for an optional argument that was not given (a default-constructed py::array

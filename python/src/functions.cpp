@@ -30,21 +30,6 @@ Renames with_masks(Renames renames) {
   return renames;
 }
 
-// Functions without a 16-bit kernel take float16 arrays too (as every function taking float32 does):
-// they compute in float32, and their results are rounded to float16 (NumPy's astype, to nearest even).
-DType computed_in(const Call& call) { return call.dtype() == DType::f16 ? DType::f32 : call.dtype(); }
-py::array widened(const Call& call, const py::array& a) {
-  if (call.dtype() != DType::f16) return a;
-  return py::module_::import("numpy").attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
-}
-py::object narrowed(const Call& call, const py::object& result) {
-  if (call.dtype() != DType::f16) return result;
-  if (!py::isinstance<py::tuple>(result)) return result.attr("astype")("float16");
-  py::list parts;
-  for (const py::handle r : result) parts.append(r.attr("astype")("float16"));
-  return py::tuple(parts);
-}
-
 py::array masked_softmax(py::object X, py::object valid_lens, py::object mask, py::object causal,
                          py::object masked_fill) {
   Call call("masked_softmax", with_masks({{"scores", "X"}}));

@@ -33,7 +33,8 @@ namespace {
 
 // What a call keeps for its backward.
 struct Saved {
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;  // what attn computes in
+  bool half = false;         // float16 inputs (DotProductAttention): out, weights and gradients float16
   py::array queries = no_array(), keys = no_array(), values = no_array();
   py::array w_q = no_array(), w_k = no_array(), w_v = no_array();  // AdditiveAttention's, as the call used them
   MaskArgs mask;            // valid_lens and masked_fill
@@ -67,12 +68,14 @@ class Layer : public LayerMode {
 
  protected:
   // The inputs of a call: queries, keys, values and valid_lens converted, the dropout of the mode.
+  // float16 (where the call allows it) is computed in float32: the saved inputs are widened copies.
   Saved inputs(Call& call, py::object queries, py::object keys, py::object values, py::object valid_lens) const {
     Saved s;
-    s.queries = call.floating(queries, "queries");
-    s.keys = call.floating(keys, "keys");
-    s.values = call.floating(values, "values");
-    s.dtype = call.dtype();
+    s.queries = widened(call, call.floating(queries, "queries"));
+    s.keys = widened(call, call.floating(keys, "keys"));
+    s.values = widened(call, call.floating(values, "values"));
+    s.half = call.dtype() == DType::f16;
+    s.dtype = computed_in(call);
     if (!valid_lens.is_none()) s.mask.valid_lens = call.lengths(valid_lens, "valid_lens");
     s.mask.fill = fill_;
     s.dropout = call_dropout();
@@ -93,10 +96,11 @@ class Layer : public LayerMode {
       const ForwardViews<T> views{view_of<T>(out),  view_of<T>(weights), cview<T>(s.queries),
                                   cview<T>(s.keys), cview<T>(s.values),  s.mask.mask<T>()};
       call.run(forward(views, s));
-      attention_weights = weights;
+      const bool half = s.half;
+      attention_weights = half ? to_float16(weights) : py::object(weights);
       saved_ = std::move(s);
       advance();
-      return out;
+      return half ? to_float16(out) : py::object(out);
     });
   }
 
@@ -121,19 +125,21 @@ class DotProductAttention : public Layer {
 
   py::object forward(py::object queries, py::object keys, py::object values, py::object valid_lens) {
     Call call(name_, {});
+    call.allow_float16();  // no parameters: float16 in, float16 out (computed in float32)
     return run_forward(call, inputs(call, queries, keys, values, valid_lens), [](const auto& v, const Saved& s) {
       const attn::SdpaOptions options{std::nullopt, s.dropout, std::nullopt};
       return [v, options] { attn::sdpa_forward(v.out, {}, v.weights, v.queries, v.keys, v.values, v.mask, options); };
     });
   }
 
-  py::dict backward(py::object grad_out) const {
+  py::object backward(py::object grad_out) const {
     const std::string function = name_ + ".backward";
     const Saved& s = last_call(function);
     Call call(function, {{"dout", "grad_out"}});
-    call.expect_dtype(s.dtype, "the inputs of the last call have");
-    const py::array g = call.floating(grad_out, "grad_out");
-    return dispatch(s.dtype, [&](auto tag) -> py::dict {
+    if (s.half) call.allow_float16();
+    call.expect_dtype(s.half ? DType::f16 : s.dtype, "the inputs of the last call have");
+    const py::array g = widened(call, call.floating(grad_out, "grad_out"));
+    return narrowed(call, dispatch(s.dtype, [&](auto tag) -> py::dict {
       using T = decltype(tag);
       py::array_t<T> dq = like<T>(s.queries), dk = like<T>(s.keys), dv = like<T>(s.values);
       const auto dqv = view_of<T>(dq), dkv = view_of<T>(dk), dvv = view_of<T>(dv);
@@ -142,7 +148,7 @@ class DotProductAttention : public Layer {
       const attn::SdpaOptions options{std::nullopt, s.dropout, std::nullopt};
       call.run([&] { attn::sdpa_backward<T>(dqv, dkv, dvv, gv, q, k, v, {}, {}, mask, options); });
       return py::dict(py::arg("queries") = dq, py::arg("keys") = dk, py::arg("values") = dv);
-    });
+    }));
   }
 
   std::string repr() const { return name_ + "(dropout=" + py::repr(py::float_(dropout_)).cast<std::string>() + ")"; }
@@ -283,7 +289,9 @@ DotProductAttention(dropout, *, seed=0, masked_fill="exclude")
 attention(queries (B, n, d), keys (B, m, d), values (B, m, v), valid_lens=None) -> (B, n, v);
 softmax(queries keys^T / sqrt(d)) values with the weights of masked keys 0 and dropout in training
 mode. 4-D inputs (B, H, ., .) have heads. backward(grad_out) -> {"queries", "keys", "values"}.
-Modes, seeds and what backward reads: see the module's layers section in the README.)");
+float32, float64 or float16 arrays (float16 computed in float32 on widened copies, out, weights and
+gradients rounded to float16). Modes, seeds and what backward reads: see the module's layers section
+in the README.)");
   dot.def(py::init<py::object, py::object, py::object>(), arg("dropout"), py::kw_only(), arg("seed") = 0,
           arg("masked_fill") = "exclude");
   def_layer(dot);
