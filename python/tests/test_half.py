@@ -73,6 +73,10 @@ def test_sixteen_bit_bad_input_is_named(rng):
         attn.masked_softmax(q, mask=np.zeros((5, 5)))
     with pytest.raises(TypeError, match="queries has dtype float16; attn computes in float32 or float64"):
         attn.MultiHeadAttention(8, 2, 0.0)(q, q, q)  # layers keep float32 or float64 parameters and gradients
+    layer = attn.DotProductAttention(0.0)
+    layer(q, q, q)
+    with pytest.raises(TypeError, match="grad_out has dtype float32 but the inputs of the last call have float16"):
+        layer.backward(q.astype(np.float32))
 
 
 def test_functions_without_a_16_bit_kernel_take_float16(rng):
