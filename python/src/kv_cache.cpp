@@ -110,7 +110,7 @@ class KVCache {
       const index_t s = call.integer(seq, "seq");
       call.run([&] { cache_->attend(o, s, qv, options); });
     }
-    if (half_out) return out.attr("astype")("float16");  // rounded to nearest even
+    if (half_out) return py::array(to_float16(out));
     return out;
   }
 
