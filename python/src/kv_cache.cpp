@@ -46,8 +46,7 @@ py::array float32_array(Call& call, py::handle obj, const char* name) {
   const py::array a = call.floating(obj, name);
   if (call.dtype() == DType::f64)  // a list or other sequence of Python floats
     call.type_error(std::string(name) + " is not an array and NumPy reads it as float64" + takes);
-  if (call.dtype() == DType::f16) return py::module_::import("numpy").attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
-  return a;
+  return widened(call, a);
 }
 
 class KVCache {

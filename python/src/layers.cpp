@@ -96,11 +96,10 @@ class Layer : public LayerMode {
       const ForwardViews<T> views{view_of<T>(out),  view_of<T>(weights), cview<T>(s.queries),
                                   cview<T>(s.keys), cview<T>(s.values),  s.mask.mask<T>()};
       call.run(forward(views, s));
-      const bool half = s.half;
-      attention_weights = half ? to_float16(weights) : py::object(weights);
+      attention_weights = narrowed(call, weights);  // float16 calls: rounded (call.hpp)
       saved_ = std::move(s);
       advance();
-      return half ? to_float16(out) : py::object(out);
+      return narrowed(call, out);
     });
   }
 
