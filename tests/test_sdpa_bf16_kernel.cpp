@@ -5,6 +5,7 @@
 // P's rounding and the order of additions, so |kernel - portable| <= 2^-7 max|v| (P's relative
 // rounding 2^-9 summed over a row's weights, plus each output's own rounding, 2^-9 of |out| <= max|v|).
 // Masks, variants, dropout, grouped heads, odd sizes. Skipped, saying so, on a CPU without it.
+#include <array>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -172,6 +173,38 @@ TEST(AvxBf16KernelExtremes, NonFiniteValuesOfMaskedKeysNeverReachTheOutput) {
     }
     EXPECT_LE(worst, std::ldexp(1.0, -7)) << (window ? "window" : "valid lengths");
   }
+}
+
+// Heads of no element (d = 0, with a scale): every score 0, so each row the mean of the values (out
+// in float32, as compute_dtype="bfloat16" returns it). The kernel once left such scores unwritten,
+// holding what an earlier call had left in its scratch (found by the generated Python tests): a
+// call with d = 64 runs before each, so that the scratch is not fresh zeros.
+TEST(AvxBf16KernelExtremes, HeadsOfNoElementScoreZero) {
+  if (!bf16_kernel_available()) GTEST_SKIP() << "this CPU has no AVX512-BF16: the bfloat16 kernel's tests are skipped";
+  if (simd_target() != "avx3") GTEST_SKIP() << "the bfloat16 kernel runs on the avx3 target only; this run uses " << simd_target();
+  ScopedBackend cpu(Backend::cpu);
+  set_bf16_kernel(Bf16Kernel::on);
+  const index_t B = 1, H = 2;
+  for (const auto& [n, m, dv] : {std::array<index_t, 3>{70, 75, 5}, {9, 9, 3}, {10, 8, 4}, {5, 7, 1}}) {
+    for (const index_t d : {64, 0}) {
+      const Tensor<bfloat16> q = to_bf16(random_tensor<float>({B, H, n, d}, 21, -40, 40));
+      const Tensor<bfloat16> k = to_bf16(random_tensor<float>({B, H, m, d}, 22, -40, 40));
+      const Tensor<bfloat16> v = to_bf16(random_tensor<float>({B, H, m, dv}, 23));
+      Tensor<float> out({B, H, n, dv});
+      SdpaOptions options;
+      options.scale = 0.3;
+      sdpa_forward<bfloat16>(out.view(), {}, q.view(), k.view(), v.view(), {}, options);
+      if (d > 0) continue;
+      for (index_t h = 0; h < H; ++h)
+        for (index_t c = 0; c < dv; ++c) {
+          double mean = 0;
+          for (index_t j = 0; j < m; ++j) mean += to_float(v(0, h, j, c)) / static_cast<double>(m);
+          EXPECT_NEAR(out(0, h, 0, c), mean, std::ldexp(1.0, -7)) << "head " << h << ", column " << c;
+          for (index_t i = 1; i < n; ++i) ASSERT_EQ(out(0, h, i, c), out(0, h, 0, c)) << i;
+        }
+    }
+  }
+  set_bf16_kernel(Bf16Kernel::automatic);
 }
 
 }  // namespace

@@ -105,6 +105,7 @@ ATTN_BF16_TARGET void score_last_element(const std::uint16_t* k, index_t ks, ind
 void scores(const std::uint16_t* k, index_t ks, index_t cnt, index_t d, const std::uint32_t* qp, float* s) {
   constexpr index_t kKeys = 6;  // 6 keys x 4 query vectors: 24 accumulators, 4 queries, 1 key pair
   const index_t whole = d / 2;  // pairs with both elements
+  if (d == 0) std::fill(s, s + cnt * kLanes, 0.0f);  // no element: every score 0 (as the portable path)
   if (whole >= 1) {
     index_t j = 0;
     for (; j + kKeys <= cnt; j += kKeys) score_rows<kKeys>(k + j * ks, ks, whole, qp, s + j * kLanes);
