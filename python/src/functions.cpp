@@ -146,9 +146,11 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
                      dtype_name(call.dtype()) + "' or 'bfloat16'");
   if (compute == "bfloat16" && call.dtype() != DType::f32)
     call.type_error(std::string("compute_dtype='bfloat16' takes float32 arrays; q has dtype ") + dtype_name(call.dtype()));
-  const bool sixteen = call.dtype() == DType::f16 || compute == "bfloat16";
-  if (sixteen && return_weights)
-    call.value_error("return_weights=True needs float32 or float64 computation (16-bit attention is fused and forms no weights)");
+  if (compute == "bfloat16" && return_weights)
+    call.value_error("return_weights=True needs float32 or float64 computation (the bfloat16 kernel is fused and forms no weights)");
+  // float16 with return_weights: computed in float32 (the 16-bit kernel is fused and forms no
+  // weights), out and weights rounded to float16, lse float32 as the 16-bit path returns it.
+  const bool sixteen = (call.dtype() == DType::f16 && !return_weights) || compute == "bfloat16";
   const MaskArgs m = mask_args(call, valid_lens, mask, causal, masked_fill);
   const std::optional<attn::Window> win = window_from(call, window);
   const SegmentArgs segments = segments_from(call, segment_ids);
@@ -170,7 +172,7 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
     if (slopes) mk.alibi_slopes = cview<float>(slopes);  // float32 in a 16-bit call (Call::same_dtype)
     return sdpa_16bit(call, q, k, v, m, mk, options, out_shape, lse_shape, return_lse);
   }
-  return dispatch(call.dtype(), [&](auto tag) -> py::object {
+  return dispatch(computed_in(call), [&](auto tag) -> py::object {
     using T = decltype(tag);
     py::array_t<T> out = new_array<T>(out_shape);
     const py::array weights = return_weights ? py::array(new_array<T>(weights_shape, "the weights")) : no_array();
@@ -178,17 +180,20 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
     const auto o = view_of<T>(out);
     const auto w = return_weights ? view_of<T>(weights) : attn::TensorView<T>{};
     const auto l = return_lse ? view_of<T>(lse) : attn::TensorView<T>{};
-    const auto qv = cview<T>(q), kv = cview<T>(k), vv = cview<T>(v);
+    const py::array q32 = widened(call, q), k32 = widened(call, k), v32 = widened(call, v);
+    const auto qv = cview<T>(q32), kv = cview<T>(k32), vv = cview<T>(v32);
     attn::Mask<T> mk = m.mask<T>();
     mk.window = win;
     mk.segment_ids_q = segment_view(segments.q);
     mk.segment_ids_k = segment_view(segments.k);
     if (slopes) mk.alibi_slopes = cview<T>(slopes);
     call.run([&] { attn::sdpa_forward<T>(o, l, w, qv, kv, vv, mk, options); });
-    if (return_weights && return_lse) return py::make_tuple(out, weights, lse);
-    if (return_weights) return py::make_tuple(out, weights);
-    if (return_lse) return py::make_tuple(out, lse);
-    return out;
+    const py::object out_as_given = narrowed(call, out);
+    const py::object weights_as_given = return_weights ? narrowed(call, weights) : py::object();
+    if (return_weights && return_lse) return py::make_tuple(out_as_given, weights_as_given, lse);
+    if (return_weights) return py::make_tuple(out_as_given, weights_as_given);
+    if (return_lse) return py::make_tuple(out_as_given, lse);
+    return out_as_given;
   });
 }
 
@@ -312,8 +317,9 @@ segment_ids: int32 or int64 (B, n) when n == m, or a pair ((B, n), (B, m)): a qu
   to the keys of its own segment (packed sequences).
 16-bit: float16 arrays compute in float16 storage with float32 accumulation and return float16 (lse
   float32); compute_dtype='bfloat16' rounds float32 arrays to bfloat16 once on entry, computes as
-  float16 does, and returns the float32 result (not rounded to bfloat16). Neither forms weights
-  (return_weights=True is refused).)");
+  float16 does, and returns the float32 result (not rounded to bfloat16); it forms no weights
+  (return_weights=True is refused). float16 arrays with return_weights=True compute in float32 (the
+  16-bit kernel forms no weights) and return out and weights rounded to float16, lse float32.)");
 
   m.def("nadaraya_watson", &nadaraya_watson, arg("x_train"), arg("y_train"), arg("x_query"),
         arg("kernel") = "gaussian", arg("width") = 1.0, arg("return_weights") = false,

@@ -182,6 +182,7 @@ class AdditiveAttention : public Layer {
 
   py::object forward(py::object queries, py::object keys, py::object values, py::object valid_lens) {
     Call call(name_, additive_renames());
+    call.allow_float16();  // computed in float32, the parameters' copies too; out and weights float16
     Saved s = inputs(call, queries, keys, values, valid_lens);
     // The parameters in the call's dtype: themselves, or a converted copy.
     const char* dt = dtype_name(s.dtype);
@@ -197,13 +198,14 @@ class AdditiveAttention : public Layer {
     });
   }
 
-  py::dict backward(py::object grad_out) const {
+  py::object backward(py::object grad_out) const {
     const std::string function = name_ + ".backward";
     const Saved& s = last_call(function);
     Call call(function, additive_renames());
-    call.expect_dtype(s.dtype, "the inputs of the last call have");
-    const py::array g = call.floating(grad_out, "grad_out");
-    return dispatch(s.dtype, [&](auto tag) -> py::dict {
+    if (s.half) call.allow_float16();
+    call.expect_dtype(s.half ? DType::f16 : s.dtype, "the inputs of the last call have");
+    const py::array g = widened(call, call.floating(grad_out, "grad_out"));
+    return narrowed(call, dispatch(s.dtype, [&](auto tag) -> py::dict {
       using T = decltype(tag);
       py::array_t<T> dq = like<T>(s.queries), dk = like<T>(s.keys), dv = like<T>(s.values);
       py::array_t<T> dw_q = like<T>(s.w_q), dw_k = like<T>(s.w_k), dw_v = like<T>(s.w_v);
@@ -217,7 +219,7 @@ class AdditiveAttention : public Layer {
       });
       return py::dict(py::arg("queries") = dq, py::arg("keys") = dk, py::arg("values") = dv,
                       py::arg("W_q") = dw_q, py::arg("W_k") = dw_k, py::arg("w_v") = dw_v);
-    });
+    }));
   }
 
   // The parameters, nn.Linear's weight layout: W_q (num_hiddens, query_size), W_k (num_hiddens,
@@ -302,7 +304,8 @@ attention(queries (B, n, query_size), keys (B, m, key_size), values (B, m, v), v
 scores w_v^T tanh(W_q q + W_k k). Parameters W_q (num_hiddens, query_size), W_k (num_hiddens, key_size),
 w_v (num_hiddens,), nn.Linear's layout and initialisation (uniform in +-1/sqrt(fan_in), drawn from
 `seed`, not from PyTorch's generator); readable and assignable NumPy arrays. A call computes in the
-dtype of its inputs (the parameters are converted when theirs differs).
+dtype of its inputs (the parameters are converted when theirs differs); float16 inputs compute in
+float32 (widened copies) and out, weights and every gradient are rounded to float16.
 backward(grad_out) -> {"queries", "keys", "values", "W_q", "W_k", "w_v"}.)");
   add.def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::object>(),
           arg("key_size"), arg("query_size"), arg("num_hiddens"), arg("dropout"), py::kw_only(), arg("seed") = 0,

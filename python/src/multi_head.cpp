@@ -38,7 +38,8 @@ py::array to_array(const attn::Tensor<T>& t) {
 
 // What a call keeps for its backward.
 struct Saved {
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;  // what attn computes in
+  bool half = false;         // float16 inputs: computed in float32, out and gradients float16
   py::array queries = no_array(), keys = no_array(), values = no_array();
   std::array<py::array, 8> params{no_array(), no_array(), no_array(), no_array(),
                                   no_array(), no_array(), no_array(), no_array()};
@@ -82,11 +83,13 @@ class MultiHeadAttention : public LayerMode {
   py::object forward(py::object queries, py::object keys, py::object values, py::object valid_lens, py::object causal,
                      py::object window) {
     Call call(name_, renames());
+    call.allow_float16();  // computed in float32, the parameters' copies too; out float16
     Saved s;
-    s.queries = call.floating(queries, "queries");
-    s.keys = call.floating(keys, "keys");
-    s.values = call.floating(values, "values");
-    s.dtype = call.dtype();
+    s.queries = widened(call, call.floating(queries, "queries"));
+    s.keys = widened(call, call.floating(keys, "keys"));
+    s.values = widened(call, call.floating(values, "values"));
+    s.half = call.dtype() == DType::f16;
+    s.dtype = computed_in(call);
     s.mask = mask_args(call, valid_lens, py::none(), causal, py::str("exclude"));
     s.window = window_from(call, window);
     if (s.queries.ndim() != 3 || s.keys.ndim() != 3 || s.values.ndim() != 3)
@@ -112,20 +115,21 @@ class MultiHeadAttention : public LayerMode {
       s.state = std::move(state);
       saved_ = std::move(s);
       advance();
-      return out;
+      return narrowed(call, out);
     });
   }
 
-  py::dict backward(py::object grad_out) const {
+  py::object backward(py::object grad_out) const {
     const std::string function = name_ + ".backward";
     if (!saved_)
       throw std::runtime_error(function + ": the layer has not been called yet; backward differentiates the output "
                                           "of the last call mha(queries, keys, values, valid_lens)");
     const Saved& s = *saved_;
     Call call(function, renames());
-    call.expect_dtype(s.dtype, "the inputs of the last call have");
-    const py::array g = call.floating(grad_out, "grad_out");
-    return dispatch(s.dtype, [&](auto tag) -> py::dict {
+    if (s.half) call.allow_float16();
+    call.expect_dtype(s.half ? DType::f16 : s.dtype, "the inputs of the last call have");
+    const py::array g = widened(call, call.floating(grad_out, "grad_out"));
+    return narrowed(call, dispatch(s.dtype, [&](auto tag) -> py::dict {
       using T = decltype(tag);
       py::array_t<T> dq = new_array<T>(dims(s.queries)), dk = new_array<T>(dims(s.keys)),
                      dv = new_array<T>(dims(s.values));
@@ -149,7 +153,7 @@ class MultiHeadAttention : public LayerMode {
       for (std::size_t i = 0; i < kParams.size(); ++i)
         if (dp[i]) result[kParams[i]] = dp[i];
       return result;
-    });
+    }));
   }
 
   // A parameter: the array itself (in-place updates reach the layer), None before the layer is sized.
@@ -228,7 +232,9 @@ and with bias=True b_q, b_k, b_v, b_o: nn.Linear's layout, initialised as it doe
 +-1/sqrt(fan_in)) from `seed`; sized by the first call (nn.LazyLinear) unless the three sizes are
 given. valid_lens (B,) or (B, n) apply to every head (d2l repeats them per head); causal and window
 as scaled_dot_product_attention. backward(grad_out) -> {"queries", "keys", "values", "W_q", "W_k",
-"W_v", "W_o"[, "b_q", "b_k", "b_v", "b_o"]}.)");
+"W_v", "W_o"[, "b_q", "b_k", "b_v", "b_o"]}. A call computes in the dtype of its inputs (the
+parameters are converted when theirs differs); float16 inputs compute in float32 (widened copies) and
+out and every gradient are rounded to float16.)");
   c.def(py::init<py::object, py::object, py::object, bool, py::object, py::object, py::object, py::object,
                  py::object, py::object>(),
         arg("num_hiddens"), arg("num_heads"), arg("dropout"), arg("bias") = false, py::kw_only(),

@@ -77,8 +77,8 @@ CASES = {
     "dot seed": (lambda: setattr(attn.DotProductAttention(0.1), "seed", -2), ValueError, r"seed is -2"),
     "dot set dropout": (lambda: setattr(attn.DotProductAttention(0.1), "dropout", -0.5), ValueError, r"dropout is -0.5"),
     # AdditiveAttention
-    "additive float16": (lambda: attn.AdditiveAttention(2, 2, 4, 0.0)(Q.astype(np.float16), K, V), TypeError,
-                         r"^AdditiveAttention: queries has dtype float16; attn computes in float32 or float64"),
+    "additive float16 with float32": (lambda: attn.AdditiveAttention(2, 2, 4, 0.0)(Q.astype(np.float16), K, V), TypeError,
+                                      r"^AdditiveAttention: keys has dtype float32 but queries has float16; the arrays of one call"),
     "add key_size": (lambda: attn.AdditiveAttention(0, 20, 8, 0.1), ValueError, r"^AdditiveAttention: key_size is 0; it must be at least 1"),
     "add num_hiddens": (lambda: attn.AdditiveAttention(2, 20, -1, 0.1), ValueError, r"^AdditiveAttention: num_hiddens is -1"),
     "add size type": (lambda: attn.AdditiveAttention(2.5, 20, 8, 0.1), TypeError, r"key_size must be an integer; got float"),

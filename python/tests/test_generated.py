@@ -394,7 +394,9 @@ def dropped(c, a, kw_of):
 def test_sdpa_within_the_rule(c, where, want):
     return_weights, return_lse = want
     sixteen = c["dtype"] in ("float16", "bfloat16")
-    return_weights = return_weights and not sixteen  # 16-bit forms no weights: test_sdpa_errors
+    # The bfloat16 kernel forms no weights (test_sdpa_bad_arguments...); float16 with weights
+    # computes in float32 and rounds out and weights.
+    return_weights = return_weights and c["dtype"] != "bfloat16"
     a = sdpa_arrays(c)
     dtype = storage(c)
     kw = sdpa_kwargs(c, a, dtype)
@@ -538,7 +540,7 @@ CORRUPTIONS = {
     "causal": (ValueError, r'causal is "diagonal"'),
     "masked_fill": (ValueError, r'masked_fill is "zero"'),
     "compute_dtype": (ValueError, r"compute_dtype is 'int4'"),
-    "return_weights 16-bit": (ValueError, r"return_weights=True needs float32 or float64"),
+    "return_weights bfloat16": (ValueError, r"return_weights=True needs float32 or float64 computation \(the bfloat16 kernel"),
 }
 
 
@@ -599,9 +601,9 @@ def test_sdpa_bad_arguments_raise_naming_the_argument(c, corruption):
         kw["masked_fill"] = "zero"
     elif corruption == "compute_dtype":
         kw["compute_dtype"] = "int4"
-    elif corruption == "return_weights 16-bit":
-        q, k, v = (x.astype(np.float16) for x in (q, k, v))
-        kw = {"return_weights": True}
+    elif corruption == "return_weights bfloat16":
+        q, k, v = (x.astype(np.float32) for x in (q, k, v))
+        kw = {"return_weights": True, "compute_dtype": "bfloat16"}
     exception, pattern = CORRUPTIONS[corruption]
     with pytest.raises(exception) as info:
         attn.scaled_dot_product_attention(q, k, v, **kw)

@@ -59,8 +59,9 @@ def test_compute_dtype_bfloat16_rounds_once_and_returns_float32(rng):
 
 def test_sixteen_bit_bad_input_is_named(rng):
     q = rng.standard_normal((2, 5, 8)).astype(np.float16)
-    with pytest.raises(ValueError, match="return_weights=True needs float32 or float64"):
-        attn.scaled_dot_product_attention(q, q, q, return_weights=True)
+    q32 = q.astype(np.float32)
+    with pytest.raises(ValueError, match="return_weights=True needs float32 or float64 computation .the bfloat16 kernel"):
+        attn.scaled_dot_product_attention(q32, q32, q32, return_weights=True, compute_dtype="bfloat16")
     with pytest.raises(TypeError, match="compute_dtype='bfloat16' takes float32 arrays; q has dtype float16"):
         attn.scaled_dot_product_attention(q, q, q, compute_dtype="bfloat16")
     with pytest.raises(ValueError, match="compute_dtype is 'int4'"):
@@ -71,8 +72,10 @@ def test_sixteen_bit_bad_input_is_named(rng):
         attn.bmm(q, q.astype(np.float32), transpose_b=True)
     with pytest.raises(TypeError, match="mask has dtype float64 but X has float16"):
         attn.masked_softmax(q, mask=np.zeros((5, 5)))
-    with pytest.raises(TypeError, match="queries has dtype float16; attn computes in float32 or float64"):
-        attn.MultiHeadAttention(8, 2, 0.0)(q, q, q)  # layers keep float32 or float64 parameters and gradients
+    mha = attn.MultiHeadAttention(8, 2, 0.0)
+    mha(q, q, q)
+    with pytest.raises(TypeError, match="grad_out has dtype float32 but the inputs of the last call have float16"):
+        mha.backward(q.astype(np.float32)[..., :8])
     layer = attn.DotProductAttention(0.0)
     layer(q, q, q)
     with pytest.raises(TypeError, match="grad_out has dtype float32 but the inputs of the last call have float16"):
@@ -109,6 +112,41 @@ def test_functions_without_a_16_bit_kernel_take_float16(rng):
     grads, grads32 = layer.backward(grad), layer32.backward(w(grad))
     for name in ("queries", "keys", "values"):
         same(grads[name], grads32[name])
+    # The layers with parameters: computed in float32 (the parameters' float32 copies), out, weights
+    # and every gradient rounded to float16; the parameters themselves unchanged.
+    q, k, v, lens, grad = h(2, 3, 6), h(2, 5, 4), h(2, 5, 3), np.array([2, 5]), h(2, 3, 3)
+    for dtype in ("float32", "float64"):
+        layer = attn.AdditiveAttention(4, 6, 8, 0.2, seed=3, dtype=dtype)
+        layer32 = attn.AdditiveAttention(4, 6, 8, 0.2, seed=3, dtype=dtype)
+        same(layer(q, k, v, lens), layer32(w(q), w(k), w(v), lens))
+        same(layer.attention_weights, layer32.attention_weights)
+        grads, grads32 = layer.backward(grad), layer32.backward(w(grad))
+        assert set(grads) == set(grads32) == {"queries", "keys", "values", "W_q", "W_k", "w_v"}
+        for name in grads:
+            same(grads[name], grads32[name])
+        assert layer.W_q.dtype == np.dtype(dtype)
+    grad = h(2, 3, 8)
+    for bias in (False, True):
+        mha, mha32 = (attn.MultiHeadAttention(8, 4, 0.1, bias, num_kv_heads=2, seed=4) for _ in range(2))
+        same(mha(q, k, v, lens, causal=True), mha32(w(q), w(k), w(v), lens, causal=True))
+        grads, grads32 = mha.backward(grad), mha32.backward(w(grad))
+        assert set(grads) == set(grads32) and len(grads) == (11 if bias else 7)
+        for name in grads:
+            same(grads[name], grads32[name])
+        assert mha.W_q.dtype == np.float32
+    # scaled_dot_product_attention with return_weights: the 16-bit kernel forms no weights, so the
+    # call computes in float32; out and weights float16, lse float32, with a mask, ALiBi and dropout.
+    q, k, v = h(2, 2, 3, 8), h(2, 2, 5, 8), h(2, 2, 5, 4)
+    bias, slopes = h(3, 5), np.array([0.5, 0.25], np.float32)
+    kw = dict(mask=bias, alibi_slopes=slopes, dropout_p=0.3, seed=5, return_weights=True, return_lse=True)
+    out, weights, lse = attn.scaled_dot_product_attention(q, k, v, **kw)
+    out32, weights32, lse32 = attn.scaled_dot_product_attention(w(q), w(k), w(v), **{**kw, "mask": w(bias)})
+    same(out, out32), same(weights, weights32)
+    assert lse.dtype == np.float32
+    np.testing.assert_array_equal(lse, lse32)
+    # out within float16's rounding of the 16-bit kernel's out (which forms no weights).
+    fused = attn.scaled_dot_product_attention(q, k, v, mask=bias, alibi_slopes=slopes, dropout_p=0.3, seed=5)
+    assert np.abs(w(out) - w(fused)).max() <= 2 * np.abs(w(out32.astype(np.float16)) - out32).max() + 1e-3
 
 
 def stored(x, dtype):
