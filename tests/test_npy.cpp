@@ -3,8 +3,6 @@
 // path with the words its message must contain. npy_roundtrip.py checks against numpy itself.
 #include "attn/npy.hpp"
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +15,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "support/testing.hpp"
 
 namespace attn::io {
 namespace {
@@ -77,11 +77,8 @@ std::vector<std::byte> with_header(std::string_view dict, std::string_view data 
   return npy_file(std::string(dict) + "\n", data);
 }
 
-// A fresh path in the test temporary directory, unique to this process and test.
-std::string temp_path(const std::string& stem) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return ::testing::TempDir() + "attn_npy_" + std::to_string(::getpid()) + "_" + info->name() + "_" + stem + ".npy";
-}
+// A fresh .npy path in the test temporary directory, unique to this process and test.
+std::string npy_path(const std::string& stem) { return attn::testing::temp_path(stem + ".npy"); }
 
 // Values 0, 1, 2, ... (alternating for bool) in a tensor of the given shape.
 template <class T>
@@ -119,7 +116,7 @@ TYPED_TEST(NpyRoundTrip, EveryRankThroughMemoryAndFile) {
     EXPECT_EQ(parsed.shape, shape);
     EXPECT_EQ(parsed.bytes, array.bytes);
 
-    const std::string path = temp_path("roundtrip");
+    const std::string path = npy_path("roundtrip");
     write_npy(path, original);
     const Tensor<T> back = read_npy(path).template to_tensor<T>(path);
     std::filesystem::remove(path);
@@ -438,7 +435,7 @@ TEST(NpyErrors, SerializeArguments) {
 }
 
 TEST(NpyErrors, FilesThatCannotBeOpenedOrRead) {
-  const std::string missing = temp_path("does_not_exist");
+  const std::string missing = npy_path("does_not_exist");
   EXPECT_TRUE(throws_with([&] { read_npy(missing); }, {missing.c_str(), "cannot open for reading"}));
   const std::string dir = ::testing::TempDir();
   EXPECT_TRUE(throws_with([&] { read_npy(dir); }, {dir.c_str(), "reading failed"}));
@@ -447,7 +444,7 @@ TEST(NpyErrors, FilesThatCannotBeOpenedOrRead) {
   EXPECT_TRUE(throws_with([&] { write_npy(bad_dir, t); }, {bad_dir.c_str(), "cannot open for writing"}));
 
   // A file that exists but is not .npy: the message starts with its path.
-  const std::string text = temp_path("text");
+  const std::string text = npy_path("text");
   std::ofstream(text) << "hello";
   EXPECT_TRUE(throws_with([&] { read_npy(text); }, {(text + ": not a .npy file").c_str()}));
   std::filesystem::remove(text);
@@ -460,7 +457,7 @@ TEST(NpyErrors, ReadingStopsWhereTheHeaderSays) {
   if (std::filesystem::exists("/dev/zero")) {
     EXPECT_TRUE(throws_with([&] { read_npy("/dev/zero"); }, {"/dev/zero: not a .npy file", "\\x00\\x00"}));
   }
-  const std::string path = temp_path("large");
+  const std::string path = npy_path("large");
   write_npy(path, Tensor<float>({512, 1024}));  // 2 MiB of data
   set_memory_limit(std::size_t{1} << 20);
   EXPECT_TRUE(throws_with([&] { read_npy(path); }, {path.c_str(), ": the data of shape (512,1024) of float32 needs"}));

@@ -23,8 +23,8 @@ namespace {
 
 using io::RgbaImage;
 using testing::expect_error;
+using testing::temp_path;
 
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "attn_test_plot_" + name; }
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -1,11 +1,15 @@
 #include "support/testing.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <random>
 #include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
 
 // ThreadSanitizer builds (ATTN_TSAN): the OpenMP runtime's own code is not instrumented; its
 // synchronisation reaches TSan through the Archer tool linked into the tests (tests/CMakeLists.txt),
@@ -87,6 +91,18 @@ template <class A, class B>
   return ::testing::AssertionFailure() << "error " << err << " against float64 exceeds the budget " << budget << " ("
                                        << factor << " x same-precision reference error " << ref_err << " + "
                                        << floor << ")";
+}
+
+std::string temp_path(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const char* target = std::getenv("ATTN_SIMD_TARGET");  // a suite registered once per SIMD target
+  std::string path = ::testing::TempDir() + "attn_";
+  if (info != nullptr) path += std::string(info->test_suite_name()) + "." + info->name() + "_";
+  if (target != nullptr) path += std::string(target) + "_";
+  path += name;
+  // Typed and parameterized suites name themselves "Suite/0": no directories in the file name.
+  std::replace(path.begin() + static_cast<std::ptrdiff_t>(::testing::TempDir().size()), path.end(), '/', '_');
+  return path;
 }
 
 std::vector<double> numeric_gradient(const std::function<double()>& loss, std::span<double> x, double eps) {

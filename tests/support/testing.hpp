@@ -68,6 +68,11 @@ template <class A, class B>
                                                const Tensor<double>& oracle, double factor = 2.0,
                                                double floor = 1e-6);
 
+// A path in the test temporary directory for a file `name`, unique to the test (its suite, name and
+// SIMD target): ctest runs each test in a process of its own, two at a time, so a name shared by
+// two tests is raced for (a test once read the SVG another was writing).
+std::string temp_path(const std::string& name);
+
 // Central finite differences of a scalar loss with respect to every element of `x`, in float64.
 std::vector<double> numeric_gradient(const std::function<double()>& loss, std::span<double> x,
                                      double eps = 1e-6);
