@@ -1,7 +1,8 @@
 #include "support/testing.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
-#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
@@ -94,15 +95,22 @@ template <class A, class B>
 }
 
 std::string temp_path(const std::string& name) {
+  // The paths handed out, removed when the test process exits.
+  struct Handed {
+    std::vector<std::string> paths;
+    ~Handed() {
+      for (const std::string& p : paths) std::remove(p.c_str());
+    }
+  };
+  static Handed handed;
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const char* target = std::getenv("ATTN_SIMD_TARGET");  // a suite registered once per SIMD target
-  std::string path = ::testing::TempDir() + "attn_";
-  if (info != nullptr) path += std::string(info->test_suite_name()) + "." + info->name() + "_";
-  if (target != nullptr) path += std::string(target) + "_";
-  path += name;
+  std::string file = "attn_" + std::to_string(::getpid()) + "_";
+  if (info != nullptr) file += std::string(info->test_suite_name()) + "." + info->name() + "_";
+  file += name;
   // Typed and parameterized suites name themselves "Suite/0": no directories in the file name.
-  std::replace(path.begin() + static_cast<std::ptrdiff_t>(::testing::TempDir().size()), path.end(), '/', '_');
-  return path;
+  std::replace(file.begin(), file.end(), '/', '_');
+  handed.paths.push_back(::testing::TempDir() + file);
+  return handed.paths.back();
 }
 
 std::vector<double> numeric_gradient(const std::function<double()>& loss, std::span<double> x, double eps) {

@@ -68,9 +68,10 @@ template <class A, class B>
                                                const Tensor<double>& oracle, double factor = 2.0,
                                                double floor = 1e-6);
 
-// A path in the test temporary directory for a file `name`, unique to the test (its suite, name and
-// SIMD target): ctest runs each test in a process of its own, two at a time, so a name shared by
-// two tests is raced for (a test once read the SVG another was writing).
+// A path in the test temporary directory for a file `name`, unique to the process and the test (its
+// suite and name), removed when the process exits: ctest runs each test in a process of its own, two
+// at a time, so a name shared by two tests is raced for (a test once read the SVG another was
+// writing).
 std::string temp_path(const std::string& name);
 
 // Central finite differences of a scalar loss with respect to every element of `x`, in float64.
