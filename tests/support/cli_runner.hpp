@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -37,8 +38,9 @@ class ScratchDir {
  public:
   ScratchDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("attn_cli_" + std::to_string(::getpid()) + "_" + std::string(info->test_suite_name()) + "_" + info->name());
+    std::string name = "attn_cli_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name();
+    std::replace(name.begin(), name.end(), '/', '_');  // typed suites are "Suite/0": one directory, not two
+    dir_ = std::filesystem::path(::testing::TempDir()) / name;
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
