@@ -65,4 +65,12 @@ void def_mode(py::class_<L>& c) {
                     "The dropout seed of the next training-mode call (each such call advances it by one)");
 }
 
+// A layer's backward reads grad_out as its last call read the inputs: float16 when they were
+// float16 (widened here; the gradients are rounded back by narrowed), else of their dtype.
+inline py::array grad_of_last_call(Call& call, const py::object& grad_out, bool half, DType dtype) {
+  if (half) call.allow_float16();
+  call.expect_dtype(half ? DType::f16 : dtype, "the inputs of the last call have");
+  return widened(call, call.floating(grad_out, "grad_out"));
+}
+
 }  // namespace attn_py

@@ -135,9 +135,7 @@ class DotProductAttention : public Layer {
     const std::string function = name_ + ".backward";
     const Saved& s = last_call(function);
     Call call(function, {{"dout", "grad_out"}});
-    if (s.half) call.allow_float16();
-    call.expect_dtype(s.half ? DType::f16 : s.dtype, "the inputs of the last call have");
-    const py::array g = widened(call, call.floating(grad_out, "grad_out"));
+    const py::array g = grad_of_last_call(call, grad_out, s.half, s.dtype);
     return narrowed(call, dispatch(s.dtype, [&](auto tag) -> py::dict {
       using T = decltype(tag);
       py::array_t<T> dq = like<T>(s.queries), dk = like<T>(s.keys), dv = like<T>(s.values);
@@ -202,9 +200,7 @@ class AdditiveAttention : public Layer {
     const std::string function = name_ + ".backward";
     const Saved& s = last_call(function);
     Call call(function, additive_renames());
-    if (s.half) call.allow_float16();
-    call.expect_dtype(s.half ? DType::f16 : s.dtype, "the inputs of the last call have");
-    const py::array g = widened(call, call.floating(grad_out, "grad_out"));
+    const py::array g = grad_of_last_call(call, grad_out, s.half, s.dtype);
     return narrowed(call, dispatch(s.dtype, [&](auto tag) -> py::dict {
       using T = decltype(tag);
       py::array_t<T> dq = like<T>(s.queries), dk = like<T>(s.keys), dv = like<T>(s.values);

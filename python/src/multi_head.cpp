@@ -126,9 +126,7 @@ class MultiHeadAttention : public LayerMode {
                                           "of the last call mha(queries, keys, values, valid_lens)");
     const Saved& s = *saved_;
     Call call(function, renames());
-    if (s.half) call.allow_float16();
-    call.expect_dtype(s.half ? DType::f16 : s.dtype, "the inputs of the last call have");
-    const py::array g = widened(call, call.floating(grad_out, "grad_out"));
+    const py::array g = grad_of_last_call(call, grad_out, s.half, s.dtype);
     return narrowed(call, dispatch(s.dtype, [&](auto tag) -> py::dict {
       using T = decltype(tag);
       py::array_t<T> dq = new_array<T>(dims(s.queries)), dk = new_array<T>(dims(s.keys)),
