@@ -142,6 +142,9 @@ TEST_F(CliErrors, WrongElementTypesAreBadUsage) {
   expect({"softmax", "--scores", "S.npy", "--mask", "Mi.npy", "--out", "W.npy"}, 2, {"--mask ", "Mi.npy: holds int32; the mask must be bool"});
   expect({"sdpa", "--queries", "Q64.npy", "--keys", "K.npy", "--values", "V.npy", "--out", "O.npy"}, 2,
          {"--keys ", "K.npy holds float32 but --queries ", "Q64.npy holds float64"});
+  // sdpa reads float16 files too, and its message says so.
+  expect({"sdpa", "--queries", "I.npy", "--keys", "K.npy", "--values", "V.npy", "--out", "O.npy"}, 2,
+         {"--queries ", "I.npy: holds int64; it must hold float32, float64 or float16"});
   expect({"additive", "--queries", "Q20.npy", "--keys", "K.npy", "--values", "V.npy", "--wq", "WQ.npy", "--wk", "WK.npy",
           "--wv", "Y.npy", "--out", "O.npy"},
          2, {"--wv ", "Y.npy holds float64 but --queries "});
@@ -191,7 +194,7 @@ TEST_F(CliErrors, AttentionVariantFlagsAreChecked) {
   expect(kSdpa + out + std::vector<std::string>{"--window", "1,2,3"}, 2, {"--window 1,2,3: give L,R"});
   expect(kSdpa + out + std::vector<std::string>{"--softcap", "0"}, 2, {"softcap is 0; it must be positive and finite"});
   expect(kSdpa + out + std::vector<std::string>{"--softcap", "-2"}, 2, {"softcap is -2"});
-  expect(kSdpa + out + std::vector<std::string>{"--alibi", "L.npy"}, 2, {"--alibi ", "L.npy: holds int64; it must hold float32 or float64"});
+  expect(kSdpa + out + std::vector<std::string>{"--alibi", "L.npy"}, 2, {"--alibi ", "L.npy: holds int64; it must hold float32, float64 or float16"});
   expect(kSdpa + out + std::vector<std::string>{"--alibi", "V.npy"}, 2, {"alibi_slopes has shape (2,10,4)", "(H,) = (1,)"});
   expect(kSdpa + out + std::vector<std::string>{"--segment-ids", "Lf.npy"}, 2, {"--segment-ids ", "Lf.npy: holds float64; segment ids are int32 or int64"});
   expect(kSdpa + out + std::vector<std::string>{"--segment-ids", "L.npy"}, 2, {"segment_ids (queries) has shape (2,); it must be (B, n) = (2,1)"});

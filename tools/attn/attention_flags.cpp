@@ -10,8 +10,9 @@
 
 namespace attn_cli {
 
-void QkvFlags::add_to(CLI::App& command, const std::string& query_size, const std::string& key_size) {
-  command.add_option("--queries", queries, "queries (B,n," + query_size + ") or (B,H,n," + query_size + "), float32 or float64")
+void QkvFlags::add_to(CLI::App& command, const std::string& query_size, const std::string& key_size,
+                      const std::string& float_types) {
+  command.add_option("--queries", queries, "queries (B,n," + query_size + ") or (B,H,n," + query_size + "), " + float_types)
       ->type_name("Q.npy")
       ->required();
   command.add_option("--keys", keys, "keys (B,m," + key_size + ") or (B,H,m," + key_size + "), the queries' float type")

@@ -17,12 +17,14 @@ class Option;
 
 namespace attn_cli {
 
-// --queries Q.npy --keys K.npy --values V.npy (required), float32 or float64 alike.
+// --queries Q.npy --keys K.npy --values V.npy (required), of one float type.
 struct QkvFlags {
   std::string queries, keys, values;
 
-  // query_size and key_size name the last dimensions in the help: "d" and "d" for dot products.
-  void add_to(CLI::App& command, const std::string& query_size, const std::string& key_size);
+  // query_size and key_size name the last dimensions in the help: "d" and "d" for dot products;
+  // float_types the types the command reads, "float32 or float64" unless it names others.
+  void add_to(CLI::App& command, const std::string& query_size, const std::string& key_size,
+              const std::string& float_types = "float32 or float64");
   struct Inputs {
     NpyInput queries, keys, values;
   };

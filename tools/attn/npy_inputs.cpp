@@ -21,12 +21,12 @@ NpyInput read_input(const std::string& flag, const std::string& path) {
   return input;
 }
 
-DType common_float_type(std::initializer_list<const NpyInput*> inputs) {
+DType common_float_type(std::initializer_list<const NpyInput*> inputs, const std::string& accepted) {
   const NpyInput* first = nullptr;
   for (const NpyInput* input : inputs) {
     const DType dtype = input->array.dtype;
     if (dtype != DType::float32 && dtype != DType::float64)
-      throw UsageError(input->where() + ": holds " + dtype_name(dtype) + "; it must hold float32 or float64");
+      throw UsageError(input->where() + ": holds " + dtype_name(dtype) + "; it must hold " + accepted);
     // No silent conversion: mixing float32 and float64 is more likely a mistake than a wish.
     if (first && dtype != first->array.dtype)
       throw UsageError(input->where() + " holds " + dtype_name(dtype) + " but " + first->where() + " holds " +

@@ -27,8 +27,10 @@ struct NpyInput {
 NpyInput read_input(const std::string& flag, const std::string& path);
 
 // The float type that every input shares: float32 or float64. UsageError naming the file when one
-// is not a float array, or naming two files whose float types differ.
-attn::io::DType common_float_type(std::initializer_list<const NpyInput*> inputs);
+// is not a float array (`accepted`: the types the command reads, for the message), or naming two
+// files whose float types differ.
+attn::io::DType common_float_type(std::initializer_list<const NpyInput*> inputs,
+                                  const std::string& accepted = "float32 or float64");
 
 // The input as a tensor of T (float, double, int32, int64 or bool: the file's own dtype, which the
 // caller has checked) with at most attn::kMaxRank dimensions; UsageError otherwise.

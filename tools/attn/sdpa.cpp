@@ -170,7 +170,9 @@ void run_sdpa(const SdpaArgs& args) {
   }
 
   std::initializer_list<const NpyInput*> floats = {&in.queries, &in.keys, &in.values};
-  const DType dtype = alibi ? common_float_type({&in.queries, &in.keys, &in.values, &*alibi}) : common_float_type(floats);
+  const std::string accepted = "float32, float64 or float16";  // float16 files took the 16-bit path above
+  const DType dtype = alibi ? common_float_type({&in.queries, &in.keys, &in.values, &*alibi}, accepted)
+                            : common_float_type(floats, accepted);
   with_float_type(dtype, [&]<class T>() {
     const attn::Tensor<T> q = to_tensor<T>(in.queries), k = to_tensor<T>(in.keys), v = to_tensor<T>(in.values);
     const attn::Tensor<T> slopes = alibi ? to_tensor<T>(*alibi) : attn::Tensor<T>();
@@ -201,7 +203,7 @@ void run_sdpa(const SdpaArgs& args) {
 void add_sdpa_command(CLI::App& app) {
   auto args = std::make_shared<SdpaArgs>();
   CLI::App* command = app.add_subcommand("sdpa", "scaled dot-product attention softmax(Q K^T / sqrt(d)) V");
-  args->qkv.add_to(*command, "d", "d");
+  args->qkv.add_to(*command, "d", "d", "float32, float64 or float16");
   args->mask.add_to(*command);
   CLI::Option* scale = command->add_option("--scale", args->scale, "the scores' factor S instead of 1/sqrt(d)");
   scale->type_name("S");
