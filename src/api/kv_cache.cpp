@@ -171,8 +171,8 @@ struct KvCache::State {
       for (index_t r = 0; r < L; ++r) {
         const Block& b = blocks[static_cast<std::size_t>(table[static_cast<std::size_t>(seq)][static_cast<std::size_t>(r / options.block_size)])];
         const index_t at = (hk * options.block_size + r % options.block_size) * head_dim;
-        load_row(options.dtype, (values ? b.v : b.k).data() + at * elem, (values ? b.v_scales : b.k_scales).data() + at / 32,
-                 head_dim, t.data() + (hk * L + r) * head_dim);
+        const float* scales = options.dtype == KvDtype::int8 ? (values ? b.v_scales : b.k_scales).data() + at / 32 : nullptr;
+        load_row(options.dtype, (values ? b.v : b.k).data() + at * elem, scales, head_dim, t.data() + (hk * L + r) * head_dim);
       }
     return t;
   }
