@@ -73,6 +73,10 @@ void ring_sdpa_forward(MPI_Comm comm, TensorView<T> out, TensorView<T> lse, Tens
                        TensorView<const T> keys, TensorView<const T> values, const Mask<T>& mask = {},
                        const SdpaOptions& options = {}, ShardLayout layout = ShardLayout::contiguous);
 
+// Attention sinks (Mask::sinks, (H,), the same on every rank) are applied once to the rows merged
+// over every block (ring) or by each rank's heads (Ulysses); their gradient is a sum over every
+// query row: sdpa_sinks_backward (attn/sdpa.hpp) on this rank's dout, out and lse, summed over the
+// ranks (MPI_Allreduce). The alignment (Mask::align) places the whole sequences' queries.
 // dqueries, dkeys, dvalues of this rank's shards from dout, given the forward's inputs, out and lse
 // (both required: the whole attention's, as ring_sdpa_forward returned them). Any gradient may be
 // empty. Collective over comm.

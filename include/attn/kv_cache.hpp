@@ -22,9 +22,11 @@
 // largest magnitude is not finite or below 2^-100 is used as given.
 //
 // attend runs attention of n new queries over the sequence's keys (n >= 1; heads a multiple of
-// kv_heads, grouped-query attention), causal aligned bottom-right by default (query i of n sees the
-// keys up to length - n + i: the queries are the last n tokens appended), with a window, ALiBi,
-// soft-capping and a scale as in sdpa_forward. Up to four queries per head read the blocks in place
+// kv_heads, grouped-query attention). The queries are the sequence's last n tokens: query i sits at
+// position length - n + i, with or without a causal mask (attn/mask.hpp's bottom-right alignment,
+// as FlashAttention's flash_attn_with_kvcache), for the causal rule (on by default: query i sees the
+// keys up to length - n + i), a window and ALiBi; soft-capping, attention sinks and a scale as in
+// sdpa_forward. Up to four queries per head read the blocks in place
 // and split the keys across threads (the decode path); more queries (a prompt) gather the keys into
 // float32 first.
 #pragma once
@@ -53,11 +55,12 @@ struct KvCacheOptions {
 };
 
 struct KvAttendOptions {
-  Causal causal = Causal::bottom_right;
+  Causal causal = Causal::bottom_right;  // bottom_right or none (top_left is refused)
   std::optional<Window> window;
   TensorView<const float> alibi_slopes;  // (heads,), or (batch, heads) for every sequence's attend; or empty
   std::optional<double> softcap;
   std::optional<double> scale;  // default 1 / sqrt(head_dim)
+  TensorView<const float> sinks;  // (heads,) attention sinks' logits, or empty
 };
 
 class KvCache {

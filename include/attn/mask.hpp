@@ -11,18 +11,26 @@
 //     broadcast made by PyTorch's expand) and the last one included (a transposed mask): no copy.
 //   - an additive float mask, broadcastable the same way, added to the scores before the softmax;
 //     -inf entries exclude a key.
-//   - a causal mask: query i sees keys j <= i (top_left), or j <= i + m - n (bottom_right, the
-//     alignment of a decoder continuing a cached prefix when n != m).
+//   - an alignment (docs/semantics.md, "Alignment"): where the n queries sit among the m keys, for
+//     the causal rule, the window and ALiBi together. Query i is at position p(i) = i (top_left, the
+//     default), or p(i) = i + m - n (bottom_right: the queries are the last n of the m tokens, as a
+//     decoder continuing a cached prefix, and FlashAttention's convention for every call). `align`
+//     sets it whether or not a causal mask is on; Causal::bottom_right implies bottom_right.
+//   - a causal mask: query i sees keys j <= p(i): Causal::top_left (j <= i) or Causal::bottom_right
+//     (j <= i + m - n). Causal::top_left with align = bottom_right is refused as contradictory.
 //   - a sliding window (Mistral, Longformer, FlashAttention's window_size): query i sees keys j with
-//     p(i) - left <= j <= p(i) + right, where p(i) = i, or i + m - n when the causal alignment is
-//     bottom_right; a negative bound leaves that side unbounded. Without `causal`, p(i) = i.
+//     p(i) - left <= j <= p(i) + right; a negative bound leaves that side unbounded.
 //   - packed sequences (xFormers' BlockDiagonalMask, FlashAttention's varlen): segment ids of shape
 //     (B, n) for the queries and (B, m) for the keys, int32 or int64; query i sees key j only when
 //     both have the same id. One tensor serves both when n == m (leave segment_ids_k empty).
 // A key is attended to only if every component allows it. Besides masking, a Mask carries the
-// position bias of ALiBi (Press et al., 2022), with FlashAttention-2's convention: slopes of shape
-// (H,) or (B, H) (H = 1 for 3-D inputs), and score += -slope * |p(i) - j| after the scale and the
-// soft-capping, before the additive mask.
+// position bias of ALiBi (Press et al., 2022): slopes of shape (H,) or (B, H) (H = 1 for 3-D
+// inputs), and score += -slope * |p(i) - j| after the scale and the soft-capping, before the additive
+// mask; with align = bottom_right this is FlashAttention-2's ALiBi for any n and m.
+// It also carries attention sinks (gpt-oss; Xiao et al., 2024): one learned logit per head, shape
+// (H,), that joins each row's softmax as one more score with no value. Row i's weights become
+// exp(s_ij - lse'_i) with lse'_i = log(exp(sink_h) + sum_j exp(s_ij)), so they sum to less than 1;
+// the returned lse is lse'. A row with no key to attend to outputs 0, as without sinks.
 //
 // Masked keys get weight exactly 0: their scores are never read, so NaN or Inf stored there never
 // reaches an output or a gradient. A query row left with no key to attend to (valid length 0, a
@@ -40,6 +48,9 @@
 namespace attn {
 
 enum class Causal { none, top_left, bottom_right };
+
+// Where the queries sit among the keys (see above): p(i) = i, or p(i) = i + m - n.
+enum class Align { top_left, bottom_right };
 
 enum class MaskedFill {
   exclude,          // masked keys take no part; an empty row outputs 0 (default)
@@ -71,11 +82,13 @@ struct Mask {
   TensorView<const bool> keep;                // empty, or broadcastable to (B, H, n, m)
   TensorView<const T> additive;               // empty, or broadcastable to (B, H, n, m)
   Causal causal = Causal::none;
+  std::optional<Align> align;                 // unset: bottom_right if causal is, else top_left
   MaskedFill fill = MaskedFill::exclude;
   std::optional<Window> window;               // none, or a sliding window
   SegmentIds segment_ids_q;                   // empty, or (B, n)
   SegmentIds segment_ids_k;                   // empty: the queries' ids (n == m), or (B, m)
   TensorView<const T> alibi_slopes;           // empty, (H,) or (B, H)
+  TensorView<const T> sinks;                  // empty, or (H,): attention sinks' logits, finite
   // Where these queries and keys start in longer sequences, when a call computes one block of a
   // larger attention (keys split across calls or machines: sdpa_merge, sdpa_backward_block): query i
   // is at position query_start + i and key j at key_start + j for the causal rule, the window and
@@ -85,9 +98,14 @@ struct Mask {
   index_t query_start = 0;
   index_t key_start = 0;
 
+  // The alignment in force: `align` when set, else bottom_right for Causal::bottom_right.
+  Align alignment() const {
+    return align.value_or(causal == Causal::bottom_right ? Align::bottom_right : Align::top_left);
+  }
+  // Whether nothing masks, biases or sinks any score (the alignment then changes nothing).
   bool is_none() const {
     return valid_lens.empty() && keep.empty() && additive.empty() && causal == Causal::none && !window &&
-           segment_ids_q.empty() && alibi_slopes.empty();
+           segment_ids_q.empty() && alibi_slopes.empty() && sinks.empty();
   }
 };
 

@@ -47,11 +47,13 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
 // |lse| <= 16 (its rounding then moves the whole row by one factor within 1 +- 16 x 2^-24 in float),
 // and otherwise, or without lse, recompute the row's maximum and sum exactly; without out, the
 // forward is run again first.
+// With attention sinks (Mask::sinks), out and lse must be the forward's with the same sinks (run
+// again when either is missing), and dsinks (H,), when given, receives the sinks' gradient.
 template <class T>
 void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
                    TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
                    TensorView<const T> out, TensorView<const T> lse, const Mask<T>& mask = {},
-                   const SdpaOptions& options = {});
+                   const SdpaOptions& options = {}, TensorView<T> dsinks = {});
 
 // 16-bit attention (attn/half.hpp): queries, keys, values, out and the gradients in bfloat16 or
 // float16, lse, masks and options in float32. Accumulation is in float32, every mask, variant and
@@ -84,7 +86,7 @@ template <Half16 H>
 void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dvalues, TensorView<const H> dout,
                    TensorView<const H> queries, TensorView<const H> keys, TensorView<const H> values,
                    TensorView<const H> out, TensorView<const float> lse, const Mask<float>& mask = {},
-                   const SdpaOptions& options = {});
+                   const SdpaOptions& options = {}, TensorView<float> dsinks = {});
 
 // ---- attention over keys split into blocks (split-KV, sequence parallelism) ----------------------
 // A long attention can be computed block by block of keys, each block a call with its own keys,
@@ -113,6 +115,17 @@ void sdpa_backward_block(TensorView<T> dqueries, TensorView<T> dkeys, TensorView
                          TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
                          TensorView<const T> out, TensorView<const T> lse, TensorView<const T> lse_block,
                          const Mask<T>& mask = {}, const SdpaOptions& options = {});
+
+// Attention sinks (Mask::sinks) on attention computed without them, for a caller that computes the
+// attention in parts (blocks of keys merged with sdpa_merge, as ring attention does): applies the
+// sinks (H,) once to the merged out (B, [H,] n, v) and lse (B, [H,] n) in place, as sdpa_forward
+// with sinks would have. The gradient of the sinks from the same out and lse (with sinks) and dout:
+// dsinks[h] = -sum over rows of e^(sinks[h] - lse) (dout . out), written into dsinks (H,).
+template <class T>
+void sdpa_apply_sinks(TensorView<T> out, TensorView<T> lse, TensorView<const T> sinks);
+template <class T>
+void sdpa_sinks_backward(TensorView<T> dsinks, TensorView<const T> dout, TensorView<const T> out,
+                         TensorView<const T> lse, TensorView<const T> sinks);
 
 // Convenience: returns out; fills *weights when not null.
 template <class T>

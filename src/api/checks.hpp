@@ -102,6 +102,22 @@ void require_no_aliasing(const char* op, std::initializer_list<Named<T>> outputs
   }
 }
 
+// A tensor argument of a fixed rank outside (B, [H,] rows, cols), e.g. a vector (H,), as a view of
+// B = H = 1 (core/view4.hpp); empty when not given.
+template <class T>
+View4<T> require_tensor_of_rank(const TensorView<T>& t, const char* op, const char* name, int rank) {
+  return to_view4(t, op, name, rank, rank);
+}
+
+// Operations whose scores take no attention sinks (Mask::sinks) refuse them rather than drop them.
+template <class M>
+void refuse_sinks(const M& mask, const char* op) {
+  if (!mask.sinks.empty())
+    fail(op, ": sinks has shape ", mask.sinks.shape_string(),
+         "; attention sinks are taken by scaled dot-product attention (sdpa_forward and the calls built on it), "
+         "not by this operation");
+}
+
 }  // namespace attn::detail
 
 // Runs the kernel of the current backend: ref::kernel or cpu::kernel (which takes its unfused path

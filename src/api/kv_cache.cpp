@@ -332,6 +332,15 @@ void KvCache::append(TensorView<const float> keys, TensorView<const float> value
   for (index_t b = 0; b < s.batch; ++b) s.store(b, sequence_of(keys, b), sequence_of(values, b));
 }
 
+namespace {
+// A cache's queries are its newest tokens, so its causal mask is bottom-right or none.
+void check_causal(const KvAttendOptions& options, const char* op) {
+  if (options.causal == Causal::top_left)
+    detail::fail(op, ": causal is top_left; a cache's queries are the newest tokens of their sequence, aligned "
+                 "bottom-right: causal must be bottom_right or none");
+}
+}  // namespace
+
 void KvCache::attend(TensorView<float> out, index_t seq, TensorView<const float> queries,
                      const KvAttendOptions& options) const {
   const char* op = "KvCache::attend";
@@ -349,8 +358,11 @@ void KvCache::attend(TensorView<float> out, index_t seq, TensorView<const float>
   if (H % s.kv_heads != 0)
     detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", H, " heads; the cache has ", s.kv_heads,
                  " key heads, and the query heads must be a multiple of them");
+  check_causal(options, op);
+  // The queries are the sequence's newest tokens: aligned bottom-right, causal or not.
   Mask<float> mask;
-  mask.causal = options.causal, mask.window = options.window, mask.alibi_slopes = options.alibi_slopes;
+  mask.causal = options.causal, mask.align = Align::bottom_right, mask.window = options.window;
+  mask.alibi_slopes = options.alibi_slopes, mask.sinks = options.sinks;
   SdpaOptions sdpa;
   sdpa.scale = options.scale, sdpa.softcap = options.softcap;
   if (backend() == Backend::cpu && n <= cpu::fused::kDecodeRows) {
@@ -387,6 +399,7 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
   detail::to_view4(queries, op, "queries", 4, 4), detail::to_view4(TensorView<const float>(out), op, "out", 4, 4);
   detail::require_no_aliasing<float>(op, {{"out", out}}, {{"queries", queries}});
   const State& s = *s_;
+  check_causal(options, op);
   const index_t n = queries.dim(2);
   if (queries.dim(1) % s.kv_heads != 0)  // here, not in a sequence's attend, which would name its slice
     detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", queries.dim(1), " heads; the cache has ",
@@ -403,9 +416,7 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
     for (index_t b = 0; b < s.batch; ++b) {
       const index_t L = s.lengths[static_cast<std::size_t>(b)];
       for (index_t i = 0; i < n; ++i)
-        lens(b, i) = options.causal == Causal::bottom_right ? std::clamp<index_t>(L - n + i + 1, 0, L)
-                     : options.causal == Causal::top_left   ? std::min(i + 1, L)
-                                                            : L;
+        lens(b, i) = options.causal == Causal::bottom_right ? std::clamp<index_t>(L - n + i + 1, 0, L) : L;
       const auto& table = s.table[static_cast<std::size_t>(b)];
       for (index_t k = 0; k < std::min<index_t>(per_seq, static_cast<index_t>(table.size())); ++k) {
         const Block& block = s.blocks[static_cast<std::size_t>(table[static_cast<std::size_t>(k)])];
@@ -419,7 +430,7 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
     KvRows v = k;
     k.blocks = kp.data(), v.blocks = vp.data(), k.scale_blocks = ksp.data(), v.scale_blocks = vsp.data();
     Mask<float> mask;
-    mask.valid_lens = lens.view();
+    mask.valid_lens = lens.view(), mask.sinks = options.sinks;
     SdpaOptions sdpa;
     sdpa.scale = options.scale, sdpa.softcap = options.softcap;
     static const float never_read = 0;

@@ -52,6 +52,7 @@ QkvCall<T> check_qkv(const char* op, const TensorView<const T>& queries, const T
                 cat("its ", c.batch_axes(), " must match queries ", c.queries_shape, " and its m = ", c.m,
                     " rows the keys ", keys.shape_string()));
 
+  detail::refuse_sinks(mask, op);
   c.mask = plan_mask(mask, c.B, c.H, c.n, c.m, c.rank, op);
   c.dropout = plan_dropout(dropout, op);
   return c;

@@ -9,6 +9,7 @@
 
 #include "api/checks.hpp"
 #include "api/decode_rows.hpp"
+#include "api/sinks.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/simd/fused.hpp"
 #include "ref/ref.hpp"
@@ -80,6 +81,22 @@ View4<L> lse_view(const TensorView<L>& lse, const SdpaCall<T>& c, const char* op
   return v;
 }
 
+// The rows of lse a forward writes: the caller's, or with sinks and none given, the call's own
+// (the sinks need every row's log-sum-exp).
+template <class T>
+View4<T> lse_rows(const View4<T>& l, const SdpaCall<T>& c, Tensor<T>& own) {
+  if (!l.empty() || c.plan.mask.sinks == nullptr) return l;
+  own = Tensor<T>({c.B, c.H, c.n});
+  return dense_view4(own.data(), c.B, c.H, c.n, 1);
+}
+
+// After the kernel: out, lse and weights renormalised with the sinks, when the mask has them.
+template <class T>
+void finish_sinks(const SdpaCall<T>& c, View4<T> out, View4<T> lse, View4<T> weights) {
+  if (c.plan.mask.sinks != nullptr)
+    detail::apply_sinks(out, lse, weights, [&](index_t h) { return c.plan.mask.sink(h); });
+}
+
 }  // namespace
 
 template <class T>
@@ -98,14 +115,17 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
                           "(B, n, m) from queries and keys");
   detail::require_no_aliasing<T>(op, {{"out", out}, {"lse", lse}, {"weights", weights}},
                                  {{"queries", queries}, {"keys", keys}, {"values", values}});
-  ATTN_DISPATCH(sdpa_forward<T>, o, l, w, c.plan);
+  Tensor<T> own_lse;
+  const View4<T> rows = lse_rows(l, c, own_lse);
+  ATTN_DISPATCH(sdpa_forward<T>, o, rows, w, c.plan);
+  finish_sinks(c, o, rows, w);
 }
 
 template <class T>
 void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
                    TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
                    TensorView<const T> out, TensorView<const T> lse, const Mask<T>& mask,
-                   const SdpaOptions& options) {
+                   const SdpaOptions& options, TensorView<T> dsinks) {
   const char* op = "sdpa_backward";
   const SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
   const auto out_dims = detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv);
@@ -120,10 +140,34 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
   if (!dqueries.empty()) detail::require_shape(dqueries, {queries.shape().begin(), queries.shape().end()}, op, "dqueries", "the shape of queries");
   if (!dkeys.empty()) detail::require_shape(dkeys, {keys.shape().begin(), keys.shape().end()}, op, "dkeys", "the shape of keys");
   if (!dvalues.empty()) detail::require_shape(dvalues, {values.shape().begin(), values.shape().end()}, op, "dvalues", "the shape of values");
-  detail::require_no_aliasing<T>(op, {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}},
+  if (!dsinks.empty()) {
+    if (c.plan.mask.sinks == nullptr) detail::fail(op, ": dsinks is given but the mask has no sinks");
+    detail::require_shape(dsinks, {c.H}, op, "dsinks", "the shape of sinks, (H,)");
+  }
+  detail::require_no_aliasing<T>(op, {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}, {"dsinks", dsinks}},
                                  {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"out", out},
                                   {"lse", lse}});
-  ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, g, o, l, c.plan);
+  if (c.plan.mask.sinks == nullptr) {
+    ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, g, o, l, c.plan);
+    return;
+  }
+  // Sinks (api/sinks.hpp): the forward's out and lse' (run again when not given), then the keys'
+  // gradients as a block of a longer attention whose other block is the sink.
+  Tensor<T> own_out, own_lse;
+  View4<const T> whole_out = o, whole_lse = l;
+  if (o.empty() || l.empty()) {
+    own_out = Tensor<T>(out_dims);
+    own_lse = c.rank == 4 ? Tensor<T>({c.B, c.H, c.n}) : Tensor<T>({c.B, c.n});
+    sdpa_forward<T>(own_out.view(), own_lse.view(), {}, queries, keys, values, mask, options);
+    whole_out = dense_view4<const T>(own_out.data(), c.B, c.H, c.n, c.dv);
+    whole_lse = dense_view4<const T>(own_lse.data(), c.B, c.H, c.n, 1);
+  }
+  Tensor<T> scaled({c.B, c.H, c.n, c.dv}), lse_keys({c.B, c.H, c.n});
+  const View4<T> s = dense_view4(scaled.data(), c.B, c.H, c.n, c.dv), lk = dense_view4(lse_keys.data(), c.B, c.H, c.n, 1);
+  const View4<T> ds = detail::require_tensor_of_rank(dsinks, op, "dsinks", 1);
+  detail::sinks_backward(s, lk, g, whole_out, whole_lse, [&](index_t h) { return c.plan.mask.sink(h); },
+                         [&](index_t h) -> T& { return ds.at(0, 0, 0, h); }, !ds.empty());
+  ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, s, whole_out, lk, c.plan);
 }
 
 // ---- keys and values read in place as 16-bit or int8 rows (fused::KvRows) ------------------------
@@ -139,7 +183,10 @@ void sdpa_decode_rows(TensorView<float> out, TensorView<float> lse, TensorView<c
   require_shape(out, caller_dims(c.rank, c.B, c.H, c.n, c.dv), op, "out", "(B, n, v) from queries and values");
   const View4<float> l = lse_view(lse, c, op);
   require_no_aliasing<float>(op, {{"out", out}, {"lse", lse}}, {{"queries", queries}});
-  cpu::sdpa_decode_rows(o, l, c.plan, keys, values);
+  Tensor<float> own_lse;
+  const View4<float> rows = lse_rows(l, c, own_lse);
+  cpu::sdpa_decode_rows(o, rows, c.plan, keys, values);
+  finish_sinks(c, o, rows, {});
 }
 
 template <Half16 H, class O>
@@ -165,12 +212,18 @@ void sdpa_forward_half(TensorView<O> out, TensorView<float> lse, TensorView<cons
   x.q = require_tensor(retyped<const std::uint16_t>(queries), op, "queries", c.rank);
   x.k = require_tensor(retyped<const std::uint16_t>(keys), op, "keys", c.rank);
   x.v = require_tensor(retyped<const std::uint16_t>(values), op, "values", c.rank);
+  Tensor<float> own_lse;
+  const View4<float> rows = lse_rows(l, c, own_lse);
   if constexpr (std::is_same_v<O, float>) {
     x.out_float = require_tensor(out, op, "out", c.rank), x.float_out = true;
+    cpu::sdpa_forward_half(rows, c.plan, x);
+    finish_sinks(c, x.out_float, rows, {});
   } else {
+    // Sinks scale out before its rounding: forward_16 (api/sdpa_half.cpp) asks for a float out then.
+    if (c.plan.mask.sinks != nullptr) fail(op, ": internal: sinks need the float32 out before rounding");
     x.out = require_tensor(retyped<std::uint16_t>(out), op, "out", c.rank);
+    cpu::sdpa_forward_half(l, c.plan, x);
   }
-  cpu::sdpa_forward_half(l, c.plan, x);
 }
 #define ATTN_INSTANTIATE(H, O)                                                                                      \
   template void sdpa_forward_half(TensorView<O>, TensorView<float>, TensorView<const H>, TensorView<const H>,       \
@@ -192,6 +245,7 @@ template <class T>
 void flex_forward(TensorView<T> out, TensorView<T> lse, TensorView<const T> queries, TensorView<const T> keys,
                   TensorView<const T> values, const Mask<T>& mask, const SdpaOptions& options, const ScoreHook<T>& hook) {
   const char* op = "flex_attention_forward";
+  refuse_sinks(mask, op);
   SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
   if (c.m > cpu::fused::kMaxKeys)
     fail(op, ": keys has ", c.m, " rows; flex attention takes at most ", cpu::fused::kMaxKeys, " keys");
@@ -209,6 +263,7 @@ void flex_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
                    TensorView<const T> out, TensorView<const T> lse, const Mask<T>& mask, const SdpaOptions& options,
                    const ScoreHook<T>& hook) {
   const char* op = "flex_attention_backward";
+  refuse_sinks(mask, op);
   SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
   if (c.m > cpu::fused::kMaxKeys)
     fail(op, ": keys has ", c.m, " rows; flex attention takes at most ", cpu::fused::kMaxKeys, " keys");
@@ -282,11 +337,50 @@ void sdpa_merge(TensorView<T> out, TensorView<T> lse, TensorView<const T> out_pa
 }
 
 template <class T>
+void sdpa_apply_sinks(TensorView<T> out, TensorView<T> lse, TensorView<const T> sinks) {
+  const char* op = "sdpa_apply_sinks";
+  const View4<T> o = detail::require_tensor(out, op, "out", 0);
+  const int rank = out.rank();
+  if (lse.empty()) detail::fail(op, ": lse is required: the log-sum-exp of each row of out");
+  const View4<T> l = lse_view(lse, rows_of(o, rank), op);
+  Mask<T> mask;
+  mask.sinks = sinks;
+  const MaskPlan<T> plan = plan_mask(mask, o.B, o.H, o.R, 0, rank, op);
+  detail::require_no_aliasing<T>(op, {{"out", out}, {"lse", lse}}, {{"sinks", sinks}});
+  detail::apply_sinks(o, l, View4<T>{}, [&](index_t h) { return plan.sink(h); });
+}
+
+template <class T>
+void sdpa_sinks_backward(TensorView<T> dsinks, TensorView<const T> dout, TensorView<const T> out,
+                         TensorView<const T> lse, TensorView<const T> sinks) {
+  const char* op = "sdpa_sinks_backward";
+  const View4<const T> o = detail::require_tensor(out, op, "out", 0);
+  const int rank = out.rank();
+  const View4<const T> g = detail::require_tensor(dout, op, "dout", rank);
+  detail::require_shape(dout, {out.shape().begin(), out.shape().end()}, op, "dout", "the shape of out");
+  if (lse.empty()) detail::fail(op, ": lse is required: the log-sum-exp of each row of out, with the sinks");
+  const View4<const T> l = lse_view(lse, rows_of(o, rank), op);
+  Mask<T> mask;
+  mask.sinks = sinks;
+  const MaskPlan<T> plan = plan_mask(mask, o.B, o.H, o.R, 0, rank, op);
+  if (dsinks.empty()) detail::fail(op, ": dsinks is required: (H,), the sinks' gradient");
+  const View4<T> ds = detail::require_tensor_of_rank(dsinks, op, "dsinks", 1);
+  detail::require_shape(dsinks, {o.H}, op, "dsinks", "the shape of sinks, (H,)");
+  detail::require_no_aliasing<T>(op, {{"dsinks", dsinks}}, {{"dout", dout}, {"out", out}, {"lse", lse}, {"sinks", sinks}});
+  detail::sinks_backward(View4<T>{}, View4<T>{}, g, o, l, [&](index_t h) { return plan.sink(h); },
+                         [&](index_t h) -> T& { return ds.at(0, 0, 0, h); }, true);
+}
+
+template <class T>
 void sdpa_backward_block(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
                          TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
                          TensorView<const T> out, TensorView<const T> lse, TensorView<const T> lse_block,
                          const Mask<T>& mask, const SdpaOptions& options) {
   const char* op = "sdpa_backward_block";
+  if (!mask.sinks.empty())
+    detail::fail(op, ": sinks has shape ", mask.sinks.shape_string(), "; sinks belong to the whole attention, not to a ",
+                 "block: leave them out of the blocks' masks, apply them once to the merged out and lse ",
+                 "(sdpa_apply_sinks), and pass that out and lse here");
   const SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
   const auto out_dims = detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv);
   const View4<const T> g = detail::require_tensor(dout, op, "dout", c.rank);
@@ -332,10 +426,13 @@ Tensor<T> scaled_dot_product_attention(TensorView<const T> queries, TensorView<c
                              TensorView<const T>, const Mask<T>&, const SdpaOptions&);                              \
   template void sdpa_backward(TensorView<T>, TensorView<T>, TensorView<T>, TensorView<const T>, TensorView<const T>, \
                               TensorView<const T>, TensorView<const T>, TensorView<const T>, TensorView<const T>,   \
-                              const Mask<T>&, const SdpaOptions&);                                                  \
+                              const Mask<T>&, const SdpaOptions&, TensorView<T>);                                   \
   template Tensor<T> scaled_dot_product_attention(TensorView<const T>, TensorView<const T>, TensorView<const T>,    \
                                                   const Mask<T>&, const SdpaOptions&, Tensor<T>*);                  \
   template void sdpa_merge(TensorView<T>, TensorView<T>, TensorView<const T>, TensorView<const T>);                   \
+  template void sdpa_apply_sinks(TensorView<T>, TensorView<T>, TensorView<const T>);                                  \
+  template void sdpa_sinks_backward(TensorView<T>, TensorView<const T>, TensorView<const T>, TensorView<const T>,      \
+                                    TensorView<const T>);                                                             \
   template void sdpa_backward_block(TensorView<T>, TensorView<T>, TensorView<T>, TensorView<const T>,                 \
                                     TensorView<const T>, TensorView<const T>, TensorView<const T>,                    \
                                     TensorView<const T>, TensorView<const T>, TensorView<const T>, const Mask<T>&,    \

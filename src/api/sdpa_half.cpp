@@ -139,6 +139,14 @@ void forward_16(TensorView<O> out, TensorView<float> lse, TensorView<const H> qu
   // keys and values in place too (below). The unfused and reference backends, and more keys than the
   // fused kernels index, take the float32 call.
   const index_t n = queries.rank() >= 3 ? queries.dim(-2) : 0, m = keys.rank() >= 3 ? keys.dim(-2) : 0;
+  if constexpr (!kFloatOut) {
+    if (!mask.sinks.empty()) {  // the sinks scale the float32 result, which is then rounded once
+      Wide wide({elements(out)});
+      const TensorView<float> o = wide.like(out);
+      forward_16<H, float>(o, lse, queries, keys, values, mask, options);
+      return narrow(TensorView<const float>(o), out, "out");
+    }
+  }
   if (backend() == Backend::cpu && n > cpu::fused::kDecodeRows && m <= cpu::fused::kMaxKeys)
     return detail::sdpa_forward_half(out, lse, queries, keys, values, mask, options);
   const bool in_place = decodes_in_place(n);
@@ -190,7 +198,7 @@ template <Half16 H>
 void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dvalues, TensorView<const H> dout,
                    TensorView<const H> queries, TensorView<const H> keys, TensorView<const H> values,
                    TensorView<const H> out, TensorView<const float> lse, const Mask<float>& mask,
-                   const SdpaOptions& options) {
+                   const SdpaOptions& options, TensorView<float> dsinks) {
   check_layouts<H>("sdpa_backward", {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}},
                    {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"out", out}});
   Wide wide({elements(dout), elements(queries), elements(keys), elements(values), elements(out), elements(dqueries),
@@ -198,7 +206,7 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
   const TensorView<const float> g = wide.copy(dout, "dout"), q = wide.copy(queries, "queries"), k = wide.copy(keys, "keys");
   const TensorView<const float> v = wide.copy(values, "values"), o = wide.copy(out, "out");
   const TensorView<float> dq = wide.like(dqueries), dk = wide.like(dkeys), dv = wide.like(dvalues);
-  sdpa_backward<float>(dq, dk, dv, g, q, k, v, o, lse, mask, options);
+  sdpa_backward<float>(dq, dk, dv, g, q, k, v, o, lse, mask, options, dsinks);
   narrow(TensorView<const float>(dq), dqueries, "dqueries"), narrow(TensorView<const float>(dk), dkeys, "dkeys");
   narrow(TensorView<const float>(dv), dvalues, "dvalues");
 }
@@ -212,7 +220,7 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
                              TensorView<const H>, const Mask<float>&, const SdpaOptions&);                            \
   template void sdpa_backward(TensorView<H>, TensorView<H>, TensorView<H>, TensorView<const H>, TensorView<const H>, \
                               TensorView<const H>, TensorView<const H>, TensorView<const H>, TensorView<const float>, \
-                              const Mask<float>&, const SdpaOptions&);
+                              const Mask<float>&, const SdpaOptions&, TensorView<float>);
 ATTN_INSTANTIATE(bfloat16)
 ATTN_INSTANTIATE(float16)
 #undef ATTN_INSTANTIATE

@@ -29,6 +29,7 @@ void masked_softmax_forward(TensorView<T> weights, TensorView<const T> scores, c
   // In place (weights the very view of scores), or memory of its own.
   detail::require_no_aliasing<T>(op, {{"weights", weights}},
                                  {{"scores", same_view(weights, scores) ? TensorView<const T>{} : scores}});
+  detail::refuse_sinks(mask, op);
   const MaskPlan<T> plan = plan_mask(mask, s.B, s.H, s.R, s.C, scores.rank(), op);
   ATTN_DISPATCH(masked_softmax_forward<T>, w, s, plan);
 }
@@ -47,6 +48,7 @@ void masked_softmax_backward(TensorView<T> dscores, TensorView<const T> dweights
   detail::require_no_aliasing<T>(
       op, {{"dscores", dscores}},
       {{"dweights", same_view(dscores, dweights) ? TensorView<const T>{} : dweights}, {"weights", weights}});
+  detail::refuse_sinks(mask, op);
   const MaskPlan<T> plan = plan_mask(mask, w.B, w.H, w.R, w.C, weights.rank(), op);
   ATTN_DISPATCH(masked_softmax_backward<T>, ds, dw, w, plan);
 }

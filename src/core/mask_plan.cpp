@@ -96,7 +96,12 @@ MaskPlan<T> plan_mask(const Mask<T>& mask, index_t B, index_t H, index_t n, inde
   if (mask.query_start < 0 || mask.query_start >= kMaxStart || mask.key_start < 0 || mask.key_start >= kMaxStart)
     detail::fail(op, ": query_start is ", mask.query_start, " and key_start ", mask.key_start,
                  "; positions must lie in [0, 2^48)");
-  p.offset = (mask.causal == Causal::bottom_right ? m - n : 0) + mask.query_start - mask.key_start;
+  if (mask.align && mask.causal != Causal::none &&
+      (*mask.align == Align::bottom_right) != (mask.causal == Causal::bottom_right))
+    detail::fail(op, ": causal is ", mask.causal == Causal::top_left ? "top_left" : "bottom_right", " but align is ",
+                 *mask.align == Align::top_left ? "top_left" : "bottom_right",
+                 "; a causal mask is aligned as the queries are: give one alignment");
+  p.offset = (mask.alignment() == Align::bottom_right ? m - n : 0) + mask.query_start - mask.key_start;
   p.causal = mask.causal != Causal::none;
   if (mask.window) {
     p.window = true;
@@ -142,6 +147,18 @@ MaskPlan<T> plan_mask(const Mask<T>& mask, index_t B, index_t H, index_t n, inde
   if (!mask.additive.empty()) {
     broadcast_strides(mask.additive, B, H, n, m, rank, op, "additive mask", p.bias_s);
     p.bias = mask.additive.data();
+  }
+  if (!mask.sinks.empty()) {
+    const auto& s = mask.sinks;
+    if (s.rank() != 1 || s.dim(0) != H)
+      detail::fail(op, ": sinks has shape ", s.shape_string(), "; it must be (H,) = (", H,
+                   ",): one logit per query head, for scores of shape ", scores_shape(B, H, n, m, rank));
+    if (s.data() == nullptr && H > 0) detail::fail(op, ": sinks has no data");
+    if (s.stride(0) < 0) detail::fail(op, ": sinks has a negative stride");
+    p.sinks = s.data(), p.sinks_stride = s.stride(0);
+    for (index_t h = 0; h < H; ++h)
+      if (!std::isfinite(p.sink(h)))
+        detail::fail(op, ": sinks holds ", p.sink(h), " for head ", h, "; every sink logit must be finite");
   }
   return p;
 }

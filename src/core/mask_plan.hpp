@@ -1,7 +1,7 @@
 // The one internal form of every mask (attn/mask.hpp): per score row (b, h, i) a range of keys
 // [begin, end) (from valid lengths, the causal rule and a sliding window: keys outside are masked),
-// plus optional broadcast views of a boolean keep-mask, an additive mask, segment ids, and the ALiBi
-// slope of the row's head. Built and validated once by plan_mask; the kernels call MaskPlan::row and
+// plus optional broadcast views of a boolean keep-mask, an additive mask, segment ids, the ALiBi
+// slope of the row's head, and the attention sinks' logits. Built and validated once by plan_mask; the kernels call MaskPlan::row and
 // the few summaries below.
 #pragma once
 
@@ -76,6 +76,8 @@ struct MaskPlan {
   const T* alibi = nullptr;            // slopes, alibi[b * alibi_sb + h * alibi_sh]
   index_t alibi_sb = 0, alibi_sh = 0;
   bool seeds_fill = false;
+  const T* sinks = nullptr;            // attention sinks' logits, sinks[h * sinks_stride]; applied by
+  index_t sinks_stride = 0;            // the API layer around the kernels (api/sinks.hpp)
 
   // Keys [begin, end) the structure of the mask allows query i of batch b (valid lengths, causal
   // rule, window); other components may mask more of them.
@@ -97,6 +99,7 @@ struct MaskPlan {
   index_t clamp_to_keys(Wide x) const { return x < 0 ? 0 : x > m ? m : static_cast<index_t>(x); }
   SegmentRow segments_q(index_t b) const { return shift(seg_q, b * seg_q_sb); }
   SegmentRow segments_k(index_t b) const { return shift(seg_k, b * seg_k_sb); }
+  T sink(index_t h) const { return sinks[h * sinks_stride]; }
   T alibi_slope(index_t b, index_t h) const { return alibi == nullptr ? T(0) : alibi[b * alibi_sb + h * alibi_sh]; }
   // Whether keys are masked element by element (a keep-mask, segments) or biased (additive, ALiBi).
   bool elementwise() const { return keep != nullptr || bias != nullptr || !seg_q.empty() || alibi != nullptr; }

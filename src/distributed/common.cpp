@@ -67,7 +67,7 @@ std::vector<Piece> pieces(index_t length, int ranks, int rank, ShardLayout layou
 
 bool Problem::may_attend(const Piece& q, const Piece& k) const {
   if (q.size() <= 0 || k.size() <= 0) return false;
-  const index_t shift = causal == Causal::bottom_right ? m - n : 0;  // position p(i) = i + shift
+  const index_t shift = align == Align::bottom_right ? m - n : 0;  // position p(i) = i + shift
   const index_t first = q.begin + shift, last = q.end - 1 + shift;
   index_t hi = std::numeric_limits<index_t>::max(), lo = std::numeric_limits<index_t>::min();
   if (causal != Causal::none) hi = last;
@@ -105,8 +105,8 @@ struct Descriptor {
 // the smallest and largest of its per-query valid lengths (0 and -1 without them).
 constexpr const char* kFieldNames[24] = {
     "the element size", "the rank of queries", "B (batch)", "H (query heads)", "Hk (key/value heads)", "d (query size)",
-    "dv (value size)", "the causal mask", "the window", "the window's left bound", "the window's right bound",
-    "the number of valid lengths", "the valid lengths", "the number of ALiBi slopes", "the ALiBi slopes",
+    "dv (value size)", "the causal mask and alignment", "the window", "the window's left bound", "the window's right bound",
+    "the number of valid lengths", "the valid lengths", "the number of ALiBi slopes", "the ALiBi slopes and sinks",
     "the dropout seed", "dropout's row_start", "dropout's key_start", "dropout's head_start", "dropout's heads",
     "the queries' rows", "the keys' rows", "the smallest valid length", "the largest valid length"};
 constexpr int kLengthCount = 11, kQueryRows = 20, kKeyRows = 21, kLowestLength = 22, kLongestLength = 23;
@@ -154,6 +154,15 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
     if (mask.fill != MaskedFill::exclude) detail::fail(op, ": MaskedFill::seeds_minus_1e6 is not supported across ranks");
     if (mask.query_start != 0 || mask.key_start != 0)
       detail::fail(op, ": Mask::query_start and key_start must be 0: the ranks' shards place the rows");
+    if (mask.align && mask.causal != Causal::none && mask.alignment() != (mask.causal == Causal::bottom_right ? Align::bottom_right : Align::top_left))
+      detail::fail(op, ": causal and align contradict each other; a causal mask is aligned as the queries are");
+    if (!mask.sinks.empty()) {
+      if (mask.sinks.rank() != 1 || mask.sinks.dim(0) != q.H)
+        detail::fail(op, ": sinks has shape ", mask.sinks.shape_string(), "; it must be (H,) = (", q.H, ",)");
+      for (index_t h = 0; h < q.H; ++h)
+        if (!std::isfinite(mask.sinks.data()[h * mask.sinks.stride(0)]))
+          detail::fail(op, ": sinks holds a non-finite logit for head ", h, "; every sink logit must be finite");
+    }
     const TensorView<const std::int64_t>& lens = mask.valid_lens;
     const bool per_query = lens.rank() == 2;
     if (!lens.empty() && !((lens.rank() == 1 && lens.dim(0) == q.B) || (per_query && lens.dim(0) == q.B && lens.dim(1) == q.R)))
@@ -175,11 +184,14 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
           lowest = std::min(lowest, len), longest = std::max(longest, len);
         }
     const std::int64_t fields[24] = {static_cast<std::int64_t>(sizeof(T)), rank, q.B, q.H, k.H, q.C, v.C,
-                                     static_cast<std::int64_t>(mask.causal), mask.window.has_value(),
+                                     static_cast<std::int64_t>(mask.causal) * 2 +
+                                         static_cast<std::int64_t>(mask.alignment()),
+                                     mask.window.has_value(),
                                      mask.window ? mask.window->left : 0, mask.window ? mask.window->right : 0,
                                      lens.empty() ? -1 : per_query ? -2 : lens.numel(), per_query ? 0 : hash_of(lens),
                                      mask.alibi_slopes.empty() ? -1 : mask.alibi_slopes.numel(),
-                                     hash_of(mask.alibi_slopes), static_cast<std::int64_t>(drop.seed), drop.row_start,
+                                     hash_of(mask.alibi_slopes) ^ (hash_of(mask.sinks) * 31 + !mask.sinks.empty()),
+                                     static_cast<std::int64_t>(drop.seed), drop.row_start,
                                      drop.key_start, drop.head_start, drop.heads, q.R, k.R, lowest, longest};
     std::copy(std::begin(fields), std::end(fields), mine.field);
     mine.scale = options.scale ? *options.scale : std::nan("");
@@ -223,6 +235,7 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
                      r, " of ", comm.size(), " ", shard_length(total, comm.size(), r, layout), " of the ", total,
                      " rows (shard_rows in attn/distributed.hpp)");
   p.causal = mask.causal;
+  p.align = mask.alignment();
   p.window = mask.window;
   if (mask.valid_lens.rank() == 2) {  // per-query lengths: every rank checks every rank's, so all raise alike
     for (int r = 0; r < comm.size(); ++r) {
@@ -251,7 +264,7 @@ Mask<T> block_mask(const Problem& p, const Mask<T>& mask, const Piece& q, const 
   block.window = p.window;
   block.alibi_slopes = mask.alibi_slopes;
   // Only the difference of the starts matters (p(i) - j); both are moved to be non-negative.
-  index_t query_start = q.begin + (p.causal == Causal::bottom_right ? p.m - p.n : 0), key_start = k.begin;
+  index_t query_start = q.begin + (p.align == Align::bottom_right ? p.m - p.n : 0), key_start = k.begin;
   const index_t low = std::min(query_start, key_start);
   if (low < 0) query_start -= low, key_start -= low;
   block.query_start = query_start, block.key_start = key_start;

@@ -61,6 +61,7 @@ struct Problem {
   index_t n = 0, m = 0;                 // the whole sequences' lengths
   std::vector<index_t> n_of, m_of;      // each rank's shard lengths
   Causal causal = Causal::none;
+  Align align = Align::top_left;        // where the queries sit (attn/mask.hpp)
   std::optional<Window> window;
   std::int64_t longest_valid = -1;      // the largest valid length, -1 without valid lengths
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/checks.hpp"
+#include "api/sinks.hpp"
 #include "attn/distributed.hpp"
 #include "distributed/common.hpp"
 
@@ -286,6 +287,9 @@ Mask<T> heads_mask(const Comm& comm, const Problem& p, const Mask<T>& mask, std:
     local.alibi_slopes =
         TensorView<const T>(s.data() + h0 * group * s.stride(1), {s.dim(0), (h1 - h0) * group}, {s.stride(0), s.stride(1)});
   }
+  if (!mask.sinks.empty())  // this rank's query heads' sinks
+    local.sinks = TensorView<const T>(mask.sinks.data() + h0 * group * mask.sinks.stride(0), {(h1 - h0) * group},
+                                      {mask.sinks.stride(0)});
   const TensorView<const std::int64_t>& lens = mask.valid_lens;
   if (lens.rank() != 2) return local;
   const Stopwatch exchanging(last_times.communicate_seconds);
@@ -378,6 +382,9 @@ void ring_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse, T
     requests.wait();
     std::swap(cur, next);
   }
+  // Sinks once, on the rows merged over every block (the blocks' masks carry none).
+  if (!mask.sinks.empty())
+    detail::apply_sinks(o, l, View4<T>{}, [&](index_t h) { return mask.sinks.data()[h * mask.sinks.stride(0)]; });
 }
 
 template <class T>
