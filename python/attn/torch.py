@@ -7,10 +7,11 @@
 Functions (each a torch.autograd.Function whose forward and backward run attn's C++ kernels):
   scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
       scale=None, *, valid_lens=None, window=None, alibi_slopes=None, softcap=None, segment_ids=None,
-      enable_gqa=False)
+      enable_gqa=False, align=None, sinks=None, return_lse=False)
       torch.nn.functional.scaled_dot_product_attention's arguments and mask semantics (a bool mask
       is True where a query may attend, a float mask is added to the scores, is_causal is aligned
-      top-left), with attn's variants as keywords. float32, float64, bfloat16 and float16 tensors;
+      top-left unless align says otherwise), with attn's variants as keywords, attention sinks
+      (their gradient too) and the log-sum-exp. float32, float64, bfloat16 and float16 tensors;
       16-bit ones accumulate in float32 (attn/sdpa.hpp).
   additive_attention(queries, keys, values, W_q, W_k, w_v, valid_lens=None, *, attn_mask=None,
       is_causal=False, dropout_p=0.0)                      the seeds' additive scoring, as a function
@@ -125,6 +126,12 @@ def _causal(is_causal, function):
                      f"'top_left' or 'bottom_right'")
 
 
+def _align(align, function):
+    if align is None or align in ("top_left", "bottom_right"):
+        return align
+    raise ValueError(f"{function}: align is {align!r}; it must be None, 'top_left' or 'bottom_right'")
+
+
 def _dropout_seed(dropout_p):
     """attn's dropout seed, drawn from PyTorch's default generator (torch.manual_seed repeats it)."""
     if dropout_p == 0:
@@ -151,26 +158,32 @@ def _mask_options(function, attn_mask, valid_lens, is_causal, mask_dtype):
 # ---- scaled dot-product attention ----------------------------------------------------------------
 
 class _ScaledDotProductAttention(torch.autograd.Function):
+    """out and lse of attn's sdpa; sinks (H,) or None is an input of its own, for its gradient."""
     @staticmethod
-    def forward(ctx, query, key, value, options):
+    def forward(ctx, query, key, value, sinks, options):
         wide = torch.float32 if query.dtype in _SIXTEEN_BITS else query.dtype
         out = torch.empty(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
         lse = torch.empty(query.shape[:-1], dtype=wide)
+        options = dict(options, sinks=None if sinks is None else _readable(sinks.detach()))
         _bridge.sdpa_forward(out, lse, query, key, value, options)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.options = options
-        return out
+        ctx.mark_non_differentiable(lse)
+        return out, lse
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out):
+    def backward(ctx, grad_out, grad_lse):
         query, key, value, out, lse = ctx.saved_tensors
         wanted = ctx.needs_input_grad
         grads = [torch.empty(x.shape, dtype=x.dtype) if want else None
                  for x, want in zip((query, key, value), wanted)]
-        if any(g is not None for g in grads):
-            _bridge.sdpa_backward(*grads, _readable(grad_out.to(out.dtype)), query, key, value, out, lse, ctx.options)
-        return (*grads, None)
+        sinks = ctx.options["sinks"]
+        grad_sinks = torch.empty(sinks.shape, dtype=sinks.dtype) if wanted[3] else None
+        if any(g is not None for g in grads) or grad_sinks is not None:
+            _bridge.sdpa_backward(*grads, _readable(grad_out.to(out.dtype)), query, key, value, out, lse, ctx.options,
+                                  grad_sinks=grad_sinks)
+        return (*grads, grad_sinks, None)
 
 
 def _heads_view(x):
@@ -185,7 +198,7 @@ def _heads_view(x):
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *,
                                  valid_lens=None, window=None, alibi_slopes=None, softcap=None, segment_ids=None,
-                                 enable_gqa=False):
+                                 enable_gqa=False, align=None, sinks=None, return_lse=False):
     """softmax(query key^T * scale + mask) value, with dropout on the weights: PyTorch 2's
     torch.nn.functional.scaled_dot_product_attention computed by attn, forward and backward.
 
@@ -193,13 +206,20 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     key and value equal query's or are 1 (broadcast). With enable_gqa=True the heads dimension (-3) of
     key and value may divide query's (grouped-query attention). Returns (..., L, Ev) in query's dtype.
     attn_mask: bool (True = attend) or float (added; same dtype as query), broadcastable to (..., L, S).
-    is_causal: True aligns the causal mask top-left as PyTorch does; 'bottom_right' aligns it to the
-      end of the keys (a decoder continuing a cache). It may be combined with attn_mask.
+    is_causal: True aligns the causal mask top-left as PyTorch does (or as `align` says); 'bottom_right'
+      aligns it to the end of the keys (a decoder continuing a cache). It may be combined with attn_mask.
+    align: None or 'top_left' (query i at position i), or 'bottom_right' (query i at i + S - L, the
+      queries being the last L of S tokens: FlashAttention's convention) for the causal mask, the window
+      and ALiBi together, causal or not (docs/semantics.md, "Alignment").
     scale: default 1/sqrt(E). dropout_p: applied whenever > 0, as PyTorch's function does (pass 0.0
       in eval mode); the seed comes from torch's default generator.
     attn's variants (attn/mask.hpp): valid_lens (B,) or (B, L) integers; window (left, right), None
       for an unbounded side; alibi_slopes (H,) or (B, H); softcap c > 0 (score = c tanh(score / c));
       segment_ids (B, L) when L == S, or a pair ((B, L), (B, S)), for packed sequences.
+    sinks: (H,) attention sinks (gpt-oss): one logit per head joining each row's softmax, with no value;
+      a sinks tensor that requires grad gets its gradient.
+    return_lse: also return the log-sum-exp of each score row, (..., L) (float32 for 16-bit inputs; it
+      includes the sinks; -inf for a row with no key and no sink); it carries no gradient.
     """
     function = "scaled_dot_product_attention"
     _floating(query, "query", function)
@@ -219,6 +239,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     sixteen = query.dtype in _SIXTEEN_BITS
     mask_dtype = torch.float32 if sixteen else query.dtype
     options = _mask_options(function, attn_mask, valid_lens, is_causal, mask_dtype)
+    options["align"] = _align(align, function)
+    if align == "bottom_right" and options["causal"] == "top_left" and is_causal is True:
+        options["causal"] = "bottom_right"
     options["window"] = _window(window, function)
     if alibi_slopes is not None:
         _constant(alibi_slopes, "alibi_slopes", function)
@@ -232,8 +255,16 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     options["softcap"] = None if softcap is None else float(softcap)
     options["dropout_p"] = float(dropout_p)
     options["seed"] = _dropout_seed(dropout_p)
-    out = _ScaledDotProductAttention.apply(q, k, v, options)
-    return out.reshape(query.shape[:-1] + value.shape[-1:])
+    if sinks is not None:
+        _tensor(sinks, "sinks", function)
+        if not sinks.dtype.is_floating_point:
+            raise RuntimeError(f"{function}: sinks has dtype {sinks.dtype}; it must be floating")
+        sinks = sinks.to(mask_dtype)
+    out, lse = _ScaledDotProductAttention.apply(q, k, v, sinks, options)
+    out = out.reshape(query.shape[:-1] + value.shape[-1:])
+    if return_lse:
+        return out, lse.reshape(query.shape[:-1])
+    return out
 
 
 # ---- additive attention --------------------------------------------------------------------------

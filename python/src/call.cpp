@@ -294,6 +294,20 @@ MaskArgs mask_args(Call& call, py::handle valid_lens, py::handle mask, py::handl
   return m;
 }
 
+void align_from(Call& call, py::handle causal, py::handle align, MaskArgs& m) {
+  if (align.is_none()) return;
+  if (!py::isinstance<py::str>(align))
+    call.type_error("align must be None, \"top_left\" or \"bottom_right\"; got " + type_name(align));
+  const std::string a = py::cast<std::string>(align);
+  if (a != "top_left" && a != "bottom_right")
+    call.value_error("align is \"" + a + "\"; it must be None, \"top_left\" or \"bottom_right\"");
+  m.align = a == "bottom_right" ? attn::Align::bottom_right : attn::Align::top_left;
+  // causal=True takes the alignment given; a causal spelled "top_left" or "bottom_right" is checked
+  // against it by attn (a contradiction is refused).
+  if (!py::isinstance<py::str>(causal) && m.causal != attn::Causal::none)
+    m.causal = a == "bottom_right" ? attn::Causal::bottom_right : attn::Causal::top_left;
+}
+
 std::optional<attn::Window> window_from(Call& call, py::handle obj) {
   if (obj.is_none()) return std::nullopt;
   if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj) || py::len(obj) != 2)

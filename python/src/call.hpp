@@ -181,6 +181,7 @@ struct MaskArgs {
   py::array keep = no_array();        // bool, or null
   py::array additive = no_array();    // the call's dtype, or null
   attn::Causal causal = attn::Causal::none;
+  std::optional<attn::Align> align;
   attn::MaskedFill fill = attn::MaskedFill::exclude;
 
   template <class T>
@@ -190,6 +191,7 @@ struct MaskArgs {
     if (keep) m.keep = cview<bool>(keep);
     if (additive) m.additive = cview<T>(additive);
     m.causal = causal;
+    m.align = align;
     m.fill = fill;
     return m;
   }
@@ -198,6 +200,9 @@ struct MaskArgs {
 // valid_lens: None or integers; mask: None, bool or floating; causal: a bool, "top_left" or
 // "bottom_right"; masked_fill: "exclude" or "seeds_minus_1e6".
 MaskArgs mask_args(Call& call, py::handle valid_lens, py::handle mask, py::handle causal, py::handle masked_fill);
+// align: None, "top_left" or "bottom_right" (attn/mask.hpp), read into m.align; with causal=True it
+// also places the causal mask (causal=True, align="bottom_right" is the bottom-right causal mask).
+void align_from(Call& call, py::handle causal, py::handle align, MaskArgs& m);
 // A window argument: None, or a pair (left, right) of integers or None (unbounded).
 std::optional<attn::Window> window_from(Call& call, py::handle window);
 attn::MaskedFill masked_fill_from(Call& call, py::handle masked_fill);

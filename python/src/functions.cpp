@@ -131,11 +131,11 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
                                         py::object dropout_p, py::object seed, bool return_weights,
                                         py::object masked_fill, py::object window, py::object alibi_slopes,
                                         py::object softcap, py::object segment_ids, bool return_lse,
-                                        py::object compute_dtype) {
+                                        py::object compute_dtype, py::object align, py::object sinks) {
   Call call("scaled_dot_product_attention",
             with_masks({{"queries", "q (queries)"}, {"keys", "k (keys)"}, {"values", "v (values)"},
                         {"segment_ids (queries)", "segment_ids (queries)"}, {"alibi_slopes", "alibi_slopes"},
-                        {"softcap", "softcap"}}));
+                        {"softcap", "softcap"}, {"sinks", "sinks"}}));
   call.allow_float16();
   const py::array q = call.floating(q_obj, "q");
   const py::array k = call.floating(k_obj, "k");
@@ -151,10 +151,12 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
   // float16 with return_weights: computed in float32 (the 16-bit kernel is fused and forms no
   // weights), out and weights rounded to float16, lse float32 as the 16-bit path returns it.
   const bool sixteen = (call.dtype() == DType::f16 && !return_weights) || compute == "bfloat16";
-  const MaskArgs m = mask_args(call, valid_lens, mask, causal, masked_fill);
+  MaskArgs m = mask_args(call, valid_lens, mask, causal, masked_fill);
+  align_from(call, causal, align, m);
   const std::optional<attn::Window> win = window_from(call, window);
   const SegmentArgs segments = segments_from(call, segment_ids);
   const py::array slopes = alibi_slopes.is_none() ? no_array() : call.same_dtype(alibi_slopes, "alibi_slopes");
+  const py::array sink_logits = sinks.is_none() ? no_array() : call.same_dtype(sinks, "sinks");
   attn::SdpaOptions options;
   if (!scale.is_none()) options.scale = call.number(scale, "scale");
   if (!softcap.is_none()) options.softcap = call.number(softcap, "softcap");
@@ -166,10 +168,11 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
     attn::Mask<float> mk;
     mk.valid_lens = m.valid_lens ? cview<std::int64_t>(m.valid_lens) : attn::TensorView<const std::int64_t>{};
     if (m.keep) mk.keep = cview<bool>(m.keep);
-    mk.causal = m.causal, mk.fill = m.fill, mk.window = win;
+    mk.causal = m.causal, mk.align = m.align, mk.fill = m.fill, mk.window = win;
     mk.segment_ids_q = segment_view(segments.q);
     mk.segment_ids_k = segment_view(segments.k);
     if (slopes) mk.alibi_slopes = cview<float>(slopes);  // float32 in a 16-bit call (Call::same_dtype)
+    if (sink_logits) mk.sinks = cview<float>(sink_logits);
     return sdpa_16bit(call, q, k, v, m, mk, options, out_shape, lse_shape, return_lse);
   }
   return dispatch(computed_in(call), [&](auto tag) -> py::object {
@@ -187,6 +190,7 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
     mk.segment_ids_q = segment_view(segments.q);
     mk.segment_ids_k = segment_view(segments.k);
     if (slopes) mk.alibi_slopes = cview<T>(slopes);
+    if (sink_logits) mk.sinks = cview<T>(sink_logits);
     call.run([&] { attn::sdpa_forward<T>(o, l, w, qv, kv, vv, mk, options); });
     const py::object out_as_given = narrowed(call, out);
     const py::object weights_as_given = return_weights ? narrowed(call, weights) : py::object();
@@ -295,7 +299,7 @@ computed in float32, then rounded).)");
         arg("dropout_p") = 0.0, arg("seed") = 0, arg("return_weights") = false, py::kw_only(),
         arg("masked_fill") = "exclude", arg("window") = py::none(), arg("alibi_slopes") = py::none(),
         arg("softcap") = py::none(), arg("segment_ids") = py::none(), arg("return_lse") = false,
-        arg("compute_dtype") = py::none(),
+        arg("compute_dtype") = py::none(), arg("align") = py::none(), arg("sinks") = py::none(),
         R"(dropout(masked_softmax(q k^T * scale)) v: the seeds' DotProductAttention as one function.
 
 q (B, n, d), k (B, m, d), v (B, m, v), or 4-D with a heads axis: q (B, H, n, d), k (B, Hk, m, d),
@@ -309,9 +313,16 @@ scale: default 1/sqrt(d).
 dropout_p, seed: each weight is dropped with probability dropout_p (the others scaled by
   1/(1 - dropout_p)); the mask is a function of the seed and the position only (Philox4x32-10), so one
   seed always drops the same weights.
-window: (left, right): query i attends key j only when p(i) - left <= j <= p(i) + right, with
-  p(i) = i, or i + m - n when causal="bottom_right"; None or -1 leaves a side unbounded.
-alibi_slopes: (H,) or (B, H): score += -slope * |p(i) - j| (FlashAttention-2's ALiBi).
+align: where query i sits among the keys, for the causal mask, the window and ALiBi together:
+  "top_left" p(i) = i (the default), or "bottom_right" p(i) = i + m - n (the queries are the last n
+  of the m tokens: FlashAttention's convention); causal="bottom_right" implies it. With causal=True,
+  align="bottom_right" is the bottom-right causal mask.
+window: (left, right): query i attends key j only when p(i) - left <= j <= p(i) + right; None or -1
+  leaves a side unbounded.
+alibi_slopes: (H,) or (B, H): score += -slope * |p(i) - j| (with align="bottom_right",
+  FlashAttention-2's ALiBi for any n and m).
+sinks: (H,) ((1,) for 3-D inputs): attention sinks (gpt-oss), one logit per head that joins each
+  row's softmax with no value; the weights then sum to less than 1, and lse includes the sink.
 softcap: c > 0: score = c * tanh(score * scale / c) (Gemma 2), before ALiBi and masks.
 segment_ids: int32 or int64 (B, n) when n == m, or a pair ((B, n), (B, m)): a query attends only
   to the keys of its own segment (packed sequences).

@@ -77,7 +77,7 @@ class KVCache {
   }
 
   py::array attend(py::object queries_obj, py::object seq, py::object causal, py::object window, py::object alibi_slopes,
-                   py::object softcap, py::object scale) {
+                   py::object softcap, py::object scale, py::object sinks) {
     Call call("KVCache.attend", {{"alibi_slopes", "alibi_slopes"}, {"softcap", "softcap"},
                                  {"scale", "scale"}});
     const py::array q = float32_array(call, queries_obj, "queries");
@@ -98,6 +98,8 @@ class KVCache {
     // Numbers as float32, others named (found by probing: ['a'] raised NumPy's bare ValueError).
     const py::array slopes = alibi_slopes.is_none() ? no_array() : call.same_dtype(alibi_slopes, "alibi_slopes");
     if (slopes) options.alibi_slopes = cview<float>(slopes);
+    const py::array sink_logits = sinks.is_none() ? no_array() : call.same_dtype(sinks, "sinks");
+    if (sink_logits) options.sinks = cview<float>(sink_logits);
     if (!softcap.is_none()) options.softcap = call.number(softcap, "softcap");
     if (!scale.is_none()) options.scale = call.number(scale, "scale");
     py::array_t<float> out = new_array<float>(dims(q));
@@ -172,15 +174,18 @@ Arrays are float32 (float16 is widened, and float16 queries get float16 out; flo
 sequence when seq is None.)")
       .def("attend", &KVCache::attend, arg("queries"), arg("seq") = py::none(), py::kw_only(), arg("causal") = "bottom_right",
            arg("window") = py::none(), arg("alibi_slopes") = py::none(), arg("softcap") = py::none(), arg("scale") = py::none(),
+           arg("sinks") = py::none(),
            R"(Attention of new queries over the cache: queries (heads, n, head_dim) or (1, heads, n, head_dim) for
 sequence seq, or (batch, heads, n, head_dim) for every sequence when seq is None (each over its own
 length). heads a multiple of kv_heads (grouped-query attention). Returns an array shaped like queries,
 of their dtype (float32 or float16).
-causal: "bottom_right" (default: the queries are the last n tokens appended), "top_left", or False;
-  True is "bottom_right", as flash_attn_with_kvcache's causal=True (PyTorch's is_causal=True, which
-  scaled_dot_product_attention follows, aligns top-left).
-window, softcap, scale: as scaled_dot_product_attention. alibi_slopes: (heads,), or (batch, heads)
-  when seq is None (row b for sequence b).)")
+The queries are the sequence's newest n tokens: query i sits at position length - n + i, with or
+without a causal mask, for the causal rule, the window and ALiBi (the bottom-right alignment, as
+flash_attn_with_kvcache places them).
+causal: "bottom_right" or True (default: query i sees the keys up to its position), or False (every
+  key; a window still ends at the query's position); "top_left" is refused.
+window, softcap, scale, sinks: as scaled_dot_product_attention. alibi_slopes: (heads,), or (batch,
+  heads) when seq is None (row b for sequence b).)")
       .def("reset", &KVCache::reset, arg("seq"), "Empties sequence seq (its blocks are reused).")
       .def("truncate", &KVCache::truncate, arg("seq"), arg("length"), "Cuts sequence seq to its first `length` tokens.")
       .def("length", &KVCache::length, arg("seq"), "Tokens sequence seq holds.")

@@ -10,7 +10,8 @@
 //
 // Each function takes its options as a dict (attn.torch._options builds it):
 //   keep, additive, valid_lens, alibi_slopes, segment_ids_q, segment_ids_k: tensors or None
-//   causal: "none" | "top_left" | "bottom_right"; window: None or (left, right)
+//   causal: "none" | "top_left" | "bottom_right"; align: None | "top_left" | "bottom_right";
+//   window: None or (left, right); sinks: a tensor (H,) or None (attn/mask.hpp)
 //   scale, softcap: None or a float; dropout_p: a float; seed: an int
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -82,8 +83,9 @@ attn::TensorView<T> view(const Borrowed& b, const char* name) {
 thread_local std::vector<std::uintptr_t> last_inputs;
 
 struct MaskTensors {
-  Borrowed keep, additive, valid_lens, alibi, segment_q, segment_k;
+  Borrowed keep, additive, valid_lens, alibi, segment_q, segment_k, sinks;
   attn::Causal causal = attn::Causal::none;
+  std::optional<attn::Align> align;
   std::optional<attn::Window> window;
 
   // M: the dtype of the additive mask and the slopes (float32 for 16-bit attention).
@@ -96,7 +98,9 @@ struct MaskTensors {
     m.alibi_slopes = view<const M>(alibi, "alibi_slopes");
     m.segment_ids_q = segments(segment_q, "segment_ids");
     m.segment_ids_k = segments(segment_k, "segment_ids");
+    m.sinks = view<const M>(sinks, "sinks");
     m.causal = causal;
+    m.align = align;
     m.window = window;
     return m;
   }
@@ -122,6 +126,9 @@ Options options_from(const py::dict& o) {
   r.masks.alibi = tensor("alibi_slopes");
   r.masks.segment_q = tensor("segment_ids_q");
   r.masks.segment_k = tensor("segment_ids_k");
+  r.masks.sinks = tensor("sinks");
+  if (o.contains("align") && !o["align"].is_none())
+    r.masks.align = o["align"].cast<std::string>() == "bottom_right" ? attn::Align::bottom_right : attn::Align::top_left;
   const std::string causal = o.contains("causal") ? o["causal"].cast<std::string>() : "none";
   r.masks.causal = causal == "top_left" ? attn::Causal::top_left
                    : causal == "bottom_right" ? attn::Causal::bottom_right
@@ -144,7 +151,8 @@ Renames torch_renames() {
           {"valid_lens", "valid_lens"}, {"additive mask", "attn_mask (a float mask)"},
           {"mask", "attn_mask"},        {"dropout p", "dropout_p"},
           {"scale", "scale"},           {"alibi_slopes", "alibi_slopes"},
-          {"softcap", "softcap"},       {"segment_ids (queries)", "segment_ids"}};
+          {"softcap", "softcap"},       {"segment_ids (queries)", "segment_ids"},
+          {"dsinks", "grad_sinks"}};
 }
 
 // Runs f(T{}) for the dtype of `q`: float32, float64, bfloat16 or float16.
@@ -183,9 +191,11 @@ void sdpa_forward(py::handle out_t, py::handle lse_t, py::handle q_t, py::handle
 }
 
 void sdpa_backward(py::handle dq_t, py::handle dk_t, py::handle dv_t, py::handle dout_t, py::handle q_t,
-                   py::handle k_t, py::handle v_t, py::handle out_t, py::handle lse_t, const py::dict& opts) {
+                   py::handle k_t, py::handle v_t, py::handle out_t, py::handle lse_t, const py::dict& opts,
+                   py::handle dsinks_t) {
   const Borrowed dq = borrow(dq_t), dk = borrow(dk_t), dv = borrow(dv_t), dout = borrow(dout_t);
   const Borrowed q = borrow(q_t), k = borrow(k_t), v = borrow(v_t), out = borrow(out_t), lse = borrow(lse_t);
+  const Borrowed dsinks = borrow(dsinks_t);
   const Options o = options_from(opts);
   Call call("scaled_dot_product_attention.backward", torch_renames());
   for_dtype(q, [&](auto tag) {
@@ -196,7 +206,8 @@ void sdpa_backward(py::handle dq_t, py::handle dk_t, py::handle dv_t, py::handle
     const auto qv = view<const T>(q, "query"), kv = view<const T>(k, "key"), vv = view<const T>(v, "value");
     const auto ov = view<const T>(out, "out");
     const auto lv = view<const Wide<T>>(lse, "lse");
-    call.run([&] { attn::sdpa_backward<T>(dqv, dkv, dvv, dov, qv, kv, vv, ov, lv, mask, o.sdpa); });
+    const auto dsv = view<Wide<T>>(dsinks, "grad_sinks");
+    call.run([&] { attn::sdpa_backward<T>(dqv, dkv, dvv, dov, qv, kv, vv, ov, lv, mask, o.sdpa, dsv); });
   });
 }
 
@@ -310,7 +321,7 @@ void bind_torch_bridge(py::module_& m) {
   py::module_ t = m.def_submodule("_torch", "The kernels on PyTorch tensors, as attn.torch calls them (internal).");
   t.def("sdpa_forward", &sdpa_forward, arg("out"), arg("lse"), arg("query"), arg("key"), arg("value"), arg("options"));
   t.def("sdpa_backward", &sdpa_backward, arg("grad_query"), arg("grad_key"), arg("grad_value"), arg("grad_output"),
-        arg("query"), arg("key"), arg("value"), arg("out"), arg("lse"), arg("options"));
+        arg("query"), arg("key"), arg("value"), arg("out"), arg("lse"), arg("options"), arg("grad_sinks") = py::none());
   t.def("additive_forward", &additive_forward, arg("out"), arg("queries"), arg("keys"), arg("values"), arg("W_q"),
         arg("W_k"), arg("w_v"), arg("options"));
   t.def("additive_backward", &additive_backward, arg("grad_queries"), arg("grad_keys"), arg("grad_values"),

@@ -42,7 +42,7 @@ double max_rel_diff(const Tensor<float>& a, const Tensor<float>& b) {
   return m / std::max(1e-30, max_abs(b));
 }
 
-enum class MaskKind { none, lens, causal };
+enum class MaskKind { none, lens, causal, sinks };
 
 // Tensors of one SDPA case (B, n, m, d), 3-D as the seeds use them; allocated by prepare(), freed
 // by release() so that large cases do not keep their memory.
@@ -52,9 +52,11 @@ struct SdpaData {
   // Filled by prepare(); a case is built from its sizes alone.
   Tensor<float> q{}, k{}, v{}, g{}, out{}, lse{}, weights{}, out_ref{}, dq{}, dk{}, dv{}, dq_ref{}, dk_ref{}, dv_ref{};
   Tensor<std::int64_t> lens{};
+  Tensor<float> sinks = Tensor<float>({1}, {0.5f});  // one head (3-D tensors): the sink's logit
 
   attn::Mask<float> mask() const {
     attn::Mask<float> mk;
+    if (kind == MaskKind::sinks) mk.sinks = sinks.cview();
     if (kind == MaskKind::lens) mk.valid_lens = lens.view();
     if (kind == MaskKind::causal) mk.causal = attn::Causal::top_left;
     return mk;
@@ -93,7 +95,10 @@ std::string shape(index_t B, index_t n, index_t m, index_t d) {
 BenchCase sdpa_forward_case(index_t B, index_t n, index_t m, index_t d, MaskKind kind, bool with_baseline) {
   auto s = std::make_shared<SdpaData>(SdpaData{B, n, m, d, kind});
   BenchCase c;
-  const char* suffix = kind == MaskKind::lens ? " valid_lens" : kind == MaskKind::causal ? " causal" : "";
+  const char* suffix = kind == MaskKind::lens     ? " valid_lens"
+                       : kind == MaskKind::causal ? " causal"
+                       : kind == MaskKind::sinks  ? " sinks"
+                                                  : "";
   const bool decode = n <= 4;
   c.name = std::string(decode ? "sdpa decode " : "sdpa forward ") + shape(B, n, m, d) + suffix;
   s->lens = Tensor<std::int64_t>({B});
@@ -293,6 +298,9 @@ std::vector<BenchCase> bench_cases(bool large) {
       cases.push_back(sdpa_forward_case(s[0], s[1], s[2], s[3], kind, true));
   cases.push_back(sdpa_backward_case(4, 1024, 1024, 64));
   cases.push_back(sdpa_forward_case(32, 1, 8192, 128, MaskKind::none, true));
+  // Attention sinks beside the same attention without them (forward and decode).
+  cases.push_back(sdpa_forward_case(4, 1024, 1024, 64, MaskKind::sinks, false));
+  cases.push_back(sdpa_forward_case(32, 1, 8192, 128, MaskKind::sinks, false));
   cases.push_back(additive_case(2, 512, 512, 128, false));
   cases.push_back(additive_case(2, 512, 512, 128, true));
   cases.push_back(nw_gaussian_1d_case(100000, 100000, 0.1f, 100));

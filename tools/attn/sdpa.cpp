@@ -23,7 +23,7 @@ struct SdpaArgs {
   double softcap = 0;
   bool has_softcap = false;
   bool bottom_right = false;
-  std::string window, alibi, segment_ids, key_segment_ids, lse, compute;
+  std::string window, alibi, segment_ids, key_segment_ids, lse, compute, align;
   DropoutFlags dropout;
   OutputFlags output;
 };
@@ -110,7 +110,9 @@ void run_sdpa(const SdpaArgs& args) {
   // Every mask but the slopes (which take the computation's float type).
   auto mask_of = [&]<class T>() {
     attn::Mask<T> mask = masks.mask<T>();
-    if (args.bottom_right && mask.causal == attn::Causal::top_left) mask.causal = attn::Causal::bottom_right;
+    const bool bottom_right = args.bottom_right || args.align == "bottom_right";
+    if (bottom_right && mask.causal == attn::Causal::top_left) mask.causal = attn::Causal::bottom_right;
+    if (!args.align.empty()) mask.align = bottom_right ? attn::Align::bottom_right : attn::Align::top_left;
     mask.window = window;
     mask.segment_ids_q = seg_q.ids();
     mask.segment_ids_k = seg_k.ids();
@@ -210,13 +212,19 @@ void add_sdpa_command(CLI::App& app) {
   CLI::Option* softcap = command->add_option(
       "--softcap", args->softcap, "soft-capping: scores become C tanh(score / C) (Gemma 2), C > 0");
   softcap->type_name("C");
-  command->add_flag("--bottom-right", args->bottom_right,
-                    "align --causal and --window bottom-right: query i sits at position i + m - n (a decoder "
-                    "continuing a cached prefix); with --causal")
-      ->needs("--causal");
+  CLI::Option* bottom_right = command->add_flag("--bottom-right", args->bottom_right,
+                                                "with --causal: the same as --align bottom_right");
+  bottom_right->needs("--causal");
+  command->add_option("--align", args->align,
+                      "where query i sits among the keys for --causal, --window and --alibi together, causal or not: "
+                      "top_left p(i) = i (the default) or bottom_right p(i) = i + m - n (the queries are the last n of "
+                      "the m tokens, FlashAttention's convention)")
+      ->check(CLI::IsMember({"top_left", "bottom_right"}))
+      ->excludes(bottom_right)
+      ->type_name("top_left|bottom_right");
   command->add_option("--window", args->window,
-                      "sliding window: query i attends key j only when p(i) - L <= j <= p(i) + R, p(i) = i (or i + m - n "
-                      "with --bottom-right); -1 leaves a side unbounded")
+                      "sliding window: query i attends key j only when p(i) - L <= j <= p(i) + R, p(i) as --align "
+                      "places it; -1 leaves a side unbounded")
       ->type_name("L,R");
   command->add_option("--alibi", args->alibi,
                       "ALiBi slopes (H,) or (B,H), the inputs' float type (float16 or float32 with float16 inputs): "
