@@ -758,7 +758,7 @@ void kv_cache_case(Bytes& in) {
           std::copy(ks.data(), ks.data() + ks.numel(), kd.data());
           std::copy(vs.data(), vs.data() + vs.numel(), vd.data());
           attn::Mask<double> mask;
-          mask.causal = o.causal, mask.window = o.window;
+          mask.causal = o.causal, mask.window = o.window, mask.align = attn::Align::bottom_right;  // the newest tokens
           const Tensor<double> slopes = alibi.given() ? alibi.dense<double>() : Tensor<double>();
           if (alibi.given()) mask.alibi_slopes = slopes.cview();
           attn::SdpaOptions so;
