@@ -13,6 +13,7 @@
 #include "attn/mask.hpp"
 #include "attn/multi_head.hpp"
 #include "attn/nadaraya_watson.hpp"
+#include "attn/rotary.hpp"
 #include "attn/optim.hpp"
 #include "attn/sdpa.hpp"
 #include "attn/softmax.hpp"
