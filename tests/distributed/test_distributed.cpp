@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,7 @@ int world_size() {
   return p;
 }
 
-enum class Variant { none, causal, causal_bottom_right, window, valid_lens, query_lens, alibi_softcap, dropout, all };
+enum class Variant { none, causal, causal_bottom_right, window, valid_lens, query_lens, alibi_softcap, dropout, sinks_aligned, all };
 enum class Algorithm { ring, ulysses };
 
 std::string variant_name(Variant v) {
@@ -50,6 +51,7 @@ std::string variant_name(Variant v) {
     case Variant::query_lens: return "query_lens";
     case Variant::alibi_softcap: return "alibi_softcap";
     case Variant::dropout: return "dropout";
+    case Variant::sinks_aligned: return "sinks_aligned";
     case Variant::all: return "all";
   }
   return "?";
@@ -62,16 +64,17 @@ struct Problem {
   Variant variant;
   Tensor<std::int64_t> lens{B};
   Tensor<std::int64_t> query_lens{B, N};  // per query, 0 to M: empty rows, whole rows and between
-  Tensor<double> slopes;
+  Tensor<double> slopes, sinks;
 
-  explicit Problem(Variant v) : variant(v), slopes(random_tensor<double>({H}, 5, 0.05, 0.5)) {
+  explicit Problem(Variant v)
+      : variant(v), slopes(random_tensor<double>({H}, 5, 0.05, 0.5)), sinks(random_tensor<double>({H}, 6, -0.5, 2.0)) {
     lens[0] = 61, lens[1] = 17;
     for (index_t b = 0; b < B; ++b)
       for (index_t i = 0; i < N; ++i) query_lens[b * N + i] = (i * 7 + b * 13) % (M + 1);
   }
   bool uses(Variant v) const { return variant == v || variant == Variant::all; }
   template <class T>
-  Mask<T> mask(const Tensor<T>& slopes_t) const {
+  Mask<T> mask(const Tensor<T>& slopes_t, const Tensor<T>& sinks_t) const {
     Mask<T> m;
     if (uses(Variant::causal)) m.causal = Causal::top_left;
     if (uses(Variant::causal_bottom_right) || uses(Variant::window) || variant == Variant::dropout)
@@ -80,6 +83,9 @@ struct Problem {
     if (uses(Variant::valid_lens)) m.valid_lens = lens.view();
     if (variant == Variant::query_lens) m.causal = Causal::top_left, m.valid_lens = query_lens.view();
     if (uses(Variant::alibi_softcap)) m.alibi_slopes = slopes_t.view();
+    // A window and ALiBi placed bottom-right without a causal mask, and sinks.
+    if (variant == Variant::sinks_aligned) m.window = Window{9, 2}, m.alibi_slopes = slopes_t.view();
+    if (uses(Variant::sinks_aligned)) m.align = Align::bottom_right, m.sinks = sinks_t.view();
     return m;
   }
   SdpaOptions options() const {
@@ -129,12 +135,12 @@ std::vector<Tensor<T>> whole(const Problem& s, Backend backend) {
   const Tensor<T> q = convert<T>(random_tensor<double>({B, H, N, D}, 1, -2, 2)),
                   k = convert<T>(random_tensor<double>({B, Hk, M, D}, 2, -2, 2)),
                   v = convert<T>(random_tensor<double>({B, Hk, M, V}, 3)), g = convert<T>(random_tensor<double>({B, H, N, V}, 4));
-  const Tensor<T> slopes = convert<T>(s.slopes);
-  Tensor<T> out({B, H, N, V}), lse({B, H, N}), dq(q.shape()), dk(k.shape()), dv(v.shape());
-  sdpa_forward<T>(out.view(), lse.view(), {}, q.view(), k.view(), v.view(), s.mask(slopes), s.options());
+  const Tensor<T> slopes = convert<T>(s.slopes), sinks = convert<T>(s.sinks);
+  Tensor<T> out({B, H, N, V}), lse({B, H, N}), dq(q.shape()), dk(k.shape()), dv(v.shape()), ds({H});
+  sdpa_forward<T>(out.view(), lse.view(), {}, q.view(), k.view(), v.view(), s.mask(slopes, sinks), s.options());
   sdpa_backward<T>(dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(), lse.view(),
-                   s.mask(slopes), s.options());
-  return {q, k, v, g, out, lse, dq, dk, dv};
+                   s.mask(slopes, sinks), s.options(), s.uses(Variant::sinks_aligned) ? ds.view() : TensorView<T>{});
+  return {q, k, v, g, out, lse, dq, dk, dv, ds};
 }
 
 // out, lse, dq, dk, dv of this rank's shards, computed across the ranks.
@@ -143,8 +149,8 @@ std::vector<Tensor<T>> across_ranks(const Problem& s, const std::vector<Tensor<T
                                     Algorithm algorithm) {
   const Tensor<T> q = shard(inputs[0], layout), k = shard(inputs[1], layout), v = shard(inputs[2], layout),
                   g = shard(inputs[3], layout);
-  const Tensor<T> slopes = convert<T>(s.slopes);
-  Mask<T> mask = s.mask(slopes);
+  const Tensor<T> slopes = convert<T>(s.slopes), sinks = convert<T>(s.sinks);
+  Mask<T> mask = s.mask(slopes, sinks);
   const index_t n_r = q.dim(2);
   // Per-query lengths: this rank's rows of the whole (B, N), in its shard's order.
   const Tensor<std::int64_t> lens_rows = shard_lengths(s.query_lens, layout);
@@ -155,7 +161,14 @@ std::vector<Tensor<T>> across_ranks(const Problem& s, const std::vector<Tensor<T
   forward(MPI_COMM_WORLD, out.view(), lse.view(), q.view(), k.view(), v.view(), mask, s.options(), layout);
   backward(MPI_COMM_WORLD, dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(),
            lse.view(), mask, s.options(), layout);
-  return {out, lse, dq, dk, dv};
+  // The sinks' gradient: each rank's rows (sdpa_sinks_backward), summed over the ranks.
+  Tensor<T> ds({H});
+  if (s.uses(Variant::sinks_aligned)) {
+    sdpa_sinks_backward<T>(ds.view(), g.view(), out.view(), lse.view(), sinks.view());
+    MPI_Allreduce(MPI_IN_PLACE, ds.data(), static_cast<int>(H), std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+  }
+  return {out, lse, dq, dk, dv, ds};
 }
 
 struct Case {
@@ -178,17 +191,21 @@ TEST_P(AcrossRanks, EqualsTheSingleProcessResultWithinTheErrorBudget) {
     const Tensor<double> truth = shard(oracle[4 + i], c.layout);
     EXPECT_TRUE(testing::within_error_budget(got[i], mine, truth)) << names[i] << " on rank " << world_rank();
   }
+  if (s.uses(Variant::sinks_aligned))  // d(sinks) summed over the ranks: the whole sequence's
+    EXPECT_TRUE(testing::within_error_budget(got[5], single[9], oracle[9])) << "dsinks on rank " << world_rank();
   // float64 across ranks against the float64 reference: the same sums in another order.
   const std::vector<Tensor<double>> got64 = across_ranks<double>(s, oracle, c.layout, c.algorithm);
   for (int i = 0; i < 5; ++i)
     EXPECT_LT(testing::max_abs_diff(got64[i], shard(oracle[4 + i], c.layout)), 1e-12)
         << names[i] << " in float64 on rank " << world_rank();
+  if (s.uses(Variant::sinks_aligned))
+    EXPECT_LT(testing::max_abs_diff(got64[5], oracle[9]), 1e-12) << "dsinks in float64 on rank " << world_rank();
 }
 
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (Variant v : {Variant::none, Variant::causal, Variant::causal_bottom_right, Variant::window, Variant::valid_lens,
-                    Variant::query_lens, Variant::alibi_softcap, Variant::dropout, Variant::all})
+                    Variant::query_lens, Variant::alibi_softcap, Variant::dropout, Variant::sinks_aligned, Variant::all})
     for (ShardLayout layout : {ShardLayout::contiguous, ShardLayout::zigzag})
       for (Algorithm a : {Algorithm::ring, Algorithm::ulysses}) out.push_back({v, layout, a});
   return out;
