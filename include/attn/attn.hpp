@@ -19,5 +19,6 @@
 #include "attn/softmax.hpp"
 #include "attn/tensor.hpp"
 #include "attn/train.hpp"
+#include "attn/varlen.hpp"
 #include "attn/version.hpp"
 #include "attn/width_selection.hpp"
