@@ -144,6 +144,19 @@ TYPED_TEST(CliTyped, SdpaVariantsMatchTheLibrary) {
   sdpa_forward<T>(out.view(), lse.view(), {}, q.cview(), k.cview(), v.cview(), mask, options);
   expect_identical(dir.load<T>("O.npy"), out, "out");
   expect_identical(dir.load<T>("LSE.npy"), lse, "lse");
+  // --align bottom_right without --causal: the window and ALiBi at p(i) = i + m - n; the library's
+  // result, and not the top-left one.
+  expect_success(dir.run({"sdpa", "--queries", dir.npy("Q.npy", q), "--keys", dir.npy("K.npy", k), "--values",
+                          dir.npy("V.npy", v), "--align", "bottom_right", "--window", "2,0", "--alibi",
+                          dir.npy("A.npy", slopes), "--out", dir.file("O2.npy")}));
+  Mask<T> aligned;
+  aligned.align = Align::bottom_right, aligned.window = Window{2, 0}, aligned.alibi_slopes = slopes.cview();
+  sdpa_forward<T>(out.view(), {}, {}, q.cview(), k.cview(), v.cview(), aligned);
+  expect_identical(dir.load<T>("O2.npy"), out, "out (aligned bottom-right)");
+  aligned.align = Align::top_left;
+  Tensor<T> top_left({2, 4, 5, 2});
+  sdpa_forward<T>(top_left.view(), {}, {}, q.cview(), k.cview(), v.cview(), aligned);
+  EXPECT_GT(testing::max_abs_diff(top_left, out), 0.1) << "the two alignments must differ on n != m";
 }
 
 TYPED_TEST(CliTyped, AdditiveMatchesTheLibrary) {

@@ -200,6 +200,8 @@ TEST_F(CliErrors, AttentionVariantFlagsAreChecked) {
   expect(kSdpa + out + std::vector<std::string>{"--segment-ids", "L.npy"}, 2, {"segment_ids (queries) has shape (2,); it must be (B, n) = (2,1)"});
   expect(kSdpa + out + std::vector<std::string>{"--key-segment-ids", "L.npy"}, 2, {"--key-segment-ids requires --segment-ids"});
   expect(kSdpa + out + std::vector<std::string>{"--bottom-right"}, 2, {"--bottom-right requires --causal"});
+  expect(kSdpa + out + std::vector<std::string>{"--align", "diagonal"}, 2, {"--align", "diagonal"});
+  expect(kSdpa + out + std::vector<std::string>{"--causal", "--bottom-right", "--align", "top_left"}, 2, {"excludes"});
 }
 
 TEST_F(CliErrors, OutputsThatCannotBeWrittenAreAFailedRun) {
