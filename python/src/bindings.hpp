@@ -12,5 +12,6 @@ void bind_config(pybind11::module_& m);     // config.cpp: SIMD target, threads
 void bind_multi_head(pybind11::module_& m);  // multi_head.cpp: MultiHeadAttention
 void bind_kv_cache(pybind11::module_& m);    // kv_cache.cpp: KVCache
 void bind_torch_bridge(pybind11::module_& m);  // torch_bridge.cpp: attn._attn._torch, what attn.torch calls
+void bind_torch_varlen(pybind11::module_& m);  // torch_varlen.cpp: its varlen calls, what attn.flash calls (after bind_torch_bridge)
 
 }  // namespace attn_py

@@ -27,56 +27,10 @@
 #include "attn/sdpa.hpp"
 #include "bindings.hpp"
 #include "call.hpp"
+#include "torch_borrow.hpp"
 
 namespace attn_py {
 namespace {
-
-// A torch.Tensor (or None) as attn reads it.
-struct Borrowed {
-  bool given = false;
-  void* data = nullptr;
-  std::vector<index_t> shape, strides;  // strides in elements, as torch gives them
-  std::string dtype;                    // "float32", "bfloat16", "bool", "int64", ...
-};
-
-Borrowed borrow(py::handle t) {
-  Borrowed b;
-  if (t.is_none()) return b;
-  b.given = true;
-  b.data = reinterpret_cast<void*>(t.attr("data_ptr")().cast<std::uintptr_t>());
-  for (py::handle s : t.attr("shape")) b.shape.push_back(s.cast<index_t>());
-  for (py::handle s : t.attr("stride")()) b.strides.push_back(s.cast<index_t>());
-  const std::string name = py::str(t.attr("dtype"));  // "torch.float32"
-  b.dtype = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;
-  return b;
-}
-
-template <class T>
-constexpr const char* dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return "float32";
-  if constexpr (std::is_same_v<T, double>) return "float64";
-  if constexpr (std::is_same_v<T, attn::bfloat16>) return "bfloat16";
-  if constexpr (std::is_same_v<T, attn::float16>) return "float16";
-  if constexpr (std::is_same_v<T, bool>) return "bool";
-  if constexpr (std::is_same_v<T, std::int64_t>) return "int64";
-  return "int32";
-}
-
-// The view of a borrowed tensor as T (empty for None); attn.torch passes the dtypes the kernel
-// reads, so a mismatch here is a bug of attn.torch, reported as a TypeError all the same.
-template <class T>
-attn::TensorView<T> view(const Borrowed& b, const char* name) {
-  if (!b.given) return {};
-  using Element = std::remove_const_t<T>;
-  if (b.dtype != dtype_of<Element>())
-    throw py::type_error(std::string("attn.torch: ") + name + " has dtype torch." + b.dtype + " where torch." +
-                         dtype_of<Element>() + " was expected");
-  index_t numel = 1;
-  for (index_t s : b.shape) numel *= s;
-  T* data = static_cast<T*>(b.data);
-  if (numel == 0) return {data, b.shape};  // torch gives an empty tensor any strides
-  return {data, b.shape, b.strides};
-}
 
 // The data pointers the last forward of this thread read its inputs through: the no-copy test
 // compares them with the tensors' data_ptr().
