@@ -15,6 +15,7 @@
 #include "api/decode_rows.hpp"
 #include "attn/config.hpp"
 #include "attn/error.hpp"
+#include "attn/rotary.hpp"
 #include "attn/sdpa.hpp"
 
 namespace attn {
@@ -188,16 +189,35 @@ index_t block_of(const char* op, const TensorView<const std::int32_t>& table, in
   return id;
 }
 
-// x's first 2 half elements rotated by cos and sin rows (half,) (attn/flash.hpp's rule).
+// x (B, t, heads, d), contiguous, rotated in place (attn::apply_rotary) at positions offsets[b] + i:
+// the rows [lo, hi) of the tables that those positions use, widened to float32 for 16-bit T.
 template <class T>
-void rotate(float* x, const T* cos, const T* sin, index_t cs, index_t half, bool interleaved) {
-  for (index_t c = 0; c < half; ++c) {
-    float& a = x[interleaved ? 2 * c : c];
-    float& b = x[interleaved ? 2 * c + 1 : c + half];
-    const float co = widen(cos[c * cs]), si = widen(sin[c * cs]);
-    const float x1 = a, x2 = b;
-    a = x1 * co - x2 * si, b = x2 * co + x1 * si;
-  }
+void rotate(std::vector<T>& x, index_t B, index_t t, index_t heads, index_t d, const TensorView<const T>& cos,
+            const TensorView<const T>& sin, const std::vector<index_t>& offsets, index_t span, bool interleaved) {
+  if (B == 0 || t == 0) return;
+  const index_t lo = *std::min_element(offsets.begin(), offsets.end());
+  const index_t hi = *std::max_element(offsets.begin(), offsets.end()) + span, half = cos.dim(1);
+  Tensor<RotaryTable<T>> c({hi - lo, half}), s({hi - lo, half});
+  for (index_t r = lo; r < hi; ++r)
+    for (index_t k = 0; k < half; ++k) c(r - lo, k) = widen(cos(r, k)), s(r - lo, k) = widen(sin(r, k));
+  Tensor<std::int64_t> at({B});
+  for (index_t b = 0; b < B; ++b) at(b) = offsets[static_cast<std::size_t>(b)] - lo;
+  RotaryPositions positions;
+  positions.offsets = TensorView<const std::int64_t>(at.view());
+  const TensorView<T> v(x.data(), {B, t, heads, d});
+  apply_rotary<T>(v, TensorView<const T>(v), TensorView<const RotaryTable<T>>(c.view()), TensorView<const RotaryTable<T>>(s.view()),
+                  positions, {.interleaved = interleaved});
+}
+
+// t (B, s, heads, d) copied into contiguous memory.
+template <class T>
+std::vector<T> dense(const TensorView<const T>& t) {
+  std::vector<T> r;
+  r.reserve(static_cast<std::size_t>(t.numel()));
+  for (index_t b = 0; b < t.dim(0); ++b)
+    for (index_t i = 0; i < t.dim(1); ++i)
+      for (index_t h = 0; h < t.dim(2); ++h) r.insert(r.end(), &t(b, i, h, 0), &t(b, i, h, 0) + t.dim(3));
+  return r;
 }
 
 }  // namespace
@@ -323,47 +343,33 @@ void flash_attn_with_kvcache(TensorView<T> out, TensorView<float> lse, TensorVie
   detail::require_no_aliasing<T>(op, {{"out", out}, {"k_cache", p.k_cache}, {"v_cache", p.v_cache}},
                                  {{"q", q}, {"k", p.k_new}, {"v", p.v_new}, {"rotary_cos", p.rotary_cos}, {"rotary_sin", p.rotary_sin}});
 
-  // ---- 1. the new tokens written into the caches (rotated keys) --------------------------------
+  // ---- 1. rotary: the new keys and the queries rotated into scratch (rounded to T) -------------
+  std::vector<T> k_rotated, q_rotated;
+  TensorView<const T> kn = p.k_new, qs = q;  // (B, s, Hk, d), (B, n, H, d)
+  if (rotary && half > 0) {
+    k_rotated = dense(p.k_new), q_rotated = dense(q);
+    rotate(k_rotated, B, s, Hk, d, p.rotary_cos, p.rotary_sin, seqlens, s, p.rotary_interleaved);
+    // Queries at cache_seqlens[b] + i when causal or windowed, else all at cache_seqlens[b] (one
+    // token of n * H heads).
+    if (q_at_steps)
+      rotate(q_rotated, B, n, H, d, p.rotary_cos, p.rotary_sin, seqlens, n, p.rotary_interleaved);
+    else
+      rotate(q_rotated, B, 1, n * H, d, p.rotary_cos, p.rotary_sin, seqlens, 1, p.rotary_interleaved);
+    kn = TensorView<const T>(k_rotated.data(), {B, s, Hk, d}), qs = TensorView<const T>(q_rotated.data(), {B, n, H, d});
+  }
+
+  // ---- 2. the new tokens written into the caches ----------------------------------------------
   auto slot = [&](const TensorView<T>& cache, index_t b, index_t pos, index_t hk) -> T* {
-    const auto u = static_cast<std::size_t>(b);
     if (paged) return cache.data() + p.block_table(b, pos / rows) * cache.stride(0) + pos % rows * cache.stride(1) + hk * cache.stride(2);
-    return cache.data() + row[u] * cache.stride(0) + pos * cache.stride(1) + hk * cache.stride(2);
+    return cache.data() + row[static_cast<std::size_t>(b)] * cache.stride(0) + pos * cache.stride(1) + hk * cache.stride(2);
   };
-  std::vector<float> x(static_cast<std::size_t>(d));
   for (index_t b = 0; b < B; ++b)
-    for (index_t t = 0; t < s; ++t) {
-      const index_t pos = seqlens[static_cast<std::size_t>(b)] + t;
+    for (index_t t = 0; t < s; ++t)
       for (index_t hk = 0; hk < Hk; ++hk) {
-        const T* kn = &p.k_new(b, t, hk, 0);
-        T* kd = slot(p.k_cache, b, pos, hk);
-        if (rotary) {
-          for (index_t c = 0; c < d; ++c) x[static_cast<std::size_t>(c)] = widen(kn[c]);
-          rotate(x.data(), &p.rotary_cos(pos, 0), &p.rotary_sin(pos, 0), p.rotary_cos.stride(1), half, p.rotary_interleaved);
-          for (index_t c = 0; c < d; ++c) kd[c] = narrow<T>(x[static_cast<std::size_t>(c)]);
-        } else {
-          std::copy_n(kn, d, kd);
-        }
+        const index_t pos = seqlens[static_cast<std::size_t>(b)] + t;
+        std::copy_n(&kn(b, t, hk, 0), d, slot(p.k_cache, b, pos, hk));
         std::copy_n(&p.v_new(b, t, hk, 0), d, slot(p.v_cache, b, pos, hk));
       }
-    }
-
-  // ---- 2. the queries (rotated: rounded to T, as the keys) --------------------------------------
-  std::vector<T> rotated;
-  TensorView<const T> qs = q;  // (B, n, H, d)
-  if (rotary && half > 0) {
-    rotated.resize(static_cast<std::size_t>(B * n * H * d));
-    for (index_t b = 0; b < B; ++b)
-      for (index_t i = 0; i < n; ++i) {
-        const index_t pos = seqlens[static_cast<std::size_t>(b)] + (q_at_steps ? i : 0);
-        for (index_t h = 0; h < H; ++h) {
-          for (index_t c = 0; c < d; ++c) x[static_cast<std::size_t>(c)] = widen(q(b, i, h, c));
-          rotate(x.data(), &p.rotary_cos(pos, 0), &p.rotary_sin(pos, 0), p.rotary_cos.stride(1), half, p.rotary_interleaved);
-          T* to = rotated.data() + ((b * n + i) * H + h) * d;
-          for (index_t c = 0; c < d; ++c) to[c] = narrow<T>(x[static_cast<std::size_t>(c)]);
-        }
-      }
-    qs = TensorView<const T>(rotated.data(), {B, n, H, d});
-  }
 
   // ---- 3. attention ---------------------------------------------------------------------------
   // Each sequence's keys as block pointers: a paged cache's pages, or a contiguous cache's row from
