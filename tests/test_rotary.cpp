@@ -10,6 +10,7 @@
 
 #include "attn/half.hpp"
 #include "attn/rotary.hpp"
+#include "support/rotary_reference.hpp"
 #include "support/testing.hpp"
 
 namespace attn {
@@ -17,6 +18,8 @@ namespace {
 
 using testing::expect_error;
 using testing::random_tensor;
+using testing::rotary_reference;
+using testing::rope_tables;
 
 // Positions and options spelt out (designated initializers would leave members unnamed).
 RotaryPositions at_offset(index_t offset) {
@@ -43,45 +46,6 @@ RotaryOptions options(bool interleaved, bool inverse = false) {
   RotaryOptions o;
   o.interleaved = interleaved, o.inverse = inverse;
   return o;
-}
-
-// Tokens (N, H, d) rotated in precision F at positions pos[t], as FlashAttention's
-// apply_rotary_emb_torch: out = x * cos_rep + rotate_half(x) * sin_rep on the first r features.
-template <class F, class X, class C>
-Tensor<F> reference(const Tensor<X>& x, const std::vector<index_t>& pos, const Tensor<C>& cos, const Tensor<C>& sin,
-                    bool interleaved, bool inverse = false) {
-  const index_t N = x.dim(0), H = x.dim(1), d = x.dim(2), half = cos.dim(1), r = 2 * half;
-  Tensor<F> out({N, H, d});
-  for (index_t t = 0; t < N; ++t)
-    for (index_t h = 0; h < H; ++h)
-      for (index_t j = 0; j < d; ++j) {
-        const F v = static_cast<F>(x(t, h, j));
-        if (j >= r) {
-          out(t, h, j) = v;
-          continue;
-        }
-        const index_t k = interleaved ? j / 2 : j % half;  // the tables repeated "(d 2)" or "(2 d)"
-        // rotate_half: (-x2, x1) of the halves, or of each pair
-        const index_t partner = interleaved ? (j % 2 == 0 ? j + 1 : j - 1) : (j < half ? j + half : j - half);
-        const F first = interleaved ? (j % 2 == 0 ? F(-1) : F(1)) : (j < half ? F(-1) : F(1));
-        const F rotated = first * static_cast<F>(x(t, h, partner));
-        const F c = static_cast<F>(cos(pos[static_cast<std::size_t>(t)], k));
-        const F s = static_cast<F>(sin(pos[static_cast<std::size_t>(t)], k)) * (inverse ? F(-1) : F(1));
-        out(t, h, j) = v * c + rotated * s;
-      }
-  return out;
-}
-
-// Tables for P positions of a rotary_dim = 2 * half, base 10000 (RoPE's frequencies).
-template <class C>
-std::pair<Tensor<C>, Tensor<C>> tables(index_t P, index_t half) {
-  Tensor<C> cos({P, half}), sin({P, half});
-  for (index_t p = 0; p < P; ++p)
-    for (index_t k = 0; k < half; ++k) {
-      const double angle = static_cast<double>(p) * std::pow(10000.0, -static_cast<double>(k) / static_cast<double>(half));
-      cos(p, k) = static_cast<C>(std::cos(angle)), sin(p, k) = static_cast<C>(std::sin(angle));
-    }
-  return {std::move(cos), std::move(sin)};
 }
 
 // A (B, S, H, d) tensor as the tokens (B * S, H, d) the reference takes (the same memory order).
@@ -116,7 +80,7 @@ TYPED_TEST_SUITE(RotaryFloat, FloatTypes);
 TYPED_TEST(RotaryFloat, BothLayoutsPartialRotaryDimAndOffset) {
   using T = TypeParam;
   const index_t B = 2, S = 7, H = 3, d = 10, half = 3, P = 12;
-  const auto [cos, sin] = tables<T>(P, half);
+  const auto [cos, sin] = rope_tables<T>(P, half);
   const Tensor<T> x = random_tensor<T>({B, S, H, d}, 11);
   for (const bool interleaved : {false, true}) {
     Tensor<T> out({B, S, H, d});
@@ -124,8 +88,8 @@ TYPED_TEST(RotaryFloat, BothLayoutsPartialRotaryDimAndOffset) {
     pos.offset = 3;
     apply_rotary<T>(out.view(), x.view(), cos.view(), sin.view(), pos, options(interleaved));
     const auto positions = batched_positions({3, 3}, S);
-    const Tensor<double> oracle = reference<double>(as_tokens(x), positions, cos, sin, interleaved);
-    const Tensor<T> same = reference<T>(as_tokens(x), positions, cos, sin, interleaved);
+    const Tensor<double> oracle = rotary_reference<double>(as_tokens(x), positions, cos, sin, interleaved);
+    const Tensor<T> same = rotary_reference<T>(as_tokens(x), positions, cos, sin, interleaved);
     EXPECT_TRUE(testing::within_error_budget(as_tokens(out), same, oracle)) << "interleaved " << interleaved;
     for (index_t t = 0; t < B * S; ++t)  // the features past rotary_dim are copied bit for bit
       for (index_t j = 2 * half; j < d; ++j) EXPECT_EQ(as_tokens(out)(t, 1, j), as_tokens(x)(t, 1, j));
@@ -136,7 +100,7 @@ TYPED_TEST(RotaryFloat, BothLayoutsPartialRotaryDimAndOffset) {
 TYPED_TEST(RotaryFloat, PerSequenceOffsets) {
   using T = TypeParam;
   const index_t B = 3, S = 5, H = 2, d = 8, half = 4, P = 16;
-  const auto [cos, sin] = tables<T>(P, half);
+  const auto [cos, sin] = rope_tables<T>(P, half);
   const Tensor<T> x = random_tensor<T>({B, S, H, d}, 12);
   const std::vector<index_t> first = {0, 11, 4};
   const Tensor<std::int32_t> off32({B}, {0, 11, 4});
@@ -146,8 +110,8 @@ TYPED_TEST(RotaryFloat, PerSequenceOffsets) {
       Tensor<T> out({B, S, H, d});
       apply_rotary<T>(out.view(), x.view(), cos.view(), sin.view(), at_offsets(offsets), options(interleaved));
       const auto positions = batched_positions(first, S);
-      EXPECT_TRUE(testing::within_error_budget(as_tokens(out), reference<T>(as_tokens(x), positions, cos, sin, interleaved),
-                                               reference<double>(as_tokens(x), positions, cos, sin, interleaved)));
+      EXPECT_TRUE(testing::within_error_budget(as_tokens(out), rotary_reference<T>(as_tokens(x), positions, cos, sin, interleaved),
+                                               rotary_reference<double>(as_tokens(x), positions, cos, sin, interleaved)));
     }
 }
 
@@ -155,7 +119,7 @@ TYPED_TEST(RotaryFloat, PerSequenceOffsets) {
 TYPED_TEST(RotaryFloat, Varlen) {
   using T = TypeParam;
   const index_t H = 3, d = 12, half = 5, P = 9, total = 8;
-  const auto [cos, sin] = tables<T>(P, half);
+  const auto [cos, sin] = rope_tables<T>(P, half);
   const Tensor<T> x = random_tensor<T>({total, H, d}, 13);
   const Tensor<std::int32_t> cu({4}, {0, 3, 3, 8});
   const Tensor<std::int64_t> offsets({3}, {6, 100, 4});  // the empty sequence has no position to check
@@ -165,13 +129,13 @@ TYPED_TEST(RotaryFloat, Varlen) {
     pos.cu_seqlens = cu.view();
     apply_rotary<T>(out.view(), x.view(), cos.view(), sin.view(), pos, options(interleaved));
     const std::vector<index_t> restart = {0, 1, 2, 0, 1, 2, 3, 4};
-    EXPECT_TRUE(testing::within_error_budget(out, reference<T>(x, restart, cos, sin, interleaved),
-                                             reference<double>(x, restart, cos, sin, interleaved)));
+    EXPECT_TRUE(testing::within_error_budget(out, rotary_reference<T>(x, restart, cos, sin, interleaved),
+                                             rotary_reference<double>(x, restart, cos, sin, interleaved)));
     pos.offsets = offsets.view();
     apply_rotary<T>(out.view(), x.view(), cos.view(), sin.view(), pos, options(interleaved));
     const std::vector<index_t> shifted = {6, 7, 8, 4, 5, 6, 7, 8};
-    EXPECT_TRUE(testing::within_error_budget(out, reference<T>(x, shifted, cos, sin, interleaved),
-                                             reference<double>(x, shifted, cos, sin, interleaved)));
+    EXPECT_TRUE(testing::within_error_budget(out, rotary_reference<T>(x, shifted, cos, sin, interleaved),
+                                             rotary_reference<double>(x, shifted, cos, sin, interleaved)));
   }
 }
 
@@ -180,7 +144,7 @@ TYPED_TEST(RotaryFloat, Varlen) {
 TYPED_TEST(RotaryFloat, InPlaceAndStrided) {
   using T = TypeParam;
   const index_t B = 2, S = 4, H = 3, d = 10, half = 4, P = 8;
-  const auto [cos, sin] = tables<T>(P, half);
+  const auto [cos, sin] = rope_tables<T>(P, half);
   Tensor<T> wide = random_tensor<T>({B, S, 2 * H, d}, 14);
   const TensorView<T> x(wide.data(), {B, S, H, d}, {S * 2 * H * d, 2 * H * d, 2 * d, 1});
   for (const bool interleaved : {false, true}) {
@@ -193,8 +157,8 @@ TYPED_TEST(RotaryFloat, InPlaceAndStrided) {
         for (index_t h = 0; h < H; ++h)
           for (index_t j = 0; j < d; ++j) dense(b, s, h, j) = x(b, s, h, j);
     const auto positions = batched_positions({2, 2}, S);
-    EXPECT_TRUE(testing::within_error_budget(as_tokens(apart), reference<T>(as_tokens(dense), positions, cos, sin, interleaved),
-                                             reference<double>(as_tokens(dense), positions, cos, sin, interleaved)));
+    EXPECT_TRUE(testing::within_error_budget(as_tokens(apart), rotary_reference<T>(as_tokens(dense), positions, cos, sin, interleaved),
+                                             rotary_reference<double>(as_tokens(dense), positions, cos, sin, interleaved)));
     const Tensor<T> before = wide;
     apply_rotary<T>(x, x, cos.view(), sin.view(), pos, options(interleaved));
     for (index_t b = 0; b < B; ++b)
@@ -210,7 +174,7 @@ TYPED_TEST(RotaryFloat, InPlaceAndStrided) {
 TYPED_TEST(RotaryFloat, InverseUndoesForward) {
   using T = TypeParam;
   const index_t B = 2, S = 6, H = 2, d = 16, half = 8, P = 10;
-  const auto [cos, sin] = tables<T>(P, half);
+  const auto [cos, sin] = rope_tables<T>(P, half);
   const Tensor<T> x = random_tensor<T>({B, S, H, d}, 15);
   const Tensor<std::int64_t> offsets({B}, {1, 4});
   for (const bool interleaved : {false, true}) {
@@ -227,7 +191,7 @@ TYPED_TEST(RotaryFloat, InverseUndoesForward) {
 // central finite differences in float64.
 TEST(Rotary, BackwardIsTheInverseByFiniteDifferences) {
   const index_t B = 2, S = 3, H = 2, d = 6, half = 2, P = 7;
-  const auto [cos, sin] = tables<double>(P, half);
+  const auto [cos, sin] = rope_tables<double>(P, half);
   Tensor<double> x = random_tensor<double>({B, S, H, d}, 16);
   const Tensor<double> w = random_tensor<double>({B, S, H, d}, 17);
   const Tensor<std::int32_t> offsets({B}, {0, 4});
@@ -252,7 +216,7 @@ TEST(Rotary, BackwardIsTheInverseByFiniteDifferences) {
 template <class H>
 void expect_sixteen_bits() {
   const index_t B = 2, S = 9, Hd = 3, d = 20, half = 8, P = 12;
-  const auto [cos, sin] = tables<float>(P, half);
+  const auto [cos, sin] = rope_tables<float>(P, half);
   const Tensor<float> x32 = random_tensor<float>({B, S, Hd, d}, 18);
   const Tensor<H> x = testing::to_half<H>(x32);
   const Tensor<float> widened = testing::to_single(x);
@@ -260,8 +224,8 @@ void expect_sixteen_bits() {
     Tensor<H> out({B, S, Hd, d});
     apply_rotary<H>(out.view(), x.view(), cos.view(), sin.view(), at_offset(3), options(interleaved));
     const auto positions = batched_positions({3, 3}, S);
-    const Tensor<float> same = testing::rounded<H>(reference<float>(as_tokens(widened), positions, cos, sin, interleaved));
-    const Tensor<double> oracle = reference<double>(as_tokens(widened), positions, cos, sin, interleaved);
+    const Tensor<float> same = testing::rounded<H>(rotary_reference<float>(as_tokens(widened), positions, cos, sin, interleaved));
+    const Tensor<double> oracle = rotary_reference<double>(as_tokens(widened), positions, cos, sin, interleaved);
     EXPECT_TRUE(testing::within_error_budget(testing::to_single(as_tokens(out)), same, oracle));
     Tensor<H> in_place = x;  // in place too, bit for bit
     apply_rotary<H>(in_place.view(), in_place.view(), cos.view(), sin.view(), at_offset(3), options(interleaved));
@@ -274,7 +238,7 @@ TEST(Rotary, Float16) { expect_sixteen_bits<float16>(); }
 // Past 64K elements the tokens are split across threads: the same bits at 1 and 4 threads.
 TEST(Rotary, ThreadsGiveTheSameBits) {
   const index_t B = 2, S = 300, H = 4, d = 64, half = 32, P = 400;
-  const auto [cos, sin] = tables<float>(P, half);
+  const auto [cos, sin] = rope_tables<float>(P, half);
   const Tensor<float> x = random_tensor<float>({B, S, H, d}, 19);
   Tensor<float> one({B, S, H, d}), four({B, S, H, d});
   set_num_threads(1);
@@ -286,14 +250,14 @@ TEST(Rotary, ThreadsGiveTheSameBits) {
 }
 
 TEST(Rotary, BadArguments) {
-  const auto [cos, sin] = tables<float>(8, 3);
+  const auto [cos, sin] = rope_tables<float>(8, 3);
   const Tensor<float> x = random_tensor<float>({2, 4, 2, 8}, 20);
   Tensor<float> out({2, 4, 2, 8});
   const auto call = [&](const RotaryPositions& pos, TensorView<const float> c, TensorView<const float> s) {
     apply_rotary<float>(out.view(), x.view(), c, s, pos);
   };
   // tables: shapes differ, rotary_dim past head_dim
-  const auto [cos5, sin5] = tables<float>(8, 5);
+  const auto [cos5, sin5] = rope_tables<float>(8, 5);
   expect_error([&] { call({}, cos.view(), sin5.view()); }, {"apply_rotary: cos has shape (8,3) but sin has shape (8,5)", "the same"});
   expect_error([&] { call({}, cos5.view(), sin5.view()); }, {"rotary_dim = 2 * 5 = 10", "head_dim 8", "at most head_dim"});
   expect_error([&] { call({}, TensorView<const float>(), sin.view()); }, {"cos is required"});

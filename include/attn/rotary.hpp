@@ -55,9 +55,9 @@ class IndexVector {
 // Where each sequence starts: its first token's position, and (varlen form) where it lies in x.
 struct RotaryPositions {
   index_t offset = 0;      // every sequence's first position (>= 0); or
-  IndexVector offsets;     // (B,): sequence b's first position (>= 0), as a KV cache's lengths
-  IndexVector cu_seqlens;  // (B + 1,): the varlen form, sequence b is x[cu[b], cu[b+1]); cu[0] = 0,
-                           // non-decreasing, cu[B] = T
+  IndexVector offsets = {};     // (B,): sequence b's first position (>= 0), as a KV cache's lengths
+  IndexVector cu_seqlens = {};  // (B + 1,): the varlen form, sequence b is x[cu[b], cu[b+1]); cu[0] = 0,
+                                // non-decreasing, cu[B] = T
 };
 
 struct RotaryOptions {
@@ -78,7 +78,7 @@ void apply_rotary(TensorView<T> out, TensorView<const T> x, TensorView<const Rot
 // The tables a KV cache rotates its keys and queries with (attn/kv_cache.hpp): cos, sin (P, r / 2)
 // float32, as above. Views: the caller keeps their memory alive as long as the cache uses them.
 struct RotaryTables {
-  TensorView<const float> cos, sin;
+  TensorView<const float> cos = {}, sin = {};
   bool interleaved = false;
   bool empty() const { return cos.empty() && sin.empty(); }
 };
