@@ -43,7 +43,7 @@ def _handle(comm):
     return comm.py2f()
 
 
-def _settings(function, causal, layout, algorithm, valid_lens, window, scale, softcap, dropout_p, seed):
+def _settings(function, causal, layout, algorithm, valid_lens, window, scale, softcap, dropout_p, seed, align=None):
     if layout not in _LAYOUTS:
         raise ValueError(f"{function}: layout is {layout!r}; it must be one of {_LAYOUTS}")
     if algorithm not in _ALGORITHMS:
@@ -57,6 +57,12 @@ def _settings(function, causal, layout, algorithm, valid_lens, window, scale, so
         s.causal = ""
     else:
         raise ValueError(f"{function}: causal is {causal!r}; it must be True, False, 'top_left' or 'bottom_right'")
+    if align not in (None, "top_left", "bottom_right"):
+        raise ValueError(f"{function}: align is {align!r}; it must be None, 'top_left' or 'bottom_right'")
+    if align is not None:
+        s.align = align
+        if causal is True:
+            s.causal = align
     s.layout, s.algorithm = layout, algorithm
     if valid_lens is not None:
         s.valid_lens = np.ascontiguousarray(valid_lens, dtype=np.int64)
@@ -79,29 +85,35 @@ def _arrays(dtype, *arrays):
 
 def scaled_dot_product_attention(queries, keys, values, *, comm, causal=False, layout="contiguous", algorithm="ring",
                                  valid_lens=None, window=None, scale=None, alibi_slopes=None, softcap=None,
-                                 dropout_p=0.0, seed=0, return_lse=False):
+                                 dropout_p=0.0, seed=0, return_lse=False, align=None, sinks=None):
     """This rank's rows of softmax(Q K^T scale + masks) V over the whole sequences; (out, lse) with
-    return_lse=True (lse: (B, [H,] n_r), what backward needs). Collective over comm."""
+    return_lse=True (lse: (B, [H,] n_r), what backward needs). align places the whole sequences'
+    queries (as attn.scaled_dot_product_attention); sinks (H,) are attention sinks, the same on every
+    rank. Collective over comm."""
     s = _settings("scaled_dot_product_attention", causal, layout, algorithm, valid_lens, window, scale, softcap,
-                  dropout_p, seed)
+                  dropout_p, seed, align)
     dtype = _dtype_of(queries, keys, values)
     q, k, v = _arrays(dtype, queries, keys, values)
     slopes = None if alibi_slopes is None else np.ascontiguousarray(alibi_slopes, dtype=dtype)
+    sink_logits = None if sinks is None else np.ascontiguousarray(sinks, dtype=dtype)
     name = "float64" if dtype == np.float64 else "float32"
-    out, lse = getattr(_distributed, "forward_" + name)(_handle(comm), q, k, v, slopes, s)
+    out, lse = getattr(_distributed, "forward_" + name)(_handle(comm), q, k, v, slopes, sink_logits, s)
     return (out, lse) if return_lse else out
 
 
 def backward(grad_out, queries, keys, values, out, lse, *, comm, causal=False, layout="contiguous", algorithm="ring",
-             valid_lens=None, window=None, scale=None, alibi_slopes=None, softcap=None, dropout_p=0.0, seed=0):
+             valid_lens=None, window=None, scale=None, alibi_slopes=None, softcap=None, dropout_p=0.0, seed=0,
+             align=None, sinks=None):
     """(dqueries, dkeys, dvalues) of this rank's shards, given the forward's inputs, out and lse and the
-    same options. Collective over comm."""
-    s = _settings("backward", causal, layout, algorithm, valid_lens, window, scale, softcap, dropout_p, seed)
+    same options; with sinks, (dqueries, dkeys, dvalues, dsinks), dsinks the gradient of the sinks over
+    the whole sequences (the same on every rank). Collective over comm."""
+    s = _settings("backward", causal, layout, algorithm, valid_lens, window, scale, softcap, dropout_p, seed, align)
     dtype = _dtype_of(grad_out, queries, keys, values, out, lse)
     g, q, k, v, o, l = _arrays(dtype, grad_out, queries, keys, values, out, lse)
     slopes = None if alibi_slopes is None else np.ascontiguousarray(alibi_slopes, dtype=dtype)
+    sink_logits = None if sinks is None else np.ascontiguousarray(sinks, dtype=dtype)
     name = "float64" if dtype == np.float64 else "float32"
-    return getattr(_distributed, "backward_" + name)(_handle(comm), g, q, k, v, o, l, slopes, s)
+    return getattr(_distributed, "backward_" + name)(_handle(comm), g, q, k, v, o, l, slopes, sink_logits, s)
 
 
 def shard_rows(length, ranks, rank, layout="contiguous"):

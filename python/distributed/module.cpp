@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attn/distributed.hpp"
 #include "attn/error.hpp"
+#include "attn/sdpa.hpp"
 
 namespace py = pybind11;
 
@@ -43,6 +45,7 @@ Array<T> like(const std::vector<index_t>& shape) {
 // The mask and options of every call, as attn.distributed passed them.
 struct Settings {
   std::string causal;  // "", "top_left" or "bottom_right"
+  std::string align;   // "", "top_left" or "bottom_right" (attn/mask.hpp)
   std::string layout, algorithm;
   std::optional<Array<std::int64_t>> valid_lens;
   std::optional<std::pair<index_t, index_t>> window;
@@ -55,9 +58,11 @@ struct Settings {
     return layout == "zigzag" ? attn::ShardLayout::zigzag : attn::ShardLayout::contiguous;
   }
   template <class T>
-  attn::Mask<T> mask(const std::optional<Array<T>>& alibi) const {
+  attn::Mask<T> mask(const std::optional<Array<T>>& alibi, const std::optional<Array<T>>& sinks) const {
     attn::Mask<T> m;
     m.causal = causal == "top_left" ? attn::Causal::top_left : causal == "bottom_right" ? attn::Causal::bottom_right : attn::Causal::none;
+    if (!align.empty()) m.align = align == "bottom_right" ? attn::Align::bottom_right : attn::Align::top_left;
+    if (sinks) m.sinks = view_of(*sinks);
     if (valid_lens) m.valid_lens = view_of(*valid_lens);
     if (window) m.window = attn::Window{window->first, window->second};
     if (alibi) m.alibi_slopes = view_of(*alibi);
@@ -76,11 +81,11 @@ MPI_Comm comm_of(std::int64_t handle) { return MPI_Comm_f2c(static_cast<MPI_Fint
 // (out, lse) of this rank's queries.
 template <class T>
 py::tuple forward(std::int64_t comm, const Array<T>& q, const Array<T>& k, const Array<T>& v,
-                  const std::optional<Array<T>>& alibi, const Settings& s) {
+                  const std::optional<Array<T>>& alibi, const std::optional<Array<T>>& sinks, const Settings& s) {
   std::vector<index_t> out_shape(q.shape(), q.shape() + q.ndim()), lse_shape(out_shape.begin(), out_shape.end() - 1);
   if (v.ndim() == q.ndim() && q.ndim() >= 1) out_shape.back() = v.shape(v.ndim() - 1);
   Array<T> out = like<T>(out_shape), lse = like<T>(lse_shape);
-  const attn::Mask<T> mask = s.mask<T>(alibi);
+  const attn::Mask<T> mask = s.mask<T>(alibi, sinks);
   {
     py::gil_scoped_release unlocked;
     const auto call = s.ring() ? attn::ring_sdpa_forward<T> : attn::ulysses_sdpa_forward<T>;
@@ -89,28 +94,38 @@ py::tuple forward(std::int64_t comm, const Array<T>& q, const Array<T>& k, const
   return py::make_tuple(out, lse);
 }
 
-// (dq, dk, dv) of this rank's shards.
+// (dq, dk, dv) of this rank's shards, and with sinks their gradient over the whole sequences.
 template <class T>
 py::tuple backward(std::int64_t comm, const Array<T>& dout, const Array<T>& q, const Array<T>& k, const Array<T>& v,
-                   const Array<T>& out, const Array<T>& lse, const std::optional<Array<T>>& alibi, const Settings& s) {
+                   const Array<T>& out, const Array<T>& lse, const std::optional<Array<T>>& alibi,
+                   const std::optional<Array<T>>& sinks, const Settings& s) {
   Array<T> dq = like<T>({q.shape(), q.shape() + q.ndim()}), dk = like<T>({k.shape(), k.shape() + k.ndim()}),
            dv = like<T>({v.shape(), v.shape() + v.ndim()});
-  const attn::Mask<T> mask = s.mask<T>(alibi);
+  const attn::Mask<T> mask = s.mask<T>(alibi, sinks);
   {
     py::gil_scoped_release unlocked;
     const auto call = s.ring() ? attn::ring_sdpa_backward<T> : attn::ulysses_sdpa_backward<T>;
     call(comm_of(comm), view_of(dq), view_of(dk), view_of(dv), view_of(dout), view_of(q), view_of(k), view_of(v),
          view_of(out), view_of(lse), mask, s.options(), s.shard_layout());
   }
-  return py::make_tuple(dq, dk, dv);
+  if (!sinks) return py::make_tuple(dq, dk, dv);
+  // d(sinks): this rank's rows (attn/sdpa.hpp's sdpa_sinks_backward), summed over the ranks.
+  Array<T> ds = like<T>({sinks->shape(), sinks->shape() + sinks->ndim()});
+  {
+    py::gil_scoped_release unlocked;
+    attn::sdpa_sinks_backward<T>(view_of(ds), view_of(dout), view_of(out), view_of(lse), view_of(*sinks));
+    MPI_Allreduce(MPI_IN_PLACE, ds.mutable_data(), static_cast<int>(ds.size()),
+                  std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, comm_of(comm));
+  }
+  return py::make_tuple(dq, dk, dv, ds);
 }
 
 template <class T>
 void bind_dtype(py::module_& m, const std::string& dtype) {
   m.def(("forward_" + dtype).c_str(), &forward<T>, py::arg("comm"), py::arg("queries"), py::arg("keys"), py::arg("values"),
-        py::arg("alibi_slopes"), py::arg("settings"));
+        py::arg("alibi_slopes"), py::arg("sinks"), py::arg("settings"));
   m.def(("backward_" + dtype).c_str(), &backward<T>, py::arg("comm"), py::arg("dout"), py::arg("queries"), py::arg("keys"),
-        py::arg("values"), py::arg("out"), py::arg("lse"), py::arg("alibi_slopes"), py::arg("settings"));
+        py::arg("values"), py::arg("out"), py::arg("lse"), py::arg("alibi_slopes"), py::arg("sinks"), py::arg("settings"));
 }
 
 }  // namespace
@@ -121,6 +136,7 @@ PYBIND11_MODULE(_distributed, m) {
   py::class_<Settings>(m, "Settings")
       .def(py::init<>())
       .def_readwrite("causal", &Settings::causal)
+      .def_readwrite("align", &Settings::align)
       .def_readwrite("layout", &Settings::layout)
       .def_readwrite("algorithm", &Settings::algorithm)
       .def_readwrite("valid_lens", &Settings::valid_lens)

@@ -123,6 +123,34 @@ for layout in ("contiguous", "zigzag"):
         check(f"dropout {layout} {algorithm}", np.allclose(got, want, rtol=0, atol=1e-10),
               f"max diff {np.max(np.abs(got - want))}")
 
+# A window aligned bottom-right without a causal mask, and attention sinks: out and lse against attn's
+# single-process result, the gradients (d(sinks) summed over the ranks) against attn.torch's.
+import torch  # noqa: E402
+
+import attn.torch  # noqa: E402
+
+sinks = rng.uniform(-1, 2, H)
+tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+tsinks = torch.tensor(sinks, requires_grad=True)
+tout = attn.torch.scaled_dot_product_attention(tq, tk, tv, window=(5, 2), align="bottom_right", sinks=tsinks,
+                                               enable_gqa=True)
+tout.backward(torch.tensor(g))
+whole_grads = [x.grad.numpy() for x in (tq, tk, tv)]
+for layout in ("contiguous", "zigzag"):
+    for algorithm in ("ring", "ulysses"):
+        tag = f"aligned sinks {layout} {algorithm}"
+        mine = [dist.shard(x, comm=comm, layout=layout) for x in (q, k, v, g)]
+        kw = dict(comm=comm, layout=layout, algorithm=algorithm, window=(5, 2), align="bottom_right", sinks=sinks)
+        out, lse = dist.scaled_dot_product_attention(*mine[:3], return_lse=True, **kw)
+        want = dist.shard(tout.detach().numpy(), comm=comm, layout=layout)
+        check(f"{tag} out", np.allclose(out, want, rtol=0, atol=1e-10), f"max diff {np.max(np.abs(out - want))}")
+        dq, dk, dv, dsinks = dist.backward(mine[3], *mine[:3], out, lse, **kw)
+        for what, got, full in zip(("dq", "dk", "dv"), (dq, dk, dv), whole_grads):
+            exp = dist.shard(full, comm=comm, layout=layout)
+            check(f"{tag} {what}", np.allclose(got, exp, rtol=0, atol=1e-10), f"max diff {np.max(np.abs(got - exp))}")
+        check(f"{tag} dsinks", np.allclose(dsinks, tsinks.grad.numpy(), rtol=0, atol=1e-10),
+              f"max diff {np.max(np.abs(dsinks - tsinks.grad.numpy()))}")
+
 # A bad argument on the last rank only: every rank raises the same ValueError.
 mine = [dist.shard(x, comm=comm) for x in (q, k, v)]
 if me == P - 1:
