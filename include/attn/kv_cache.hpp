@@ -29,6 +29,14 @@
 // sdpa_forward. Up to four queries per head read the blocks in place
 // and split the keys across threads (the decode path); more queries (a prompt) gather the keys into
 // float32 first.
+//
+// Rotary position embeddings (attn/rotary.hpp), fused: with KvCacheOptions::rotary's tables (cos, sin
+// (max_pos, rotary_dim / 2) float32; views, so the caller keeps their memory alive as long as the
+// cache lives), append stores each key rotated at its position (the sequence's length before the
+// append, plus its row) and attend rotates a copy of the queries at theirs (query i of n at
+// length - n + i), as flash_attn_with_kvcache's rotary_cos / rotary_sin do. keys() returns the keys
+// as stored: rotated. A position past the tables' rows, or a query before position 0 (n > length), is
+// an error at append or attend.
 #pragma once
 
 #include <cstddef>
@@ -38,6 +46,7 @@
 #include <vector>
 
 #include "attn/mask.hpp"
+#include "attn/rotary.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn {
@@ -52,6 +61,8 @@ struct KvCacheOptions {
   // append past them is an error when `grow` is false (capacity 0 with grow false is refused).
   index_t capacity = 0;
   bool grow = true;
+  // Rotary tables the keys and queries are rotated with (above), or empty: none.
+  RotaryTables rotary = {};
 };
 
 struct KvAttendOptions {
@@ -101,6 +112,9 @@ class KvCache {
   Tensor<float> values(index_t seq) const;
 
  private:
+  // attend for one sequence; `rotated`: the queries were rotated already (by the batched attend).
+  void attend_sequence(TensorView<float> out, index_t seq, TensorView<const float> queries,
+                       const KvAttendOptions& options, bool rotated) const;
   struct State;
   std::unique_ptr<State> s_;
 };

@@ -13,6 +13,7 @@
 
 #include "api/checks.hpp"
 #include "api/decode_rows.hpp"
+#include "api/rotary.hpp"
 #include "attn/config.hpp"
 #include "attn/error.hpp"
 #include "attn/half.hpp"
@@ -148,6 +149,9 @@ struct KvCache::State {
   void check_append(const char* op, index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values) const;
   void hold(index_t seq, index_t tokens);
   void store(index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values);
+  // Queries (1, H, n, d) of sequence seq, or (batch, H, n, d) of every sequence (seq < 0), rotated at
+  // their positions length - n + i; empty without rotary tables.
+  Tensor<float> rotated_queries(const char* op, const TensorView<const float>& q, index_t seq) const;
   void check_seq(index_t seq, const char* op) const {
     if (seq < 0 || seq >= batch) detail::fail(op, ": seq is ", seq, "; the cache holds sequences 0 to ", batch - 1);
   }
@@ -214,6 +218,8 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
   detail::release_memory(detail::reserve_memory(
       capacity_bytes, detail::cat("a KvCache's capacity, ", options.capacity, " tokens for each of ", batch, " sequences (",
                                   per_seq, " blocks of ", block_bytes, " bytes each) allocated up front,").c_str()));
+  if (!options.rotary.empty())
+    detail::check_rotary_tables(op, options.rotary.cos, options.rotary.sin, head_dim, "the cache (head_dim)");
   State& s = *s_;
   s.batch = batch, s.kv_heads = kv_heads, s.head_dim = head_dim, s.options = options;
   s.elem = static_cast<index_t>(elem);
@@ -287,6 +293,10 @@ void KvCache::State::check_append(const char* op, index_t seq, const TensorView<
   if (!options.grow && length + t > options.capacity)
     detail::fail(op, ": sequence ", seq, " holds ", length, " of its ", options.capacity, " tokens; ", t,
                  " more do not fit (the cache was made with grow = false)");
+  if (const index_t rows = options.rotary.cos.dim(0); !options.rotary.empty() && t > 0 && length > rows - t)
+    detail::fail(op, ": sequence ", seq, " holds ", length, " tokens, so its ", t, " new keys sit at positions ", length,
+                 " to ", length + t - 1, ", but the rotary tables (cos, sin) have ", rows,
+                 " rows (max_pos): every position must be less than max_pos");
 }
 
 // Blocks enough for `tokens` tokens of sequence seq (a freed one reused, or a new one).
@@ -296,8 +306,14 @@ void KvCache::State::hold(index_t seq, index_t tokens) {
 }
 
 // Stores checked tokens after sequence seq's, in blocks it holds already (hold).
-void KvCache::State::store(index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values) {
-  const index_t t = keys.dim(1), length = lengths[static_cast<std::size_t>(seq)];
+void KvCache::State::store(index_t seq, const TensorView<const float>& given_keys, const TensorView<const float>& values) {
+  const index_t t = given_keys.dim(1), length = lengths[static_cast<std::size_t>(seq)];
+  // With rotary tables, the keys rotated at their positions length + r (checked in check_append).
+  const std::int64_t first[] = {length};
+  const Tensor<float> rotated = options.rotary.empty() || t == 0 ? Tensor<float>()
+                                : detail::rotated_rows(options.rotary, with_batch_of_one(given_keys), first);
+  const TensorView<const float> keys =
+      rotated.numel() > 0 ? TensorView<const float>(rotated.data(), {kv_heads, t, head_dim}) : given_keys;
   const bool int8 = options.dtype == KvDtype::int8;  // other caches have no scales (found by fuzzing)
   for (index_t r = 0; r < t; ++r)
     for (index_t hk = 0; hk < kv_heads; ++hk) {
@@ -308,6 +324,24 @@ void KvCache::State::store(index_t seq, const TensorView<const float>& keys, con
                 block->v.data() + at * elem, int8 ? block->v_scales.data() + at / 32 : nullptr);
     }
   lengths[static_cast<std::size_t>(seq)] = length + t;
+}
+
+Tensor<float> KvCache::State::rotated_queries(const char* op, const TensorView<const float>& q, index_t seq) const {
+  if (options.rotary.empty()) return {};
+  detail::to_view4(q, op, "queries", 4, 4);  // strides checked before the copy reads them
+  const index_t n = q.dim(2), rows = options.rotary.cos.dim(0);
+  std::vector<std::int64_t> first;
+  for (index_t b = seq < 0 ? 0 : seq; b < (seq < 0 ? batch : seq + 1); ++b) {
+    const index_t L = lengths[static_cast<std::size_t>(b)];
+    if (n > L)
+      detail::fail(op, ": queries has ", n, " rows for sequence ", b, ", which holds ", L, " tokens; with rotary tables query i ",
+                   "sits at position length - n + i, which must not be negative: append the queries' tokens first");
+    if (L > rows)
+      detail::fail(op, ": sequence ", b, " holds ", L, " tokens, but the rotary tables (cos, sin) have ", rows,
+                   " rows (max_pos): every query position must be less than max_pos");
+    first.push_back(L - n);
+  }
+  return detail::rotated_rows(options.rotary, q, first);
 }
 
 void KvCache::append(index_t seq, TensorView<const float> keys, TensorView<const float> values) {
@@ -343,6 +377,11 @@ void check_causal(const KvAttendOptions& options, const char* op) {
 
 void KvCache::attend(TensorView<float> out, index_t seq, TensorView<const float> queries,
                      const KvAttendOptions& options) const {
+  attend_sequence(out, seq, queries, options, false);
+}
+
+void KvCache::attend_sequence(TensorView<float> out, index_t seq, TensorView<const float> queries,
+                              const KvAttendOptions& options, bool rotated) const {
   const char* op = "KvCache::attend";
   const State& s = *s_;
   s.check_seq(seq, op);
@@ -352,7 +391,11 @@ void KvCache::attend(TensorView<float> out, index_t seq, TensorView<const float>
                  s.head_dim);
   if (out.rank() != queries.rank() || !std::equal(out.shape().begin(), out.shape().end(), queries.shape().begin()))
     detail::fail(op, ": out has shape ", out.shape_string(), "; it must be the shape of queries ", queries.shape_string());
-  const TensorView<const float> q = batched ? queries : with_batch_of_one(queries);
+  const TensorView<const float> given = batched ? queries : with_batch_of_one(queries);
+  // With rotary tables, a copy of the queries rotated at their positions (once: the batched attend
+  // hands its sequences rotated ones).
+  const Tensor<float> rotated_q = rotated ? Tensor<float>() : s.rotated_queries(op, given, seq);
+  const TensorView<const float> q = rotated_q.numel() > 0 ? rotated_q.view() : given;
   const TensorView<float> o = batched ? out : with_batch_of_one(out);
   const index_t H = q.dim(1), n = q.dim(2), L = s.lengths[static_cast<std::size_t>(seq)];
   if (H % s.kv_heads != 0)
@@ -400,6 +443,9 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
   detail::require_no_aliasing<float>(op, {{"out", out}}, {{"queries", queries}});
   const State& s = *s_;
   check_causal(options, op);
+  const Tensor<float> rotated = s.rotated_queries(op, queries, -1);  // with rotary tables; else empty
+  const bool rotary = !s.options.rotary.empty();
+  const TensorView<const float> rq = rotary ? rotated.view() : queries;
   const index_t n = queries.dim(2);
   if (queries.dim(1) % s.kv_heads != 0)  // here, not in a sequence's attend, which would name its slice
     detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", queries.dim(1), " heads; the cache has ",
@@ -435,7 +481,7 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
     sdpa.scale = options.scale, sdpa.softcap = options.softcap;
     static const float never_read = 0;
     const TensorView<const float> shape(&never_read, {s.batch, s.kv_heads, m, s.head_dim}, {0, 0, 0, 1});
-    detail::sdpa_decode_rows(out, {}, queries, shape, shape, k, v, mask, sdpa, op);
+    detail::sdpa_decode_rows(out, {}, rq, shape, shape, k, v, mask, sdpa, op);
     return;
   }
   // ALiBi slopes (heads,) for every sequence, or (batch, heads): row b for sequence b.
@@ -446,13 +492,13 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
     detail::fail(op, ": alibi_slopes has shape ", slopes.shape_string(), "; it must be (heads,) = (", H,
                  ",) or (batch, heads) = (", s.batch, ",", H, ") for queries of shape ", queries.shape_string());
   for (index_t b = 0; b < s_->batch; ++b) {
-    const TensorView<const float> q(queries.data() + b * queries.stride(0), {queries.dim(1), queries.dim(2), queries.dim(3)},
-                                    {queries.stride(1), queries.stride(2), queries.stride(3)});
+    const TensorView<const float> q(rq.data() + b * rq.stride(0), {rq.dim(1), rq.dim(2), rq.dim(3)},
+                                    {rq.stride(1), rq.stride(2), rq.stride(3)});
     const TensorView<float> o(out.data() + b * out.stride(0), {out.dim(1), out.dim(2), out.dim(3)},
                               {out.stride(1), out.stride(2), out.stride(3)});
     KvAttendOptions one = options;
     if (slopes.rank() == 2) one.alibi_slopes = TensorView<const float>(slopes.data() + b * slopes.stride(0), {H}, {slopes.stride(1)});
-    attend(o, b, q, one);
+    attend_sequence(o, b, q, one, rotary);
   }
 }
 
