@@ -13,5 +13,6 @@ void bind_multi_head(pybind11::module_& m);  // multi_head.cpp: MultiHeadAttenti
 void bind_kv_cache(pybind11::module_& m);    // kv_cache.cpp: KVCache
 void bind_torch_bridge(pybind11::module_& m);  // torch_bridge.cpp: attn._attn._torch, what attn.torch calls
 void bind_torch_varlen(pybind11::module_& m);  // torch_varlen.cpp: its varlen calls, what attn.flash calls (after bind_torch_bridge)
+void bind_torch_flash(pybind11::module_& m);   // torch_flash.cpp: flash_attn_with_kvcache, paged varlen (after bind_torch_bridge)
 
 }  // namespace attn_py

@@ -33,8 +33,26 @@ const char* kv_dtype_name(attn::KvDtype t) {
   return "?";
 }
 
+// Whether obj is a torch tensor; and its values as a NumPy array (detached, contiguous; bfloat16,
+// which NumPy lacks, as float32; a tensor off the CPU refused), anything else as given.
+bool is_torch(py::handle obj) {
+  const std::string module = py::str(py::type::handle_of(obj).attr("__module__"));
+  return module.rfind("torch", 0) == 0 && py::hasattr(obj, "numpy");
+}
+py::object numpy_of_torch(Call& call, py::handle obj, const char* name) {
+  if (!is_torch(obj)) return py::reinterpret_borrow<py::object>(obj);
+  py::object t = obj.attr("detach")();
+  const std::string device = py::str(t.attr("device").attr("type"));
+  if (device != "cpu") call.type_error(std::string(name) + " is a torch tensor on " + device + "; the cache takes CPU tensors");
+  if (std::string(py::str(t.attr("dtype"))) == "torch.bfloat16") t = t.attr("float")();
+  return t.attr("contiguous")().attr("numpy")();
+}
+
 // A float32 array of the caller's (float16 widened; anything but float16 and float32 refused).
-py::array float32_array(Call& call, py::handle obj, const char* name) {
+// torch CPU tensors are taken as their NumPy arrays (numpy_of_torch).
+py::array float32_array(Call& call, py::handle given_obj, const char* name) {
+  const py::object converted = numpy_of_torch(call, given_obj, name);
+  const py::handle obj = converted;
   const std::string takes = "; the cache stores and computes in float32 and takes float32 or float16 arrays (convert "
                             "it with .astype(numpy.float32))";
   if (py::isinstance<py::array>(obj)) {  // named by its own dtype, not by Call's float16-to-float64 rule
@@ -47,6 +65,11 @@ py::array float32_array(Call& call, py::handle obj, const char* name) {
   if (call.dtype() == DType::f64)  // a list or other sequence of Python floats
     call.type_error(std::string(name) + " is not an array and NumPy reads it as float64" + takes);
   return widened(call, a);
+}
+
+// out as a torch tensor of `dtype` (attend's result for torch queries).
+py::object torch_out(const py::array& out, const py::object& dtype) {
+  return py::module_::import("torch").attr("from_numpy")(out).attr("to")(dtype);
 }
 
 class KVCache {
@@ -76,12 +99,14 @@ class KVCache {
     }
   }
 
-  py::array attend(py::object queries_obj, py::object seq, py::object causal, py::object window, py::object alibi_slopes,
+  py::object attend(py::object queries_obj, py::object seq, py::object causal, py::object window, py::object alibi_slopes,
                    py::object softcap, py::object scale, py::object sinks) {
     Call call("KVCache.attend", {{"alibi_slopes", "alibi_slopes"}, {"softcap", "softcap"},
                                  {"scale", "scale"}});
     const py::array q = float32_array(call, queries_obj, "queries");
-    const bool half_out = call.dtype() == DType::f16;  // float16 queries: float16 out
+    // torch queries: a torch tensor of their dtype out.
+    const py::object torch_dtype = is_torch(queries_obj) ? queries_obj.attr("dtype") : py::object();
+    const bool half_out = call.dtype() == DType::f16 && !torch_dtype;  // float16 queries: float16 out
     attn::KvAttendOptions options;
     // A bool, NumPy's among them, as scaled_dot_product_attention takes it.
     const bool flag = py::isinstance<py::bool_>(causal) || py::isinstance(causal, py::module_::import("numpy").attr("bool_"));
@@ -111,8 +136,9 @@ class KVCache {
       const index_t s = call.integer(seq, "seq");
       call.run([&] { cache_->attend(o, s, qv, options); });
     }
-    if (half_out) return py::array(to_float16(out));
-    return out;
+    if (half_out) return to_float16(out);
+    if (torch_dtype) return torch_out(out, torch_dtype);
+    return std::move(out);
   }
 
   void reset(py::object seq) {
@@ -165,7 +191,9 @@ dtype: "float32", "bfloat16", "float16" (rounded to nearest even) or "int8" (one
 capacity: tokens per sequence allocated up front (0: as sequences grow); with grow=False an append
   past them raises ValueError (capacity=0 with grow=False is refused). An append to every sequence
   stores nothing if any sequence's tokens are refused.
-Arrays are float32 (float16 is widened, and float16 queries get float16 out; float64 raises TypeError).)")
+Arrays are float32 (float16 is widened, and float16 queries get float16 out; float64 raises TypeError).
+torch CPU tensors are taken as well (float32, float16, bfloat16 read as float32); attend returns a
+torch tensor of the queries' dtype for torch queries.)")
       .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, bool>(), arg("batch"),
            arg("kv_heads"), arg("head_dim"), py::kw_only(), arg("dtype") = "float32", arg("block_size") = 256,
            arg("capacity") = 0, arg("grow") = true)

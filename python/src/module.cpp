@@ -39,4 +39,5 @@ is released while attn computes. A bad argument raises ValueError (shapes, value
   attn_py::bind_kv_cache(m);
   attn_py::bind_torch_bridge(m);
   attn_py::bind_torch_varlen(m);
+  attn_py::bind_torch_flash(m);
 }
