@@ -1,0 +1,382 @@
+"""attn.flash: FlashAttention-2's Python functions on CPU torch tensors, computed by attn.
+
+    from attn.flash import flash_attn_func, flash_attn_varlen_func
+    out = flash_attn_func(q, k, v, causal=True)                          # (batch, seqlen, nheads, headdim)
+    out = flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+
+Functions (the signatures, defaults, layouts and return values of flash_attn.flash_attn_interface;
+autograd through both, attn's fused forward and backward kernels):
+  flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+      softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *, sinks=None)
+      q (batch, seqlen_q, nheads, headdim), k (batch, seqlen_k, nheads_k, headdim), v (batch, seqlen_k,
+      nheads_k, headdim_v); returns out (batch, seqlen_q, nheads, headdim_v).
+  flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+      dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+      alibi_slopes=None, deterministic=False, return_attn_probs=False, block_table=None, *, sinks=None)
+      q (total_q, nheads, headdim), k and v (total_k, nheads_k, headdim[_v]) packed, cu_seqlens_q and
+      cu_seqlens_k (batch + 1,) int32 cumulative lengths; returns out (total_q, nheads, headdim_v).
+      Each sequence attends only to its own keys (attn/varlen.hpp: one fused call per sequence on
+      views of the packed rows, no padding computed).
+
+Conventions, FlashAttention's (and where attn.torch differs):
+  - Layouts: (batch, seqlen, nheads, headdim) and packed (total, nheads, headdim); attn.torch takes
+    (batch, nheads, seqlen, headdim). The tensors are read in place through their strides (the last
+    dimension contiguous; a tensor whose last dimension is not is copied once, as FlashAttention's
+    maybe_contiguous does).
+  - Alignment: always bottom-right, per sequence. Query i of a sequence of n_q queries and n_k keys
+    sits at position i + n_k - n_q for causal (key j visible when j <= i + n_k - n_q), for the window
+    (keys i + n_k - n_q - left .. i + n_k - n_q + right; -1 is unbounded; causal sets right = 0) and
+    for ALiBi (score -= slope * |i + n_k - n_q - j|). attn.torch's is_causal=True is top-left.
+  - softmax_scale: default 1 / sqrt(headdim). softcap: 0.0 is off, c > 0 gives score =
+    c tanh(score / c) before ALiBi (a negative softcap is refused; FlashAttention ignores it).
+  - alibi_slopes: (nheads,) or (batch, nheads), any float dtype (FlashAttention: float32); constants:
+    one that requires grad raises ValueError (FlashAttention gives it no gradient silently).
+  - GQA/MQA: nheads a multiple of nheads_k; query head h reads key head h // (nheads // nheads_k).
+  - A query row that sees no key outputs 0, with zero gradients.
+  - dropout_p: drops weights with attn's counter-based generator, its seed drawn from torch's default
+    generator (torch.manual_seed repeats it); the backward drops the same weights. For varlen,
+    sequence b's weight (h, i, j) takes the decision of one (1, nheads, total_q, total_k) attention at
+    (h, cu_seqlens_q[b] + i, cu_seqlens_k[b] + j). FlashAttention's CUDA pattern is not reproduced.
+  - deterministic: accepted and ignored: attn's forward and backward are always deterministic.
+  - return_attn_probs=True returns (out, softmax_lse, S_dmask):
+      softmax_lse float32 (float64 for float64 q): (batch, nheads, seqlen_q), or (nheads, total_q) for
+        varlen; +inf for a row with no key, as FlashAttention's kernels return it (the log of an empty
+        sum is -inf; FlashAttention writes +inf so that its backward's exp(score - lse) is 0).
+      S_dmask in q's dtype: the attention probabilities (before dropout, without its 1/(1 - p)), with
+        the weights dropout dropped negated (FlashAttention's encoding): (batch, nheads, seqlen_q,
+        seqlen_k), or (batch, nheads, max_seqlen_q, max_seqlen_k) for varlen, sequence b in its top-left
+        corner and 0 elsewhere. FlashAttention rounds the last two sizes up to multiples of 128 and
+        returns an empty tensor when dropout_p == 0; attn returns the probabilities in every case,
+        computed by an extra float32 (float64) pass.
+      softmax_lse and S_dmask carry no gradient (FlashAttention's backward ignores them too).
+  - sinks (keyword, attn's extra; gpt-oss): (nheads,) attention-sink logits joining each row's softmax
+    with no value; finite; a sinks tensor that requires grad gets its gradient. softmax_lse includes
+    them (a row with no key then has lse = its sink).
+  - block_table (paged k/v (num_blocks, page_block_size, nheads_k, headdim), inference only): handed
+    to attn._attn._torch.paged_varlen_forward where the build has it; NotImplementedError otherwise;
+    ValueError when gradients are required.
+  - dtypes: float32, bfloat16, float16 (accumulating in float32), and float64; CPU tensors only.
+Errors: TypeError for a wrong type or dtype, ValueError for a wrong device, shape or value, each naming
+the argument (FlashAttention's names).
+"""
+import math
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _attn
+from .torch import _dropout_seed
+
+_bridge = _attn._torch
+
+_SIXTEEN_BITS = (torch.bfloat16, torch.float16)
+_FLOATS = (torch.float32, torch.float64) + _SIXTEEN_BITS
+
+__all__ = ["flash_attn_func", "flash_attn_varlen_func"]
+
+
+# ---- arguments -----------------------------------------------------------------------------------
+
+def _tensor(x, name, function):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{function}: {name} must be a torch.Tensor; got {type(x).__name__}")
+    if x.device.type != "cpu":
+        raise ValueError(f"{function}: {name} is on device {x.device}; attn computes on the CPU (move it with .cpu())")
+    return x
+
+
+def _contiguous_last(x):
+    """x when its last dimension is contiguous (attn reads it in place), else a copy that is."""
+    if x.dim() == 0 or x.shape[-1] <= 1 or x.stride(-1) == 1:
+        return x
+    return x.contiguous()
+
+
+def _qkv(function, q, k, v, rank, layout):
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _tensor(x, name, function)
+        if x.dtype not in _FLOATS:
+            raise TypeError(f"{function}: {name} has dtype {x.dtype}; attn computes in float32, bfloat16, "
+                            f"float16 or float64")
+        if x.dim() != rank:
+            raise ValueError(f"{function}: {name} has shape {tuple(x.shape)}; it must be {layout}")
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise TypeError(f"{function}: {name} has dtype {x.dtype} but q has {q.dtype}; they must be the same")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"{function}: k has shape {tuple(k.shape)} but q has {tuple(q.shape)}; their headdim "
+                         f"(last dimension) must match")
+    if v.shape[:-1] != k.shape[:-1]:
+        raise ValueError(f"{function}: v has shape {tuple(v.shape)} but k has {tuple(k.shape)}; they must agree "
+                         f"in every dimension but the last")
+    nheads, nheads_k = q.shape[-2], k.shape[-2]
+    if nheads_k == 0 or nheads % nheads_k != 0:
+        raise ValueError(f"{function}: q has {nheads} heads and k has {nheads_k}; nheads must be a multiple of "
+                         f"nheads_k (grouped-query attention)")
+    return [_contiguous_last(x) for x in (q, k, v)]
+
+
+def _options(function, q, nheads, batch, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+             sinks):
+    """The bridge's options dict (FlashAttention's arguments in attn's terms) and sinks in the mask dtype."""
+    wide = torch.float32 if q.dtype in _SIXTEEN_BITS else q.dtype
+    if not isinstance(causal, bool):
+        raise TypeError(f"{function}: causal must be a bool; got {causal!r}")
+    try:
+        left, right = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise TypeError(f"{function}: window_size must be a pair of ints (left, right), -1 for unbounded; "
+                        f"got {window_size!r}") from None
+    left, right = (left if left >= 0 else -1), (right if right >= 0 else -1)
+    if causal:
+        right = 0  # FlashAttention's rule: causal is a window with no key to the right
+    dropout_p = float(dropout_p)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"{function}: dropout_p is {dropout_p}; it must lie in [0, 1)")
+    if softmax_scale is not None:
+        softmax_scale = float(softmax_scale)
+        if not math.isfinite(softmax_scale):
+            raise ValueError(f"{function}: softmax_scale is {softmax_scale}; it must be finite")
+    softcap = float(softcap)
+    if softcap < 0 or not math.isfinite(softcap):
+        raise ValueError(f"{function}: softcap is {softcap}; it must be 0.0 (off) or positive and finite")
+    options = {
+        "causal": "bottom_right" if causal else "none",
+        "align": "bottom_right",
+        "window": None if left < 0 and right < 0 else (left, right),
+        "scale": softmax_scale,
+        "softcap": softcap if softcap > 0 else None,
+        "dropout_p": dropout_p,
+        "seed": _dropout_seed(dropout_p),
+    }
+    if alibi_slopes is not None:
+        _tensor(alibi_slopes, "alibi_slopes", function)
+        if not alibi_slopes.dtype.is_floating_point:
+            raise TypeError(f"{function}: alibi_slopes has dtype {alibi_slopes.dtype}; it must be floating (float32)")
+        if alibi_slopes.requires_grad and torch.is_grad_enabled():
+            raise ValueError(f"{function}: alibi_slopes requires grad, but attn computes no gradient for it; pass "
+                             f"alibi_slopes.detach()")
+        if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
+            raise ValueError(f"{function}: alibi_slopes has shape {tuple(alibi_slopes.shape)}; it must be (nheads,) = "
+                             f"({nheads},) or (batch_size, nheads) = ({batch}, {nheads})")
+        options["alibi_slopes"] = _contiguous_last(alibi_slopes.detach().to(wide))
+    if sinks is not None:
+        _tensor(sinks, "sinks", function)
+        if not sinks.dtype.is_floating_point:
+            raise TypeError(f"{function}: sinks has dtype {sinks.dtype}; it must be floating")
+        if tuple(sinks.shape) != (nheads,):
+            raise ValueError(f"{function}: sinks has shape {tuple(sinks.shape)}; it must be (nheads,) = ({nheads},)")
+        if not bool(torch.isfinite(sinks.detach()).all()):
+            raise ValueError(f"{function}: sinks has a value that is not finite; each sink is a logit (finite)")
+        sinks = sinks.to(wide)
+    return options, sinks
+
+
+def _fa_lse(lse):
+    """softmax_lse as FlashAttention returns it: +inf (not attn's -inf) for a row with no key."""
+    return torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)
+
+
+# ---- the two autograd functions ------------------------------------------------------------------
+
+class _FlashAttn(torch.autograd.Function):
+    """q, k, v (batch, seqlen, nheads, headdim): attn's dense sdpa on (batch, nheads, seqlen, headdim)
+    views of them; out allocated in q's layout. sinks (H,) or None is an input for its gradient."""
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, options):
+        wide = torch.float32 if q.dtype in _SIXTEEN_BITS else q.dtype
+        batch, seqlen_q, nheads, _ = q.shape
+        out = torch.empty((batch, seqlen_q, nheads, v.shape[-1]), dtype=q.dtype)
+        lse = torch.empty((batch, nheads, seqlen_q), dtype=wide)
+        options = dict(options, sinks=None if sinks is None else _contiguous_last(sinks.detach()))
+        _bridge.sdpa_forward(out.transpose(1, 2), lse, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                             options)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.options = options
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out, grad_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        wanted = ctx.needs_input_grad
+        grads = [torch.empty(x.shape, dtype=x.dtype) if want else None for x, want in zip((q, k, v), wanted)]
+        sinks = ctx.options["sinks"]
+        grad_sinks = torch.empty(sinks.shape, dtype=sinks.dtype) if wanted[3] else None
+        if any(g is not None for g in grads) or grad_sinks is not None:
+            t = [None if g is None else g.transpose(1, 2) for g in grads]
+            g_out = _contiguous_last(grad_out.to(out.dtype))
+            _bridge.sdpa_backward(*t, g_out.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                  out.transpose(1, 2), lse, ctx.options, grad_sinks=grad_sinks)
+        return (*grads, grad_sinks, None)
+
+
+class _FlashAttnVarlen(torch.autograd.Function):
+    """Packed q (total_q, H, d), k, v (total_k, Hk, *): attn::varlen_forward / varlen_backward."""
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, options):
+        wide = torch.float32 if q.dtype in _SIXTEEN_BITS else q.dtype
+        out = torch.empty((q.shape[0], q.shape[1], v.shape[-1]), dtype=q.dtype)
+        lse = torch.empty((q.shape[1], q.shape[0]), dtype=wide)
+        options = dict(options, sinks=None if sinks is None else _contiguous_last(sinks.detach()))
+        _bridge.varlen_forward(out, lse, None, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, options)
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+        ctx.sizes = (max_seqlen_q, max_seqlen_k)
+        ctx.options = options
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out, grad_lse):
+        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+        wanted = ctx.needs_input_grad
+        grads = [torch.empty(x.shape, dtype=x.dtype) if want else None for x, want in zip((q, k, v), wanted)]
+        sinks = ctx.options["sinks"]
+        grad_sinks = torch.empty(sinks.shape, dtype=sinks.dtype) if wanted[3] else None
+        if any(g is not None for g in grads) or grad_sinks is not None:
+            _bridge.varlen_backward(*grads, _contiguous_last(grad_out.to(out.dtype)), q, k, v, out, lse, cu_q, cu_k,
+                                    *ctx.sizes, ctx.options, grad_sinks=grad_sinks)
+        return (*grads, grad_sinks, None, None, None, None, None)
+
+
+# ---- S_dmask (return_attn_probs) -------------------------------------------------------------------
+
+def _probs(q, k, v, cu_q, cu_k, max_q, max_k, options, sinks):
+    """(B, H, max_q, max_k) weights before dropout from attn's varlen forward in float32 (float64 for
+    float64 q), each sequence in its corner."""
+    wide = torch.float32 if q.dtype in _SIXTEEN_BITS else q.dtype
+    q, k, v = (x.detach().to(wide) for x in (q, k, v))
+    out = torch.empty((q.shape[0], q.shape[1], v.shape[-1]), dtype=wide)
+    weights = torch.empty((cu_q.shape[0] - 1, q.shape[1], max_q, max_k), dtype=wide)
+    options = dict(options, dropout_p=0.0, sinks=None if sinks is None else _contiguous_last(sinks.detach()))
+    _bridge.varlen_forward(out, None, weights, q, k, v, cu_q, cu_k, max_q, max_k, options)
+    return weights
+
+
+def _signed(weights, options, starts):
+    """FlashAttention's encoding of dropout in S_dmask: the dropped weights negated. starts: None for
+    the dense (B, H, n, m) pattern, else each sequence's (row_start, key_start, n, m)."""
+    p = options["dropout_p"]
+    if p == 0:
+        return weights
+    if starts is None:
+        keep = torch.empty(weights.shape, dtype=torch.bool)
+        _bridge.dropout_keep(keep, p, options["seed"])
+        return torch.where(keep, weights, -weights)
+    for b, (row, key, n, m) in enumerate(starts):
+        if n == 0 or m == 0:
+            continue
+        keep = torch.empty((1, weights.shape[1], n, m), dtype=torch.bool)
+        _bridge.dropout_keep(keep, p, options["seed"], row, key)
+        corner = weights[b, :, :n, :m]
+        weights[b, :, :n, :m] = torch.where(keep[0], corner, -corner)
+    return weights
+
+
+# ---- the functions ------------------------------------------------------------------------------
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, sinks=None):
+    """FlashAttention-2's flash_attn_func on CPU tensors, computed by attn (conventions: the module's
+    docstring).
+
+    q (batch, seqlen_q, nheads, headdim), k (batch, seqlen_k, nheads_k, headdim), v (batch, seqlen_k,
+    nheads_k, headdim_v). Causal, window and ALiBi aligned bottom-right. Returns out (batch, seqlen_q,
+    nheads, headdim_v); with return_attn_probs, (out, softmax_lse (batch, nheads, seqlen_q),
+    S_dmask (batch, nheads, seqlen_q, seqlen_k)).
+    """
+    function = "flash_attn_func"
+    layout = "(batch_size, seqlen, nheads, headdim)"
+    q, k, v = _qkv(function, q, k, v, 4, layout)
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"{function}: k has shape {tuple(k.shape)} but q has {tuple(q.shape)}; their batch_size "
+                         f"must match")
+    batch, seqlen_q, nheads, _ = q.shape
+    options, sinks = _options(function, q, nheads, batch, dropout_p, softmax_scale, causal, window_size, softcap,
+                              alibi_slopes, sinks)
+    out, lse = _FlashAttn.apply(q, k, v, sinks, options)
+    if not return_attn_probs:
+        return out
+    seqlen_k = k.shape[1]
+    cu_q = torch.arange(batch + 1, dtype=torch.int32) * seqlen_q
+    cu_k = torch.arange(batch + 1, dtype=torch.int32) * seqlen_k
+    weights = _probs(q.reshape(batch * seqlen_q, nheads, -1), k.reshape(batch * seqlen_k, k.shape[2], -1),
+                     v.reshape(batch * seqlen_k, v.shape[2], -1), cu_q, cu_k, seqlen_q, seqlen_k, options, sinks)
+    return out, _fa_lse(lse), _signed(weights, options, None).to(q.dtype)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None, *, sinks=None):
+    """FlashAttention-2's flash_attn_varlen_func on CPU tensors, computed by attn (conventions: the
+    module's docstring).
+
+    q (total_q, nheads, headdim), k (total_k, nheads_k, headdim), v (total_k, nheads_k, headdim_v);
+    cu_seqlens_q, cu_seqlens_k (batch_size + 1,) int32: 0, then the cumulative lengths, ending at
+    total_q (total_k); max_seqlen_q, max_seqlen_k: ints at least every sequence's length. Each
+    sequence's causal mask, window and ALiBi aligned bottom-right with its own lengths; ALiBi slopes
+    (nheads,) or (batch_size, nheads). Returns out (total_q, nheads, headdim_v); with
+    return_attn_probs, (out, softmax_lse (nheads, total_q), S_dmask (batch_size, nheads, max_seqlen_q,
+    max_seqlen_k)).
+    block_table: paged k and v (num_blocks, page_block_size, nheads_k, headdim), inference only.
+    """
+    function = "flash_attn_varlen_func"
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        _tensor(cu, name, function)
+        if cu.dtype != torch.int32:
+            raise TypeError(f"{function}: {name} has dtype {cu.dtype}; it must be torch.int32")
+        if cu.dim() != 1:
+            raise ValueError(f"{function}: {name} has shape {tuple(cu.shape)}; it must be (batch_size + 1,)")
+    for name, size in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError(f"{function}: {name} must be an int; got {type(size).__name__}")
+    batch = cu_seqlens_q.shape[0] - 1
+    if block_table is not None:
+        return _paged(function, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                      softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, sinks)
+    q, k, v = _qkv(function, q, k, v, 3, "(total, nheads, headdim)")
+    options, sinks = _options(function, q, q.shape[1], batch, dropout_p, softmax_scale, causal, window_size, softcap,
+                              alibi_slopes, sinks)
+    out, lse = _FlashAttnVarlen.apply(q, k, v, sinks, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, options)
+    if not return_attn_probs:
+        return out
+    weights = _probs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, options, sinks)
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    starts = [(cq[b], ck[b], cq[b + 1] - cq[b], ck[b + 1] - ck[b]) for b in range(batch)]
+    return out, _fa_lse(lse), _signed(weights, options, starts).to(q.dtype)
+
+
+def _paged(function, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+           causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, sinks):
+    """block_table: attn's paged varlen forward, when this build has it (inference only).
+    Contract of the hook: paged_varlen_forward(out (total_q, nheads, headdim_v), softmax_lse (nheads,
+    total_q), q, k_cache, v_cache (num_blocks, page_block_size, nheads_k, headdim), cu_seqlens_q,
+    cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table (batch_size, max_blocks) int32, options)."""
+    forward = getattr(_bridge, "paged_varlen_forward", None)
+    if forward is None:
+        raise NotImplementedError(f"{function}: block_table (paged k/v) is not supported by this build of attn")
+    _tensor(block_table, "block_table", function)
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"{function}: block_table has dtype {block_table.dtype}; it must be torch.int32")
+    if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, sinks)):
+        raise ValueError(f"{function}: block_table (paged k/v) is inference only, as in FlashAttention: no "
+                         f"gradient; call it under torch.no_grad() or with tensors that do not require grad")
+    if return_attn_probs:
+        raise ValueError(f"{function}: return_attn_probs is not available with block_table")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _tensor(x, name, function)
+        if x.dtype not in _FLOATS or x.dtype != q.dtype:
+            raise TypeError(f"{function}: {name} has dtype {x.dtype}; q, k and v must share one of float32, "
+                            f"bfloat16, float16, float64")
+    q, k, v = (_contiguous_last(x) for x in (q, k, v))
+    options, sinks = _options(function, q, q.shape[1], cu_seqlens_q.shape[0] - 1, dropout_p, softmax_scale, causal,
+                              window_size, softcap, alibi_slopes, sinks)
+    options["sinks"] = None if sinks is None else _contiguous_last(sinks.detach())
+    wide = torch.float32 if q.dtype in _SIXTEEN_BITS else q.dtype
+    out = torch.empty((q.shape[0], q.shape[1], v.shape[-1]), dtype=q.dtype)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=wide)
+    forward(out, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _contiguous_last(block_table),
+            options)
+    return out
