@@ -475,5 +475,71 @@ class MultiHeadAttention(nn.Module):
         return self.W_o(out.transpose(1, 2).reshape(queries.shape[0], queries.shape[1], -1))
 
 
-__all__ = ["scaled_dot_product_attention", "additive_attention", "nadaraya_watson", "DotProductAttention",
+# ---- rotary position embeddings ------------------------------------------------------------------
+
+class _ApplyRotary(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cos, sin, interleaved, inplace, offset, offsets, cu_seqlens):
+        out = x if inplace else torch.empty(x.shape, dtype=x.dtype)
+        _bridge.rotary_forward(out, x, cos, sin, offset, offsets, cu_seqlens, interleaved, False)
+        if inplace:
+            ctx.mark_dirty(x)
+        ctx.save_for_backward(cos, sin, offsets, cu_seqlens)
+        ctx.interleaved, ctx.offset = interleaved, offset
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        cos, sin, offsets, cu_seqlens = ctx.saved_tensors
+        grad = _readable(grad_out)
+        grad_x = torch.empty(grad.shape, dtype=grad.dtype)
+        # The rotation's transpose (sin negated): grad_x = R^T grad_out.
+        _bridge.rotary_forward(grad_x, grad, cos, sin, ctx.offset, offsets, cu_seqlens, ctx.interleaved, True)
+        return grad_x, None, None, None, None, None, None, None
+
+
+def _index_tensor(t, name, function):
+    _tensor(t, name, function)
+    if t.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError(f"{function}: {name} has dtype {t.dtype}; it must be torch.int32 or torch.int64")
+    return t.contiguous()
+
+
+def apply_rotary(x, cos, sin, *, interleaved=False, offsets=0, cu_seqlens=None, inplace=False):
+    """Rotary position embeddings (RoPE): FlashAttention's flash_attn.layers.rotary.apply_rotary_emb,
+    computed by attn (attn/rotary.hpp), with its gradient for x.
+
+    x (batch, seqlen, nheads, headdim), or (total, nheads, headdim) with cu_seqlens (batch + 1,) int32
+    or int64 (sequence b is x[cu_seqlens[b]:cu_seqlens[b+1]]). cos, sin (seqlen_ro, rotary_dim / 2),
+    rotary_dim <= headdim; only x[..., :rotary_dim] rotates. Token i of sequence b sits at position
+    i + offsets (an int, or a (batch,) int32/int64 tensor), which must be less than seqlen_ro.
+    interleaved: rotate the pairs (x[2k], x[2k+1]) (GPT-J) instead of the halves (GPT-NeoX).
+    inplace: rotate x itself and return it. float32, float64, bfloat16 and float16 x; 16-bit x is
+    computed in float32 and rounded once, with float32 tables (cos and sin are converted to x's
+    precision, float32 for 16-bit x). cos and sin are constants (no gradient).
+    """
+    function = "apply_rotary"
+    _floating(x, "x", function)
+    wide = torch.float32 if x.dtype in _SIXTEEN_BITS else x.dtype
+    tables = []
+    for name, t in (("cos", cos), ("sin", sin)):
+        _constant(t, name, function)
+        _floating(_tensor(t, name, function), name, function)
+        tables.append(_readable(t.detach().to(wide)))
+    offset, offset_tensor = 0, None
+    if isinstance(offsets, torch.Tensor):
+        offset_tensor = _index_tensor(offsets, "offsets", function)
+    else:
+        offset = int(offsets)
+    if cu_seqlens is not None:
+        cu_seqlens = _index_tensor(torch.as_tensor(cu_seqlens), "cu_seqlens", function)
+    if inplace and x.dim() > 0 and x.shape[-1] > 1 and x.stride(-1) != 1:
+        raise ValueError(f"{function}: inplace=True writes into x, whose last dimension must then be contiguous "
+                         f"(its stride is {x.stride(-1)})")
+    return _ApplyRotary.apply(x if inplace else _readable(x), tables[0], tables[1], bool(interleaved), bool(inplace),
+                              offset, offset_tensor, cu_seqlens)
+
+
+__all__ = ["apply_rotary", "scaled_dot_product_attention", "additive_attention", "nadaraya_watson", "DotProductAttention",
            "AdditiveAttention", "MultiHeadAttention"]

@@ -11,6 +11,8 @@ void bind_plot(pybind11::module_& m);       // plot.cpp: show_heatmaps
 void bind_config(pybind11::module_& m);     // config.cpp: SIMD target, threads
 void bind_multi_head(pybind11::module_& m);  // multi_head.cpp: MultiHeadAttention
 void bind_kv_cache(pybind11::module_& m);    // kv_cache.cpp: KVCache
+void bind_rotary(pybind11::module_& m);        // rotary.cpp: apply_rotary
+void bind_torch_rotary(pybind11::module_& m);  // torch_rotary.cpp: attn._attn._torch.rotary_forward
 void bind_torch_bridge(pybind11::module_& m);  // torch_bridge.cpp: attn._attn._torch, what attn.torch calls
 void bind_torch_varlen(pybind11::module_& m);  // torch_varlen.cpp: its varlen calls, what attn.flash calls (after bind_torch_bridge)
 void bind_torch_flash(pybind11::module_& m);   // torch_flash.cpp: flash_attn_with_kvcache, paged varlen (after bind_torch_bridge)

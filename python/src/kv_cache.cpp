@@ -3,6 +3,7 @@
 // float16 call does; float64 is refused: the cache computes in float32).
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -75,7 +76,7 @@ py::object torch_out(const py::array& out, const py::object& dtype) {
 class KVCache {
  public:
   KVCache(py::object batch, py::object kv_heads, py::object head_dim, py::object dtype, py::object block_size,
-          py::object capacity, bool grow) {
+          py::object capacity, bool grow, py::object rotary_cos, py::object rotary_sin, bool rotary_interleaved) {
     Call call("KVCache", {});
     attn::KvCacheOptions options;
     options.dtype = kv_dtype(call, dtype);
@@ -83,6 +84,17 @@ class KVCache {
     options.capacity = call.integer(capacity, "capacity");
     options.grow = grow;
     const index_t b = call.integer(batch, "batch"), h = call.integer(kv_heads, "kv_heads"), d = call.integer(head_dim, "head_dim");
+    // Rotary tables as float32 arrays the cache keeps alive (its C++ options hold views of them).
+    if (!rotary_cos.is_none() || !rotary_sin.is_none()) {
+      if (rotary_cos.is_none() || rotary_sin.is_none()) call.value_error("rotary_cos and rotary_sin must be given together");
+      for (auto [obj, kept, name] : {std::tuple{&rotary_cos, &cos_, "rotary_cos"}, std::tuple{&rotary_sin, &sin_, "rotary_sin"}}) {
+        const py::array a = py::module_::import("numpy").attr("asarray")(*obj);
+        if (a.dtype().kind() != 'f') call.type_error(std::string(name) + " has dtype " + std::string(py::str(a.dtype())) + "; it must hold floats");
+        *kept = py::module_::import("numpy").attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
+      }
+      options.rotary.cos = cview<float>(cos_), options.rotary.sin = cview<float>(sin_);
+      options.rotary.interleaved = rotary_interleaved;
+    }
     call.run([&] { cache_ = std::make_unique<attn::KvCache>(b, h, d, options); });
   }
 
@@ -172,6 +184,7 @@ class KVCache {
 
  private:
   std::unique_ptr<attn::KvCache> cache_;
+  py::array cos_ = no_array(), sin_ = no_array();  // the rotary tables cache_ reads, or null
 };
 
 }  // namespace
@@ -182,7 +195,11 @@ void bind_kv_cache(py::module_& m) {
 blocks of block_size tokens (a block table per sequence), so sequences of different lengths grow
 without copying.
 
-KVCache(batch, kv_heads, head_dim, *, dtype="float32", block_size=256, capacity=0, grow=True)
+KVCache(batch, kv_heads, head_dim, *, dtype="float32", block_size=256, capacity=0, grow=True,
+        rotary_cos=None, rotary_sin=None, rotary_interleaved=False)
+rotary_cos, rotary_sin: (max_pos, rotary_dim / 2) tables (kept as float32 by the cache): append stores
+  keys rotated at their positions and attend rotates the queries at theirs (query i of n at
+  length - n + i), as attn.apply_rotary would (interleaved: rotary_interleaved).
 dtype: "float32", "bfloat16", "float16" (rounded to nearest even) or "int8" (one float32 scale per
   32 values, ggml's q8_0: within max|x|/254 of the value appended, plus at most 2^-143 where
   max|x| < 1.5e-36 and the scale is subnormal; head_dim a multiple of 32; attend rounds each query
@@ -194,9 +211,12 @@ capacity: tokens per sequence allocated up front (0: as sequences grow); with gr
 Arrays are float32 (float16 is widened, and float16 queries get float16 out; float64 raises TypeError).
 torch CPU tensors are taken as well (float32, float16, bfloat16 read as float32); attend returns a
 torch tensor of the queries' dtype for torch queries.)")
-      .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, bool>(), arg("batch"),
+      .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, bool, py::object, py::object,
+                    bool>(),
+           arg("batch"),
            arg("kv_heads"), arg("head_dim"), py::kw_only(), arg("dtype") = "float32", arg("block_size") = 256,
-           arg("capacity") = 0, arg("grow") = true)
+           arg("capacity") = 0, arg("grow") = true, arg("rotary_cos") = py::none(), arg("rotary_sin") = py::none(),
+           arg("rotary_interleaved") = false)
       .def("append", &KVCache::append, arg("keys"), arg("values"), arg("seq") = py::none(),
            R"(Appends keys and values (kv_heads, t, head_dim) to sequence seq, or (batch, kv_heads, t, head_dim) to every
 sequence when seq is None.)")

@@ -38,6 +38,8 @@ is released while attn computes. A bad argument raises ValueError (shapes, value
   attn_py::bind_multi_head(m);
   attn_py::bind_kv_cache(m);
   attn_py::bind_torch_bridge(m);
+  attn_py::bind_rotary(m);
+  attn_py::bind_torch_rotary(m);
   attn_py::bind_torch_varlen(m);
   attn_py::bind_torch_flash(m);
 }
