@@ -63,5 +63,7 @@ std::vector<BenchCase> bench_cases(bool large);
 std::vector<BenchCase> variant_cases();
 // The 16-bit cases (bench_half.cpp), part of bench_cases.
 std::vector<BenchCase> half_cases();
+// The variable-length case (bench_varlen.cpp), part of bench_cases.
+std::vector<BenchCase> varlen_cases();
 
 }  // namespace attn_cli

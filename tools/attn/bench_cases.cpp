@@ -306,6 +306,7 @@ std::vector<BenchCase> bench_cases(bool large) {
   cases.push_back(nw_gaussian_1d_case(100000, 100000, 0.1f, 100));
   for (BenchCase& c : variant_cases()) cases.push_back(std::move(c));
   for (BenchCase& c : half_cases()) cases.push_back(std::move(c));
+  for (BenchCase& c : varlen_cases()) cases.push_back(std::move(c));
   if (large) cases.push_back(sdpa_forward_case(1, 16384, 16384, 64, MaskKind::none, false));
   return cases;
 }
