@@ -7,6 +7,7 @@
 #include "attn/config.hpp"
 #include "attn/dropout.hpp"
 #include "attn/error.hpp"
+#include "attn/flash.hpp"
 #include "attn/half.hpp"
 #include "attn/kv_cache.hpp"
 #include "attn/machine.hpp"
