@@ -60,6 +60,7 @@ Errors: TypeError for a wrong type or dtype, ValueError for a wrong device, shap
 the argument (FlashAttention's names).
 """
 import math
+import operator
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -329,9 +330,15 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             raise TypeError(f"{function}: {name} has dtype {cu.dtype}; it must be torch.int32")
         if cu.dim() != 1:
             raise ValueError(f"{function}: {name} has shape {tuple(cu.shape)}; it must be (batch_size + 1,)")
+    sizes = []
     for name, size in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise TypeError(f"{function}: {name} must be an int; got {type(size).__name__}")
+        try:
+            if isinstance(size, bool):
+                raise TypeError
+            sizes.append(operator.index(size))
+        except TypeError:
+            raise TypeError(f"{function}: {name} must be an int; got {type(size).__name__}") from None
+    max_seqlen_q, max_seqlen_k = sizes
     batch = cu_seqlens_q.shape[0] - 1
     if block_table is not None:
         return _paged(function, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,

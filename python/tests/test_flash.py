@@ -469,3 +469,15 @@ def test_block_table_hook():
             flash_attn_varlen_func(q, k_cache, k_cache, cu_q, cu_k, 4, 20, block_table=table)
     with pytest.raises((ValueError, NotImplementedError), match="block_table"):
         flash_attn_varlen_func(q.requires_grad_(True), k_cache, k_cache, cu_q, cu_k, 4, 20, block_table=table)
+
+
+def test_max_seqlen_takes_integers_of_any_kind():
+    """max_seqlen_q, max_seqlen_k: Python ints, NumPy integers and 0-d integer tensors (cu_seqlens' max)."""
+    np = pytest.importorskip("numpy")
+    cu = torch.tensor([0, 2, 5], dtype=I32)
+    q = torch.randn(5, 2, 8)
+    lens = cu[1:] - cu[:-1]
+    expected = flash_attn_varlen_func(q, q, q, cu, cu, 3, 3)
+    assert torch.equal(flash_attn_varlen_func(q, q, q, cu, cu, np.int64(3), lens.max()), expected)
+    with pytest.raises(TypeError, match="max_seqlen_q must be an int"):
+        flash_attn_varlen_func(q, q, q, cu, cu, True, 3)
