@@ -91,9 +91,14 @@ def round_to(x, low):
     return bf16(x).astype(x.dtype)
 
 
+def shift(c, n, m):
+    """p(i) - i under case c's alignment (docs/semantics.md): m - n when aligned bottom-right."""
+    return m - n if c["causal"] == "bottom_right" or c.get("align") == "bottom_right" else 0
+
+
 def allowed_keys(B, H, n, m, c, a):
     """(B, H, n, m) bool: the keys each query may attend to under the masks of case c."""
-    i = np.arange(n)[:, None] + (m - n if c["causal"] == "bottom_right" else 0)
+    i = np.arange(n)[:, None] + shift(c, n, m)
     j = np.arange(m)[None, :]
     allowed = np.ones((B, H, n, m), bool)
     if a.get("lens") is not None:
@@ -168,7 +173,7 @@ def attention(a, c, dt, low=None, dout=None):
         s, dsdx, dsdx_terms = dt(c["softcap"]) * t, scale * (1 - t * t), abs(scale) * (1 + t * t)
     else:
         s, dsdx, dsdx_terms = x * scale, scale, abs(scale)
-    pos = np.arange(n)[:, None] + (m - n if c["causal"] == "bottom_right" else 0)
+    pos = np.arange(n)[:, None] + shift(c, n, m)
     if a.get("slopes") is not None:
         slopes = np.asarray(a["slopes"], dt)
         slopes = (slopes[None] if slopes.ndim == 1 else slopes)[:, :, None, None]  # (H,) or (B, H)
@@ -302,6 +307,9 @@ def sdpa_cases(draw, dtypes=DTYPES, fills=("exclude", "seeds_minus_1e6")):
     c["mask_axes"] = [draw(st.booleans()) for _ in range(c["rank"])]
     c["neg_inf"] = c["mask"] == "float" and c["fill"] == "exclude" and draw(st.booleans())
     c["causal"] = draw(st.sampled_from([False, True, "top_left", "bottom_right"]))
+    # The alignment, causal or not; a causal mask spelled with its alignment takes that one or none.
+    spelled = isinstance(c["causal"], str)
+    c["align"] = draw(st.sampled_from([None, c["causal"]] if spelled else [None, "top_left", "bottom_right"]))
     bound = st.one_of(st.none(), st.just(-1), st.integers(0, 20))
     c["window"] = draw(st.one_of(st.none(), st.tuples(bound, bound)))
     c["alibi"] = draw(st.sampled_from([None, "H", "BH"]))
@@ -367,7 +375,7 @@ def storage(c):
 def sdpa_kwargs(c, a, dtype):
     """scaled_dot_product_attention's keywords for case c, its float arrays in `dtype`."""
     kw = {"valid_lens": a.get("lens"), "causal": c["causal"], "scale": c["scale"], "masked_fill": c["fill"],
-          "window": c["window"], "softcap": c["softcap"]}
+          "window": c["window"], "softcap": c["softcap"], "align": c["align"]}
     if "keep" in a:
         kw["mask"] = a["keep"]
     if "additive" in a:  # a 16-bit call's float mask: float16 for float16 arrays, float32 for bfloat16
@@ -454,7 +462,7 @@ def torch_kwargs(c, a, dtype):
     """attn.torch.scaled_dot_product_attention's keywords for case c; float tensors in `dtype`."""
     f = lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(dtype)  # noqa: E731
     kw = {"is_causal": c["causal"], "scale": c["scale"], "window": c["window"], "softcap": c["softcap"],
-          "enable_gqa": True}
+          "enable_gqa": True, "align": c["align"]}
     if "lens" in a:
         kw["valid_lens"] = torch.from_numpy(a["lens"])
     if "keep" in a:
@@ -652,7 +660,7 @@ def test_dot_product_attention_layer_and_its_backward(c, where, train):
 @given(c=sdpa_cases(dtypes=["float32", "float64"]), where=machines)
 def test_masked_softmax_within_the_rule(c, where):
     # The case's q as scores (B, [H,] n, d): its last size plays m; valid lengths, masks and causal.
-    c.update(m=c["d"], window=None, segments=None, scores_shape=c["scores_shape"][:-1] + (c["d"],))
+    c.update(m=c["d"], window=None, segments=None, align=None, scores_shape=c["scores_shape"][:-1] + (c["d"],))
     a = sdpa_arrays(c)  # masks drawn for m = d
     dtype = storage(c)
     X = laid_out(a["q"].astype(dtype) * 3, c["layouts"][0])
@@ -812,7 +820,7 @@ def test_additive_attention_layer_and_its_backward(dims, dtype, lens, fill, layo
        storage_type=st.sampled_from(["float32", "bfloat16", "float16", "int8"]), head_dim=st.sampled_from([1, 7, 32, 64]),
        block_size=st.sampled_from([1, 3, 16, 256]), chunks=st.lists(st.lists(st.sampled_from([0, 1, 2, 5, 17, 131]),
                                                                             max_size=4), min_size=3, max_size=3),
-       n=st.integers(1, 6), causal=st.sampled_from(["bottom_right", "top_left", False]),
+       n=st.integers(1, 6), causal=st.sampled_from(["bottom_right", True, False]),
        window=st.one_of(st.none(), st.tuples(st.integers(-1, 40), st.integers(-1, 3))),
        alibi=st.booleans(), softcap=st.sampled_from([None, 2.0]), scale=st.sampled_from([None, 0.7]),
        data=st.integers(0, 2**32 - 1), where=machines)
@@ -842,9 +850,12 @@ def test_kv_cache_attends_as_sdpa_over_the_stored_keys(batch, kv_heads, group, s
                                                                         np.concatenate(values[seq] + empty, 1)))
             assert cache.length(seq) == k.shape[1]
             np.testing.assert_array_equal(cache.keys(seq), k)
+            # The cache's queries are its newest tokens: aligned bottom-right, causal or not.
             plain = attn.scaled_dot_product_attention(queries[seq][None], k[None], v[None], causal=causal, window=window,
-                                                      alibi_slopes=slopes, softcap=softcap, scale=scale)[0]
+                                                      alibi_slopes=slopes, softcap=softcap, scale=scale,
+                                                      align="bottom_right")[0]
             c = {"rank": 4, "scale": scale, "softcap": softcap, "causal": causal, "window": window, "fill": "exclude",
+                 "align": "bottom_right",
                  "dtype": "float32", "scores_shape": (1, heads, n, k.shape[1])}
             # The cache attends with the queries as its type uses them (int8: rounded to 16 bits).
             for name, out, q in (("cache", got, attended(queries[seq], storage_type)), ("sdpa", plain, queries[seq])):
