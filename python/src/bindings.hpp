@@ -15,6 +15,7 @@ void bind_rotary(pybind11::module_& m);        // rotary.cpp: apply_rotary
 void bind_torch_rotary(pybind11::module_& m);  // torch_rotary.cpp: attn._attn._torch.rotary_forward
 void bind_torch_bridge(pybind11::module_& m);  // torch_bridge.cpp: attn._attn._torch, what attn.torch calls
 void bind_torch_varlen(pybind11::module_& m);  // torch_varlen.cpp: its varlen calls, what attn.flash calls (after bind_torch_bridge)
+void bind_varlen(pybind11::module_& m);        // varlen.cpp: varlen_attention (NumPy)
 void bind_torch_flash(pybind11::module_& m);   // torch_flash.cpp: flash_attn_with_kvcache, paged varlen (after bind_torch_bridge)
 
 }  // namespace attn_py

@@ -41,5 +41,6 @@ is released while attn computes. A bad argument raises ValueError (shapes, value
   attn_py::bind_rotary(m);
   attn_py::bind_torch_rotary(m);
   attn_py::bind_torch_varlen(m);
+  attn_py::bind_varlen(m);
   attn_py::bind_torch_flash(m);
 }
