@@ -118,6 +118,18 @@ std::pair<Tensor<T>, Tensor<T>> attn_forward(const Case& c, const Inputs& x) {
   return {out, lse};
 }
 
+// attn's float32 out on the cpu backend within the error budget of the float32 reference backend.
+void expect_float32_within_budget(const Case& c, const Inputs& x, const Tensor<double>& want) {
+  Tensor<float> ref32, cpu32;
+  {
+    ScopedBackend scoped(Backend::reference);
+    ref32 = attn_forward<float>(c, x).first;
+  }
+  ScopedBackend scoped(Backend::cpu);
+  cpu32 = attn_forward<float>(c, x).first;
+  EXPECT_TRUE(testing::within_error_budget(cpu32, ref32, want));
+}
+
 std::vector<Case> cases() {
   std::vector<Case> all;
   const std::pair<index_t, index_t> sizes[] = {{3, 9}, {7, 7}, {9, 4}, {1, 12}};
@@ -150,17 +162,7 @@ TEST_P(AlignSinks, ForwardMatchesTheDefinitions) {
       }
     }
   }
-  // float32 on the cpu backend within the error budget of the float32 reference backend.
-  std::pair<Tensor<float>, Tensor<float>> ref32, cpu32;
-  {
-    ScopedBackend scoped(Backend::reference);
-    ref32 = attn_forward<float>(c, x);
-  }
-  {
-    ScopedBackend scoped(Backend::cpu);
-    cpu32 = attn_forward<float>(c, x);
-  }
-  EXPECT_TRUE(testing::within_error_budget(cpu32.first, ref32.first, want_out));
+  expect_float32_within_budget(c, x, want_out);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryCombination, AlignSinks, ::testing::ValuesIn(cases()),
@@ -211,17 +213,7 @@ INSTANTIATE_TEST_SUITE_P(SinksOrPositionBias, AlignSinksBackward, ::testing::Val
 TEST(AlignSinksLarge, FusedTilesAndThreads) {
   const Case c{70, 203, false, Align::bottom_right, Window{90, 3}, true, true, 20.0};
   const Inputs x(c);
-  const auto want = oracle(c, x).first;
-  std::pair<Tensor<float>, Tensor<float>> ref32, cpu32;
-  {
-    ScopedBackend scoped(Backend::reference);
-    ref32 = attn_forward<float>(c, x);
-  }
-  {
-    ScopedBackend scoped(Backend::cpu);
-    cpu32 = attn_forward<float>(c, x);
-  }
-  EXPECT_TRUE(testing::within_error_budget(cpu32.first, ref32.first, want));
+  expect_float32_within_budget(c, x, oracle(c, x).first);
   testing::expect_same_at_1_and_2_threads<float>([&] {
     auto [o, l] = attn_forward<float>(c, x);
     return std::vector<Tensor<float>>{o, l};
