@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -35,11 +36,17 @@ float widen(T x) {
   if constexpr (std::is_same_v<T, float>) return x;
   else return to_float(x);
 }
+
+// d elements widened to float32, or rounded from it (attn/half.hpp's convert: to nearest even).
 template <class T>
-T narrow(float x) {
-  if constexpr (std::is_same_v<T, bfloat16>) return to_bfloat16(x);
-  else if constexpr (std::is_same_v<T, float16>) return to_float16(x);
-  else return x;
+void widen_row(const T* from, float* to, index_t d) {
+  if constexpr (std::is_same_v<T, float>) std::copy_n(from, d, to);
+  else convert(std::span<const T>(from, static_cast<std::size_t>(d)), std::span<float>(to, static_cast<std::size_t>(d)));
+}
+template <class T>
+void narrow_row(const float* from, T* to, index_t d) {
+  if constexpr (std::is_same_v<T, float>) std::copy_n(from, d, to);
+  else convert(std::span<const float>(from, static_cast<std::size_t>(d)), std::span<T>(to, static_cast<std::size_t>(d)));
 }
 
 // A tensor argument of rank `rank` with its last dimension contiguous and no negative stride.
@@ -397,16 +404,14 @@ void flash_attn_with_kvcache(TensorView<T> out, TensorView<float> lse, TensorVie
   }
   if (backend() == Backend::cpu && n <= cpu::fused::kDecodeRows) {
     // Queries widened to (B, H, n, d) float; out computed in float and rounded into the caller's.
-    Tensor<float> qf({B, H, n, d}), of({B, H, n, d});
+    std::vector<float> qf(static_cast<std::size_t>(B * H * n * d)), of(qf.size());
     for (index_t b = 0; b < B; ++b)
       for (index_t h = 0; h < H; ++h)
-        for (index_t i = 0; i < n; ++i)
-          for (index_t c = 0; c < d; ++c) qf(b, h, i, c) = widen(qs(b, i, h, c));
-    decode(of.view(), lse, qf.view(), seq, Hk, p.attend, op);
+        for (index_t i = 0; i < n; ++i) widen_row(&qs(b, i, h, 0), qf.data() + ((b * H + h) * n + i) * d, d);
+    decode(TensorView<float>(of.data(), {B, H, n, d}), lse, TensorView<const float>(qf.data(), {B, H, n, d}), seq, Hk, p.attend, op);
     for (index_t b = 0; b < B; ++b)
-      for (index_t i = 0; i < n; ++i)
-        for (index_t h = 0; h < H; ++h)
-          for (index_t c = 0; c < d; ++c) out(b, i, h, c) = narrow<T>(of(b, h, i, c));
+      for (index_t h = 0; h < H; ++h)
+        for (index_t i = 0; i < n; ++i) narrow_row(of.data() + ((b * H + h) * n + i) * d, &out(b, i, h, 0), d);
     return;
   }
   std::vector<T> kbuf, vbuf;
@@ -502,18 +507,22 @@ void flash_attn_varlen_paged(TensorView<T> out, TensorView<float> lse, TensorVie
     }
     const index_t G = static_cast<index_t>(g.m.size());
     if (G == 0) continue;
-    Tensor<float> qf({G, H, n, d}), of({G, H, n, d}), lf({G, H, n});
-    for (index_t j = 0; j < G; ++j)
+    // The group's queries widened to (G, H, n, d) float; out and lse scattered back to their rows.
+    std::vector<float> qf(static_cast<std::size_t>(G * H * n * d)), of(qf.size()), lf(static_cast<std::size_t>(G * H * n));
+    for (index_t j = 0; j < G; ++j) {
+      const index_t r0 = cq[static_cast<std::size_t>(g.batch[static_cast<std::size_t>(j)])];
       for (index_t h = 0; h < H; ++h)
-        for (index_t i = 0; i < n; ++i)
-          for (index_t c = 0; c < d; ++c) qf(j, h, i, c) = widen(q(cq[static_cast<std::size_t>(g.batch[static_cast<std::size_t>(j)])] + i, h, c));
-    decode(of.view(), lse.empty() ? TensorView<float>() : lf.view(), qf.view(), g, Hk, p.attend, op);
+        for (index_t i = 0; i < n; ++i) widen_row(&q(r0 + i, h, 0), qf.data() + ((j * H + h) * n + i) * d, d);
+    }
+    decode(TensorView<float>(of.data(), {G, H, n, d}), lse.empty() ? TensorView<float>() : TensorView<float>(lf.data(), {G, H, n}),
+           TensorView<const float>(qf.data(), {G, H, n, d}), g, Hk, p.attend, op);
     for (index_t j = 0; j < G; ++j) {
       const index_t r0 = cq[static_cast<std::size_t>(g.batch[static_cast<std::size_t>(j)])];
       for (index_t h = 0; h < H; ++h)
         for (index_t i = 0; i < n; ++i) {
-          for (index_t c = 0; c < d; ++c) out(r0 + i, h, c) = narrow<T>(of(j, h, i, c));
-          if (!lse.empty()) lse(h, r0 + i) = lf(j, h, i);
+          const index_t at = (j * H + h) * n + i;
+          narrow_row(of.data() + at * d, &out(r0 + i, h, 0), d);
+          if (!lse.empty()) lse(h, r0 + i) = lf[static_cast<std::size_t>(at)];
         }
     }
   }
