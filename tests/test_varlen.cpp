@@ -403,6 +403,16 @@ TEST(Varlen, EmptySequences) {
   const VarlenSeqs none{zero.view(), zero.view(), 0, 0};
   Tensor<double> q0({0, 2, 3}), k0({0, 2, 3}), v0({0, 2, 3}), o0({0, 2, 3});
   varlen_forward<double>(o0.view(), {}, {}, q0.cview(), k0.cview(), v0.cview(), none);
+  // Values no sequence's call would read are checked all the same: a non-finite sink, a slope.
+  const Tensor<double> bad({2}, {0.0, std::nan("")});
+  Mask<double> sinks;
+  sinks.sinks = bad.cview();
+  testing::expect_error([&] { varlen_forward<double>(o0.view(), {}, {}, q0.cview(), k0.cview(), v0.cview(), none, sinks); },
+                        {"varlen_forward", "sinks holds nan for head 1"});
+  Mask<double> slopes;
+  slopes.alibi_slopes = bad.cview();
+  testing::expect_error([&] { varlen_forward<double>(o0.view(), {}, {}, q0.cview(), k0.cview(), v0.cview(), none, slopes); },
+                        {"varlen_forward", "alibi_slopes holds nan"});
 }
 
 // Each bad argument, named.

@@ -120,6 +120,15 @@ Packed check_packed(const char* op, const TensorView<const E>& q, const TensorVi
   }
   if (!mask.sinks.empty() && (mask.sinks.rank() != 1 || mask.sinks.dim(0) != p.H))
     detail::fail(op, ": sinks has shape ", mask.sinks.shape_string(), "; it must be (H,) = (", p.H, ",)");
+  // Values too, here: a batch whose sequences are all empty makes no call that would check them.
+  for (index_t h = 0; h < (mask.sinks.empty() ? 0 : p.H); ++h)
+    if (!std::isfinite(mask.sinks(h)))
+      detail::fail(op, ": sinks holds ", mask.sinks(h), " for head ", h, "; every sink logit must be finite");
+  for (index_t e = 0; e < (mask.alibi_slopes.empty() ? 0 : mask.alibi_slopes.numel()); ++e) {
+    const auto& a = mask.alibi_slopes;
+    const W slope = a.rank() == 1 ? a(e) : a(e / p.H, e % p.H);
+    if (!std::isfinite(slope)) detail::fail(op, ": alibi_slopes holds ", slope, "; every slope must be finite");
+  }
   // The options, once (each sequence's call checks them again, with the same result).
   if (p.d == 0 && !o.scale)
     detail::fail(op, ": queries has shape ", q.shape_string(), " with d = 0; the default scale 1/sqrt(d) needs d >= 1");
