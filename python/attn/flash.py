@@ -1,8 +1,9 @@
 """attn.flash: FlashAttention-2's Python functions on CPU torch tensors, computed by attn.
 
-    from attn.flash import flash_attn_func, flash_attn_varlen_func
+    from attn.flash import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
     out = flash_attn_func(q, k, v, causal=True)                          # (batch, seqlen, nheads, headdim)
     out = flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, causal=True)
 
 Functions (the signatures, defaults, layouts and return values of flash_attn.flash_attn_interface;
 autograd through both, attn's fused forward and backward kernels):
@@ -17,6 +18,12 @@ autograd through both, attn's fused forward and backward kernels):
       cu_seqlens_k (batch + 1,) int32 cumulative lengths; returns out (total_q, nheads, headdim_v).
       Each sequence attends only to its own keys (attn/varlen.hpp: one fused call per sequence on
       views of the packed rows, no padding computed).
+  flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+      cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+      softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
+      alibi_slopes=None, num_splits=0, return_softmax_lse=False, *, sinks=None)
+      the caller's KV cache, contiguous or paged, updated in place with k and v (rotary embeddings
+      applied to them and to q); forward only, as FlashAttention (attn._flash_kvcache states the rest).
 
 Conventions, FlashAttention's (and where attn.torch differs):
   - Layouts: (batch, seqlen, nheads, headdim) and packed (total, nheads, headdim); attn.torch takes
@@ -52,9 +59,11 @@ Conventions, FlashAttention's (and where attn.torch differs):
   - sinks (keyword, attn's extra; gpt-oss): (nheads,) attention-sink logits joining each row's softmax
     with no value; finite; a sinks tensor that requires grad gets its gradient. softmax_lse includes
     them (a row with no key then has lse = its sink).
-  - block_table (paged k/v (num_blocks, page_block_size, nheads_k, headdim), inference only): handed
-    to attn._attn._torch.paged_varlen_forward where the build has it; NotImplementedError otherwise;
-    ValueError when gradients are required.
+  - block_table (flash_attn_varlen_func; FlashAttention 2.6): k and v are then a paged cache
+    (num_blocks, page_block_size, nheads_k, headdim), sequence b's keys in the pages block_table[b]
+    (int32), cu_seqlens_k giving their lengths: the call a server makes for a batch mixing prompt
+    chunks and decode tokens (attn::flash_attn_varlen_paged: decode-length sequences read the pages in
+    place, longer ones gather theirs). Inference only: ValueError when gradients are required.
   - dtypes: float32, bfloat16, float16 (accumulating in float32), and float64; CPU tensors only.
 Errors: TypeError for a wrong type or dtype, ValueError for a wrong device, shape or value, each naming
 the argument (FlashAttention's names).
@@ -66,6 +75,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _attn
+from ._flash_kvcache import flash_attn_with_kvcache
 from .torch import _dropout_seed
 
 _bridge = _attn._torch
@@ -73,7 +83,7 @@ _bridge = _attn._torch
 _SIXTEEN_BITS = (torch.bfloat16, torch.float16)
 _FLOATS = (torch.float32, torch.float64) + _SIXTEEN_BITS
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"]
 
 
 # ---- arguments -----------------------------------------------------------------------------------
@@ -357,13 +367,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 def _paged(function, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
            causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, sinks):
-    """block_table: attn's paged varlen forward, when this build has it (inference only).
-    Contract of the hook: paged_varlen_forward(out (total_q, nheads, headdim_v), softmax_lse (nheads,
-    total_q), q, k_cache, v_cache (num_blocks, page_block_size, nheads_k, headdim), cu_seqlens_q,
-    cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table (batch_size, max_blocks) int32, options)."""
-    forward = getattr(_bridge, "paged_varlen_forward", None)
-    if forward is None:
-        raise NotImplementedError(f"{function}: block_table (paged k/v) is not supported by this build of attn")
+    """block_table: attn's paged varlen forward (inference only), through
+    paged_varlen_forward(out (total_q, nheads, headdim_v), softmax_lse (nheads, total_q), q, k_cache,
+    v_cache (num_blocks, page_block_size, nheads_k, headdim), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    max_seqlen_k, block_table (batch_size, max_blocks) int32, options)."""
+    forward = _bridge.paged_varlen_forward
     _tensor(block_table, "block_table", function)
     if block_table.dtype != torch.int32:
         raise TypeError(f"{function}: block_table has dtype {block_table.dtype}; it must be torch.int32")

@@ -455,20 +455,27 @@ def test_deterministic_is_accepted():
     assert torch.equal(flash_attn_func(q, k, v, deterministic=True), flash_attn_func(q, k, v))
 
 
-def test_block_table_hook():
-    """block_table: the paged path where this build has it, else NotImplementedError naming it; never
-    with gradients."""
-    from attn import _attn
-    q = torch.randn(4, 2, 8)
-    k_cache = torch.randn(3, 16, 2, 8)
-    cu_q = torch.tensor([0, 4], dtype=I32)
-    cu_k = torch.tensor([0, 20], dtype=I32)
-    table = torch.tensor([[2, 0]], dtype=I32)
-    if not hasattr(_attn._torch, "paged_varlen_forward"):
-        with pytest.raises(NotImplementedError, match="block_table"):
-            flash_attn_varlen_func(q, k_cache, k_cache, cu_q, cu_k, 4, 20, block_table=table)
-    with pytest.raises((ValueError, NotImplementedError), match="block_table"):
-        flash_attn_varlen_func(q.requires_grad_(True), k_cache, k_cache, cu_q, cu_k, 4, 20, block_table=table)
+def test_block_table_is_the_varlen_call_over_the_gathered_pages():
+    """block_table (a paged k/v, as a server passes a batch mixing prompt chunks and decode tokens):
+    the same as flash_attn_varlen_func over each sequence's keys gathered from its pages; no gradients."""
+    torch.manual_seed(5)
+    page, nheads, nheads_k, d = 16, 4, 2, 32
+    nq, nk = [1, 9, 1, 4], [40, 23, 1, 16]
+    k_cache, v_cache = torch.randn(12, page, nheads_k, d), torch.randn(12, page, nheads_k, d)
+    table = torch.randperm(12)[:12].view(4, 3).to(I32)
+    cu_q = torch.tensor([0, 1, 10, 11, 15], dtype=I32)
+    cu_k = torch.tensor([0, 40, 63, 64, 80], dtype=I32)
+    q = torch.randn(15, nheads, d)
+    k = torch.cat([k_cache[table[b].long()].reshape(-1, nheads_k, d)[: nk[b]] for b in range(4)])
+    v = torch.cat([v_cache[table[b].long()].reshape(-1, nheads_k, d)[: nk[b]] for b in range(4)])
+    sinks = torch.rand(nheads)
+    for causal, window in ((True, (-1, -1)), (False, (5, 0)), (False, (-1, -1))):
+        got = flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 9, 40, causal=causal, window_size=window,
+                                     block_table=table, sinks=sinks)
+        want = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 9, 40, causal=causal, window_size=window, sinks=sinks)
+        torch.testing.assert_close(got, want, atol=2e-6, rtol=0)
+    with pytest.raises(ValueError, match="block_table"):
+        flash_attn_varlen_func(q.requires_grad_(True), k_cache, v_cache, cu_q, cu_k, 9, 40, block_table=table)
 
 
 def test_max_seqlen_takes_integers_of_any_kind():
