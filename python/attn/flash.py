@@ -76,7 +76,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _attn
 from ._flash_kvcache import flash_attn_with_kvcache
-from .torch import _dropout_seed
+from .torch import _dropout_seed, _ScaledDotProductAttention
 
 _bridge = _attn._torch
 
@@ -188,40 +188,7 @@ def _fa_lse(lse):
     return torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)
 
 
-# ---- the two autograd functions ------------------------------------------------------------------
-
-class _FlashAttn(torch.autograd.Function):
-    """q, k, v (batch, seqlen, nheads, headdim): attn's dense sdpa on (batch, nheads, seqlen, headdim)
-    views of them; out allocated in q's layout. sinks (H,) or None is an input for its gradient."""
-    @staticmethod
-    def forward(ctx, q, k, v, sinks, options):
-        wide = torch.float32 if q.dtype in _SIXTEEN_BITS else q.dtype
-        batch, seqlen_q, nheads, _ = q.shape
-        out = torch.empty((batch, seqlen_q, nheads, v.shape[-1]), dtype=q.dtype)
-        lse = torch.empty((batch, nheads, seqlen_q), dtype=wide)
-        options = dict(options, sinks=None if sinks is None else _contiguous_last(sinks.detach()))
-        _bridge.sdpa_forward(out.transpose(1, 2), lse, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                             options)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options = options
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse = ctx.saved_tensors
-        wanted = ctx.needs_input_grad
-        grads = [torch.empty(x.shape, dtype=x.dtype) if want else None for x, want in zip((q, k, v), wanted)]
-        sinks = ctx.options["sinks"]
-        grad_sinks = torch.empty(sinks.shape, dtype=sinks.dtype) if wanted[3] else None
-        if any(g is not None for g in grads) or grad_sinks is not None:
-            t = [None if g is None else g.transpose(1, 2) for g in grads]
-            g_out = _contiguous_last(grad_out.to(out.dtype))
-            _bridge.sdpa_backward(*t, g_out.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                  out.transpose(1, 2), lse, ctx.options, grad_sinks=grad_sinks)
-        return (*grads, grad_sinks, None)
-
+# ---- the varlen autograd function (flash_attn_func runs attn.torch's, tokens first) -----------------
 
 class _FlashAttnVarlen(torch.autograd.Function):
     """Packed q (total_q, H, d), k, v (total_k, Hk, *): attn::varlen_forward / varlen_backward."""
@@ -307,7 +274,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     batch, seqlen_q, nheads, _ = q.shape
     options, sinks = _options(function, q, nheads, batch, dropout_p, softmax_scale, causal, window_size, softcap,
                               alibi_slopes, sinks)
-    out, lse = _FlashAttn.apply(q, k, v, sinks, options)
+    out, lse = _ScaledDotProductAttention.apply(q, k, v, sinks, dict(options, tokens_first=True))
     if not return_attn_probs:
         return out
     seqlen_k = k.shape[1]

@@ -158,14 +158,17 @@ def _mask_options(function, attn_mask, valid_lens, is_causal, mask_dtype):
 # ---- scaled dot-product attention ----------------------------------------------------------------
 
 class _ScaledDotProductAttention(torch.autograd.Function):
-    """out and lse of attn's sdpa; sinks (H,) or None is an input of its own, for its gradient."""
+    """out and lse of attn's sdpa; sinks (H,) or None is an input of its own, for its gradient. With
+    options["tokens_first"], query, key and value are (B, S, H, D) (FlashAttention's layout, attn.flash):
+    attn reads (B, H, S, D) views of them and out is allocated (B, S, H, Dv); lse is (B, H, S) either way."""
     @staticmethod
     def forward(ctx, query, key, value, sinks, options):
+        heads = _heads_of(options)
         wide = torch.float32 if query.dtype in _SIXTEEN_BITS else query.dtype
         out = torch.empty(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
-        lse = torch.empty(query.shape[:-1], dtype=wide)
+        lse = torch.empty(heads(query).shape[:-1], dtype=wide)
         options = dict(options, sinks=None if sinks is None else _readable(sinks.detach()))
-        _bridge.sdpa_forward(out, lse, query, key, value, options)
+        _bridge.sdpa_forward(heads(out), lse, heads(query), heads(key), heads(value), options)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.options = options
         ctx.mark_non_differentiable(lse)
@@ -175,15 +178,25 @@ class _ScaledDotProductAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out, grad_lse):
         query, key, value, out, lse = ctx.saved_tensors
+        heads = _heads_of(ctx.options)
         wanted = ctx.needs_input_grad
         grads = [torch.empty(x.shape, dtype=x.dtype) if want else None
                  for x, want in zip((query, key, value), wanted)]
         sinks = ctx.options["sinks"]
         grad_sinks = torch.empty(sinks.shape, dtype=sinks.dtype) if wanted[3] else None
         if any(g is not None for g in grads) or grad_sinks is not None:
-            _bridge.sdpa_backward(*grads, _readable(grad_out.to(out.dtype)), query, key, value, out, lse, ctx.options,
-                                  grad_sinks=grad_sinks)
+            views = [None if g is None else heads(g) for g in grads]
+            _bridge.sdpa_backward(*views, heads(_readable(grad_out.to(out.dtype))), heads(query), heads(key),
+                                  heads(value), heads(out), lse, ctx.options, grad_sinks=grad_sinks)
         return (*grads, grad_sinks, None)
+
+
+def _heads_of(options):
+    """The (B, H, S, D) view attn reads of a call's tensors: themselves, or for tokens-first tensors
+    (B, S, H, D) their transpose (no copy)."""
+    if options.get("tokens_first"):
+        return lambda x: x.transpose(1, 2)
+    return lambda x: x
 
 
 def _heads_view(x):
