@@ -1,6 +1,6 @@
 // A torch.Tensor as attn reads it, without NumPy and without libtorch: its data_ptr(), shape,
 // stride() and dtype, read through Python. Shared by the torch bridges (torch_bridge.cpp: attn.torch;
-// torch_varlen.cpp: attn.flash's varlen calls).
+// torch_varlen.cpp and torch_flash.cpp: attn.flash).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attn/half.hpp"
+#include "attn/sdpa.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn_py {
@@ -64,5 +65,23 @@ attn::TensorView<T> view(const Borrowed& b, const char* name) {
   if (numel == 0) return {data, b.shape};  // torch gives an empty tensor any strides
   return {data, b.shape, b.strides};
 }
+
+// Runs f(T{}) for the dtype of `q`: float32, bfloat16, float16, and float64 when kFloat64; else a
+// TypeError naming `who` (the function and its argument, e.g. "attn.torch: query").
+template <bool kFloat64 = true, class F>
+void for_dtype(const Borrowed& q, const std::string& who, F&& f) {
+  if (q.dtype == "float32") return f(float{});
+  if constexpr (kFloat64) {
+    if (q.dtype == "float64") return f(double{});
+  }
+  if (q.dtype == "bfloat16") return f(attn::bfloat16{});
+  if (q.dtype == "float16") return f(attn::float16{});
+  throw py::type_error(who + " has dtype torch." + q.dtype + "; attn computes in float32, " +
+                       (kFloat64 ? "float64, " : "") + "bfloat16 or float16");
+}
+
+// 16-bit attention keeps lse, the additive mask, the slopes and the sinks in float32.
+template <class T>
+using Wide = std::conditional_t<attn::Half16<T>, float, T>;
 
 }  // namespace attn_py

@@ -109,20 +109,6 @@ Renames torch_renames() {
           {"dsinks", "grad_sinks"}};
 }
 
-// Runs f(T{}) for the dtype of `q`: float32, float64, bfloat16 or float16.
-template <class F>
-void for_dtype(const Borrowed& q, F&& f) {
-  if (q.dtype == "float32") return f(float{});
-  if (q.dtype == "float64") return f(double{});
-  if (q.dtype == "bfloat16") return f(attn::bfloat16{});
-  if (q.dtype == "float16") return f(attn::float16{});
-  throw py::type_error("attn.torch: query has dtype torch." + q.dtype +
-                       "; attn computes in float32, float64, bfloat16 or float16");
-}
-
-// 16-bit attention keeps lse, the additive mask and the slopes in float32.
-template <class T>
-using Wide = std::conditional_t<attn::Half16<T>, float, T>;
 
 void sdpa_forward(py::handle out_t, py::handle lse_t, py::handle q_t, py::handle k_t, py::handle v_t,
                   const py::dict& opts) {
@@ -131,7 +117,7 @@ void sdpa_forward(py::handle out_t, py::handle lse_t, py::handle q_t, py::handle
   last_inputs = {reinterpret_cast<std::uintptr_t>(q.data), reinterpret_cast<std::uintptr_t>(k.data),
                  reinterpret_cast<std::uintptr_t>(v.data)};
   Call call("scaled_dot_product_attention", torch_renames());
-  for_dtype(q, [&](auto tag) {
+  for_dtype(q, "attn.torch: query", [&](auto tag) {
     using T = decltype(tag);
     const auto mask = o.masks.mask<Wide<T>>();
     const auto ov = view<T>(out, "out");
@@ -152,7 +138,7 @@ void sdpa_backward(py::handle dq_t, py::handle dk_t, py::handle dv_t, py::handle
   const Borrowed dsinks = borrow(dsinks_t);
   const Options o = options_from(opts);
   Call call("scaled_dot_product_attention.backward", torch_renames());
-  for_dtype(q, [&](auto tag) {
+  for_dtype(q, "attn.torch: query", [&](auto tag) {
     using T = decltype(tag);
     const auto mask = o.masks.mask<Wide<T>>();
     const auto dqv = view<T>(dq, "grad_query"), dkv = view<T>(dk, "grad_key"), dvv = view<T>(dv, "grad_value");

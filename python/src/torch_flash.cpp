@@ -54,14 +54,6 @@ AttendTensors attend_from(const py::dict& d, const char* function) {
   return r;
 }
 
-// Runs f(T{}) for q's dtype: float32, bfloat16 or float16 (FlashAttention's, and float32).
-template <class F>
-void for_dtype(const Borrowed& q, const char* function, F&& f) {
-  if (q.dtype == "float32") return f(float{});
-  if (q.dtype == "bfloat16") return f(attn::bfloat16{});
-  if (q.dtype == "float16") return f(attn::float16{});
-  throw py::type_error(std::string(function) + ": q has dtype torch." + q.dtype + "; it must be float32, bfloat16 or float16");
-}
 
 void with_kvcache(py::handle out_t, py::handle lse_t, py::handle q_t, py::handle k_cache_t, py::handle v_cache_t,
                   py::handle k_t, py::handle v_t, py::handle cos_t, py::handle sin_t, py::handle seqlens_t,
@@ -71,7 +63,7 @@ void with_kvcache(py::handle out_t, py::handle lse_t, py::handle q_t, py::handle
   const Borrowed idx = borrow(batch_idx_t), pad = borrow(leftpad_t), table = borrow(table_t);
   const AttendTensors a = attend_from(opts, "flash_attn_with_kvcache");
   Call call("flash_attn_with_kvcache", {});
-  for_dtype(q, "flash_attn_with_kvcache", [&](auto tag) {
+  for_dtype</*kFloat64=*/false>(q, "flash_attn_with_kvcache: q", [&](auto tag) {
     using T = decltype(tag);
     attn::FlashKvCacheParams<T> p;
     p.k_cache = view<T>(kc, "k_cache"), p.v_cache = view<T>(vc, "v_cache");
@@ -98,7 +90,7 @@ void paged_varlen_forward(py::handle out_t, py::handle lse_t, py::handle q_t, py
   const Borrowed table = borrow(table_t), cu_q = borrow(cu_q_t), cu_k = borrow(cu_k_t), used = borrow(seqused_t);
   const AttendTensors a = attend_from(opts, "flash_attn_varlen_func");
   Call call("flash_attn_varlen_func", {});
-  for_dtype(q, "flash_attn_varlen_func", [&](auto tag) {
+  for_dtype</*kFloat64=*/false>(q, "flash_attn_varlen_func: q", [&](auto tag) {
     using T = decltype(tag);
     attn::FlashPagedVarlenParams<T> p;
     p.k_cache = view<const T>(kc, "k"), p.v_cache = view<const T>(vc, "v");

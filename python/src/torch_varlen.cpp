@@ -69,17 +69,6 @@ Renames flash_renames() {
           {"scale", "softmax_scale"}, {"softcap", "softcap"}, {"alibi_slopes", "alibi_slopes"}, {"sinks", "sinks"}};
 }
 
-template <class F>
-void for_dtype(const Borrowed& q, F&& f) {
-  if (q.dtype == "float32") return f(float{});
-  if (q.dtype == "float64") return f(double{});
-  if (q.dtype == "bfloat16") return f(attn::bfloat16{});
-  if (q.dtype == "float16") return f(attn::float16{});
-  throw py::type_error("attn.flash: q has dtype torch." + q.dtype + "; attn computes in float32, float64, bfloat16 or float16");
-}
-
-template <class T>
-using Wide = std::conditional_t<attn::Half16<T>, float, T>;
 
 attn::VarlenSeqs seqs_of(const Borrowed& cu_q, const Borrowed& cu_k, index_t max_q, index_t max_k) {
   return {view<const std::int32_t>(cu_q, "cu_seqlens_q"), view<const std::int32_t>(cu_k, "cu_seqlens_k"), max_q, max_k};
@@ -92,7 +81,7 @@ void varlen_forward(py::handle out_t, py::handle lse_t, py::handle weights_t, py
   const Borrowed q = borrow(q_t), k = borrow(k_t), v = borrow(v_t), cu_q = borrow(cu_q_t), cu_k = borrow(cu_k_t);
   const VarlenOptions o = options_from(opts);
   Call call("flash_attn_varlen_func", flash_renames());
-  for_dtype(q, [&](auto tag) {
+  for_dtype(q, "attn.flash: q", [&](auto tag) {
     using T = decltype(tag);
     const auto mask = o.mask<Wide<T>>();
     const auto seqs = seqs_of(cu_q, cu_k, max_q, max_k);
@@ -117,7 +106,7 @@ void varlen_backward(py::handle dq_t, py::handle dk_t, py::handle dv_t, py::hand
   const Borrowed cu_q = borrow(cu_q_t), cu_k = borrow(cu_k_t), dsinks = borrow(dsinks_t);
   const VarlenOptions o = options_from(opts);
   Call call("flash_attn_varlen_func.backward", flash_renames());
-  for_dtype(q, [&](auto tag) {
+  for_dtype(q, "attn.flash: q", [&](auto tag) {
     using T = decltype(tag);
     const auto mask = o.mask<Wide<T>>();
     const auto seqs = seqs_of(cu_q, cu_k, max_q, max_k);
