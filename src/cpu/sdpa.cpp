@@ -36,13 +36,18 @@ struct DecodeBuffers {
         sigma(c.take<float>(rounded_rows)) {}
 };
 
-// The decode path (simd/fused.hpp): key chunks sized from the shape alone (about 16 tasks over all
-// key heads, at least 256 keys each), partial results merged per row in chunk order.
+// The decode path (simd/fused.hpp): key chunks sized from the shape alone (about 16 tasks, at least
+// 256 keys each), partial results merged per row in chunk order. A task takes one key head, or every
+// key head of its batch element when the keys are stored token by token (a token's heads side by
+// side, as in FlashAttention's caches and (B, S, H, D) tensors): it then reads them in memory order.
 template <class T>
 void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr, const fused::KvRows* values = nullptr) {
   const SdpaPlan<T>& a = *f.plan;
   const index_t B = a.q.B, H = a.q.H, Hk = a.k.H, n = a.q.R, m = a.k.R, dv = a.v.C;
-  const index_t chunks = fused::key_chunks(B * Hk, m / 256);
+  const bool token_major = keys != nullptr ? keys->sR > keys->sH && values->sR > values->sH
+                                           : a.k.sR > a.k.sH && a.v.sR > a.v.sH;
+  const index_t heads = token_major ? std::max<index_t>(1, Hk) : 1, groups = heads > 0 ? Hk / heads : 0;
+  const index_t chunks = fused::key_chunks(B * groups, m / 256);
   const index_t chunk_keys = std::max<index_t>(1, (m + chunks - 1) / chunks);
   const bool int8 = keys != nullptr && keys->type == fused::KvType::i8;
   const auto rows = static_cast<std::size_t>(B * H * n);
@@ -55,9 +60,9 @@ void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr,
       p.rounded = buf->rounded, p.sigma = buf->sigma;
     }
   }
-#pragma omp parallel for schedule(dynamic, 1) if (B * Hk * chunks > 1)
-  for (index_t t = 0; t < B * Hk * chunks; ++t)
-    fused::sdpa_decode_chunk<T>(p, t / chunks / Hk, t / chunks % Hk, t % chunks);
+#pragma omp parallel for schedule(dynamic, 1) if (B * groups * chunks > 1)
+  for (index_t t = 0; t < B * groups * chunks; ++t)
+    fused::sdpa_decode_chunk<T>(p, t / chunks / groups, t / chunks % groups * heads, heads, t % chunks);
   // out = sum_c e^(max_c - max) out_c / sum_c e^(max_c - max) sum_c; lse = max + log(sum).
   for (index_t r = 0; r < B * H * n; ++r) {
     const index_t bh = r / n, i = r % n;

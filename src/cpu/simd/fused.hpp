@@ -219,10 +219,12 @@ struct SdpaDecode {
   const float* sigma = nullptr;
 };
 
-// Keys of chunk `chunk` of key head hk of batch b for every query row of the heads that read it: the
-// partial results of that chunk.
+// Keys of chunk `chunk` of key heads [hk, hk + heads) of batch b for every query row of the heads
+// that read them: the partial results of that chunk. Each tile of keys is read for all those heads
+// before the next tile: keys laid out token by token (a token's heads side by side, FlashAttention's
+// caches) are then read in memory order.
 template <class T>
-void sdpa_decode_chunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chunk);
+void sdpa_decode_chunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t heads, index_t chunk);
 
 // ---- backward ------------------------------------------------------------------------------
 // Three passes, each split into blocks that do not depend on the thread count, so results are

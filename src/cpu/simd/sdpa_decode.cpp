@@ -489,21 +489,24 @@ index_t run_of(const View4<const T>&, index_t) {
 }
 inline index_t run_of(const KvRows& x, index_t j) { return x.run(j); }
 
-// Tiles outer, query rows inner: each tile of keys and values is read from memory once and serves
-// every row of every query head of the key head's group from the cache. A row's running state lives
-// in its slot of the partial results. Keys and values from `ks` and `vs` (the plan's tensors or
-// KvRows of elements E); a tile ends where their rows stop being one run (a cache block's end).
+// Tiles outer, key heads and query rows inner: each tile of keys and values is read from memory once
+// and serves every row of every query head of its key head's group from the cache; the task's key
+// heads [hk0, hk0 + heads) take each tile in turn, so keys stored token by token are read in memory
+// order. A row's running state lives in its slot of the partial results. Keys and values from `ks`
+// and `vs` (the plan's tensors or KvRows of elements E); a tile ends where their rows stop being one
+// run (a cache block's end).
 template <class E, class T, class Source>
-void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chunk, const Source& ks, const Source& vs) {
+void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t heads, index_t chunk, const Source& ks,
+                     const Source& vs) {
   simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
   const SdpaPlan<T>& a = *p.f.plan;
-  const index_t n = a.q.R, m = a.k.R, dv = a.v.C, H = a.q.H, h0 = hk * a.group, h1 = h0 + a.group;
+  const index_t n = a.q.R, m = a.k.R, dv = a.v.C, H = a.q.H, hk1 = hk0 + heads;
   const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
   // The slot of row i of query head h, and the last key a row of the task may attend to.
   auto slot = [&](index_t h, index_t i) { return ((b * H + h) * n + i) * p.chunks + chunk; };
   index_t begin = k1, end = k0;
-  for (index_t h = h0; h < h1; ++h)
+  for (index_t h = hk0 * a.group; h < hk1 * a.group; ++h)
     for (index_t i = 0; i < n; ++i) {
       const index_t r = slot(h, i);
       std::fill(p.part_out + r * dv, p.part_out + (r + 1) * dv, T(0));
@@ -517,39 +520,49 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chun
   auto tile_size = [&](index_t j0) { return std::min({kDecodeTile, end - j0, run_of(ks, j0), run_of(vs, j0)}); };
   for (index_t j0 = begin, cnt = 0; j0 < end; j0 += cnt) {
     cnt = tile_size(j0);
-    const TileRows<E> keys = tile_of<E>(ks, b, hk, j0), vals = tile_of<E>(vs, b, hk, j0);
-    NextRows<E> next_keys;
-    if (j0 + cnt < end) next_keys = {tile_of<E>(ks, b, hk, j0 + cnt), tile_size(j0 + cnt), a.q.C};
-    for (index_t h = h0; h < h1; ++h)
-      for (index_t i = 0; i < n; ++i) {
-        const RowMask<T> rm = a.mask.row(b, h, i);
-        if (!a.mask.seeds_fill && (j0 >= rm.end || j0 + cnt <= rm.begin)) continue;
-        const index_t r = slot(h, i);
-        const index_t row = (b * H + h) * n + i;  // its rounding, for int8 keys
-        DecodeTileRow(d, a, rm, a.q.row(b, h, i), p.rounded == nullptr ? nullptr : p.rounded + row * a.q.C,
-                      p.sigma == nullptr ? 0.0f : p.sigma[row], keys, vals, next_keys, j0, cnt, b * H + h, i, s,
-                      p.part_out + r * dv, p.part_max[r], p.part_sum[r]);
+    for (index_t hk = hk0; hk < hk1; ++hk) {
+      const TileRows<E> keys = tile_of<E>(ks, b, hk, j0), vals = tile_of<E>(vs, b, hk, j0);
+      NextRows<E> next_keys;  // the keys read next: the next head's of this tile, or the next tile's
+      if (hk + 1 < hk1) {
+        next_keys = {tile_of<E>(ks, b, hk + 1, j0), cnt, a.q.C};
+      } else if (j0 + cnt < end) {
+        next_keys = {tile_of<E>(ks, b, hk0, j0 + cnt), tile_size(j0 + cnt), a.q.C};
       }
+      for (index_t h = hk * a.group; h < (hk + 1) * a.group; ++h)
+        for (index_t i = 0; i < n; ++i) {
+          const RowMask<T> rm = a.mask.row(b, h, i);
+          if (!a.mask.seeds_fill && (j0 >= rm.end || j0 + cnt <= rm.begin)) continue;
+          const index_t r = slot(h, i);
+          const index_t row = (b * H + h) * n + i;  // its rounding, for int8 keys
+          DecodeTileRow(d, a, rm, a.q.row(b, h, i), p.rounded == nullptr ? nullptr : p.rounded + row * a.q.C,
+                        p.sigma == nullptr ? 0.0f : p.sigma[row], keys, vals, next_keys, j0, cnt, b * H + h, i, s,
+                        p.part_out + r * dv, p.part_max[r], p.part_sum[r]);
+        }
+    }
   }
 }
 
 template <class T>
-void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t chunk) {
+void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t heads, index_t chunk) {
   if constexpr (std::is_same_v<T, float>) {
     if (p.keys != nullptr) {
       switch (p.keys->type) {
-        case KvType::f32: return DecodeChunkFrom<float>(p, b, hk, chunk, *p.keys, *p.values);
-        case KvType::bf16: return DecodeChunkFrom<bfloat16>(p, b, hk, chunk, *p.keys, *p.values);
-        case KvType::f16: return DecodeChunkFrom<float16>(p, b, hk, chunk, *p.keys, *p.values);
-        case KvType::i8: return DecodeChunkFrom<std::int8_t>(p, b, hk, chunk, *p.keys, *p.values);
+        case KvType::f32: return DecodeChunkFrom<float>(p, b, hk, heads, chunk, *p.keys, *p.values);
+        case KvType::bf16: return DecodeChunkFrom<bfloat16>(p, b, hk, heads, chunk, *p.keys, *p.values);
+        case KvType::f16: return DecodeChunkFrom<float16>(p, b, hk, heads, chunk, *p.keys, *p.values);
+        case KvType::i8: return DecodeChunkFrom<std::int8_t>(p, b, hk, heads, chunk, *p.keys, *p.values);
       }
     }
   }
-  DecodeChunkFrom<T>(p, b, hk, chunk, p.f.plan->k, p.f.plan->v);
+  DecodeChunkFrom<T>(p, b, hk, heads, chunk, p.f.plan->k, p.f.plan->v);
 }
 
-void DecodeChunkF32(const SdpaDecode<float>& p, index_t b, index_t hk, index_t c) { DecodeChunk(p, b, hk, c); }
-void DecodeChunkF64(const SdpaDecode<double>& p, index_t b, index_t hk, index_t c) { DecodeChunk(p, b, hk, c); }
+void DecodeChunkF32(const SdpaDecode<float>& p, index_t b, index_t hk, index_t heads, index_t c) {
+  DecodeChunk(p, b, hk, heads, c);
+}
+void DecodeChunkF64(const SdpaDecode<double>& p, index_t b, index_t hk, index_t heads, index_t c) {
+  DecodeChunk(p, b, hk, heads, c);
+}
 
 }  // namespace attn::cpu::fused::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -566,12 +579,12 @@ float round_query(simd::Target target, const float* q, index_t d, std::int16_t* 
 HWY_EXPORT(DecodeChunkF64);
 
 template <>
-void sdpa_decode_chunk(const SdpaDecode<float>& p, index_t b, index_t hk, index_t chunk) {
-  ATTN_SIMD_CALL(p.f.simd, DecodeChunkF32)(p, b, hk, chunk);
+void sdpa_decode_chunk(const SdpaDecode<float>& p, index_t b, index_t hk, index_t heads, index_t chunk) {
+  ATTN_SIMD_CALL(p.f.simd, DecodeChunkF32)(p, b, hk, heads, chunk);
 }
 template <>
-void sdpa_decode_chunk(const SdpaDecode<double>& p, index_t b, index_t hk, index_t chunk) {
-  ATTN_SIMD_CALL(p.f.simd, DecodeChunkF64)(p, b, hk, chunk);
+void sdpa_decode_chunk(const SdpaDecode<double>& p, index_t b, index_t hk, index_t heads, index_t chunk) {
+  ATTN_SIMD_CALL(p.f.simd, DecodeChunkF64)(p, b, hk, heads, chunk);
 }
 
 }  // namespace attn::cpu::fused
