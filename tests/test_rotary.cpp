@@ -80,7 +80,9 @@ TYPED_TEST_SUITE(RotaryFloat, FloatTypes);
 TYPED_TEST(RotaryFloat, BothLayoutsPartialRotaryDimAndOffset) {
   using T = TypeParam;
   const index_t B = 2, S = 7, H = 3, d = 10, half = 3, P = 12;
-  const auto [cos, sin] = rope_tables<T>(P, half);
+  const auto cos_sin = rope_tables<T>(P, half);  // a pair, not a structured binding: clang 14's lambdas cannot capture one
+  const auto& cos = cos_sin.first;
+  const auto& sin = cos_sin.second;
   const Tensor<T> x = random_tensor<T>({B, S, H, d}, 11);
   for (const bool interleaved : {false, true}) {
     Tensor<T> out({B, S, H, d});
@@ -100,7 +102,9 @@ TYPED_TEST(RotaryFloat, BothLayoutsPartialRotaryDimAndOffset) {
 TYPED_TEST(RotaryFloat, PerSequenceOffsets) {
   using T = TypeParam;
   const index_t B = 3, S = 5, H = 2, d = 8, half = 4, P = 16;
-  const auto [cos, sin] = rope_tables<T>(P, half);
+  const auto cos_sin = rope_tables<T>(P, half);
+  const auto& cos = cos_sin.first;
+  const auto& sin = cos_sin.second;
   const Tensor<T> x = random_tensor<T>({B, S, H, d}, 12);
   const std::vector<index_t> first = {0, 11, 4};
   const Tensor<std::int32_t> off32({B}, {0, 11, 4});
@@ -119,7 +123,9 @@ TYPED_TEST(RotaryFloat, PerSequenceOffsets) {
 TYPED_TEST(RotaryFloat, Varlen) {
   using T = TypeParam;
   const index_t H = 3, d = 12, half = 5, P = 9, total = 8;
-  const auto [cos, sin] = rope_tables<T>(P, half);
+  const auto cos_sin = rope_tables<T>(P, half);
+  const auto& cos = cos_sin.first;
+  const auto& sin = cos_sin.second;
   const Tensor<T> x = random_tensor<T>({total, H, d}, 13);
   const Tensor<std::int32_t> cu({4}, {0, 3, 3, 8});
   const Tensor<std::int64_t> offsets({3}, {6, 100, 4});  // the empty sequence has no position to check
@@ -144,7 +150,9 @@ TYPED_TEST(RotaryFloat, Varlen) {
 TYPED_TEST(RotaryFloat, InPlaceAndStrided) {
   using T = TypeParam;
   const index_t B = 2, S = 4, H = 3, d = 10, half = 4, P = 8;
-  const auto [cos, sin] = rope_tables<T>(P, half);
+  const auto cos_sin = rope_tables<T>(P, half);
+  const auto& cos = cos_sin.first;
+  const auto& sin = cos_sin.second;
   Tensor<T> wide = random_tensor<T>({B, S, 2 * H, d}, 14);
   const TensorView<T> x(wide.data(), {B, S, H, d}, {S * 2 * H * d, 2 * H * d, 2 * d, 1});
   for (const bool interleaved : {false, true}) {
@@ -174,7 +182,9 @@ TYPED_TEST(RotaryFloat, InPlaceAndStrided) {
 TYPED_TEST(RotaryFloat, InverseUndoesForward) {
   using T = TypeParam;
   const index_t B = 2, S = 6, H = 2, d = 16, half = 8, P = 10;
-  const auto [cos, sin] = rope_tables<T>(P, half);
+  const auto cos_sin = rope_tables<T>(P, half);
+  const auto& cos = cos_sin.first;
+  const auto& sin = cos_sin.second;
   const Tensor<T> x = random_tensor<T>({B, S, H, d}, 15);
   const Tensor<std::int64_t> offsets({B}, {1, 4});
   for (const bool interleaved : {false, true}) {
@@ -191,7 +201,9 @@ TYPED_TEST(RotaryFloat, InverseUndoesForward) {
 // central finite differences in float64.
 TEST(Rotary, BackwardIsTheInverseByFiniteDifferences) {
   const index_t B = 2, S = 3, H = 2, d = 6, half = 2, P = 7;
-  const auto [cos, sin] = rope_tables<double>(P, half);
+  const auto cos_sin = rope_tables<double>(P, half);
+  const auto& cos = cos_sin.first;
+  const auto& sin = cos_sin.second;
   Tensor<double> x = random_tensor<double>({B, S, H, d}, 16);
   const Tensor<double> w = random_tensor<double>({B, S, H, d}, 17);
   const Tensor<std::int32_t> offsets({B}, {0, 4});
@@ -216,7 +228,9 @@ TEST(Rotary, BackwardIsTheInverseByFiniteDifferences) {
 template <class H>
 void expect_sixteen_bits() {
   const index_t B = 2, S = 9, Hd = 3, d = 20, half = 8, P = 12;
-  const auto [cos, sin] = rope_tables<float>(P, half);
+  const auto cos_sin = rope_tables<float>(P, half);
+  const auto& cos = cos_sin.first;
+  const auto& sin = cos_sin.second;
   const Tensor<float> x32 = random_tensor<float>({B, S, Hd, d}, 18);
   const Tensor<H> x = testing::to_half<H>(x32);
   const Tensor<float> widened = testing::to_single(x);
@@ -238,7 +252,9 @@ TEST(Rotary, Float16) { expect_sixteen_bits<float16>(); }
 // Past 64K elements the tokens are split across threads: the same bits at 1 and 4 threads.
 TEST(Rotary, ThreadsGiveTheSameBits) {
   const index_t B = 2, S = 300, H = 4, d = 64, half = 32, P = 400;
-  const auto [cos, sin] = rope_tables<float>(P, half);
+  const auto cos_sin = rope_tables<float>(P, half);
+  const auto& cos = cos_sin.first;
+  const auto& sin = cos_sin.second;
   const Tensor<float> x = random_tensor<float>({B, S, H, d}, 19);
   Tensor<float> one({B, S, H, d}), four({B, S, H, d});
   set_num_threads(1);
@@ -250,14 +266,18 @@ TEST(Rotary, ThreadsGiveTheSameBits) {
 }
 
 TEST(Rotary, BadArguments) {
-  const auto [cos, sin] = rope_tables<float>(8, 3);
+  const auto cos_sin = rope_tables<float>(8, 3);
+  const auto& cos = cos_sin.first;
+  const auto& sin = cos_sin.second;
   const Tensor<float> x = random_tensor<float>({2, 4, 2, 8}, 20);
   Tensor<float> out({2, 4, 2, 8});
   const auto call = [&](const RotaryPositions& pos, TensorView<const float> c, TensorView<const float> s) {
     apply_rotary<float>(out.view(), x.view(), c, s, pos);
   };
   // tables: shapes differ, rotary_dim past head_dim
-  const auto [cos5, sin5] = rope_tables<float>(8, 5);
+  const auto cos5_sin5 = rope_tables<float>(8, 5);
+  const auto& cos5 = cos5_sin5.first;
+  const auto& sin5 = cos5_sin5.second;
   expect_error([&] { call({}, cos.view(), sin5.view()); }, {"apply_rotary: cos has shape (8,3) but sin has shape (8,5)", "the same"});
   expect_error([&] { call({}, cos5.view(), sin5.view()); }, {"rotary_dim = 2 * 5 = 10", "head_dim 8", "at most head_dim"});
   expect_error([&] { call({}, TensorView<const float>(), sin.view()); }, {"cos is required"});
