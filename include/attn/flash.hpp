@@ -1,5 +1,9 @@
 // FlashAttention's KV-cache calls on the CPU, over caches the caller owns (FlashAttention 2.6's
 // flash_attn_with_kvcache and flash_attn_varlen_func with a block_table). Forward only.
+// FlashAttention's other two calls are attn's own: flash_attn_func is sdpa_forward / sdpa_backward
+// (attn/sdpa.hpp) with Mask::align = Align::bottom_right on (B, H, S, d) views of (B, S, H, d)
+// tensors (strides, no copy), and flash_attn_varlen_func is varlen_forward / varlen_backward
+// (attn/varlen.hpp, included here) with the same alignment. attn.flash (Python) calls these.
 //
 // Shapes (FlashAttention's layout, tokens before heads):
 //   B batch, n queries per sequence (seqlen_q), H query heads, Hk key heads (H a multiple of Hk:
@@ -56,6 +60,7 @@
 #include "attn/half.hpp"
 #include "attn/mask.hpp"
 #include "attn/tensor.hpp"
+#include "attn/varlen.hpp"
 
 namespace attn {
 
