@@ -5,7 +5,7 @@
 //   p(i) - left <= j <= p(i) + right; score = softcap(scale q.k) - slope |p(i) - j|; the sink's logit
 //   appended as one more column with no value (gpt-oss's reference: concatenate, softmax, drop it).
 // Every combination of n < m, n = m, n > m with causal on and off, both alignments, windows, ALiBi
-// and sinks, on the cpu and reference backends, float64 and float32 (within the error budget of
+// and sinks, on the cpu, unfused and reference backends, float64 and float32 (within the error budget of
 // STYLE.md), and 16-bit; gradients (dsinks included) against finite differences in float64; the KV
 // cache's decode window; and the bad inputs.
 #include <cmath>
@@ -149,7 +149,7 @@ TEST_P(AlignSinks, ForwardMatchesTheDefinitions) {
   const Case& c = GetParam();
   const Inputs x(c);
   const auto [want_out, want_lse] = oracle(c, x);
-  for (const Backend backend : {Backend::cpu, Backend::reference}) {
+  for (const Backend backend : {Backend::cpu, Backend::unfused, Backend::reference}) {
     ScopedBackend scoped(backend);
     const auto [out64, lse64] = attn_forward<double>(c, x);
     EXPECT_LE(testing::max_abs_diff(out64, want_out), 1e-12) << "float64 out, backend " << static_cast<int>(backend);

@@ -81,22 +81,6 @@ View4<L> lse_view(const TensorView<L>& lse, const SdpaCall<T>& c, const char* op
   return v;
 }
 
-// The rows of lse a forward writes: the caller's, or with sinks and none given, the call's own
-// (the sinks need every row's log-sum-exp).
-template <class T>
-View4<T> lse_rows(const View4<T>& l, const SdpaCall<T>& c, Tensor<T>& own) {
-  if (!l.empty() || c.plan.mask.sinks == nullptr) return l;
-  own = Tensor<T>({c.B, c.H, c.n});
-  return dense_view4(own.data(), c.B, c.H, c.n, 1);
-}
-
-// After the kernel: out, lse and weights renormalised with the sinks, when the mask has them.
-template <class T>
-void finish_sinks(const SdpaCall<T>& c, View4<T> out, View4<T> lse, View4<T> weights) {
-  if (c.plan.mask.sinks != nullptr)
-    detail::apply_sinks(out, lse, weights, [&](index_t h) { return c.plan.mask.sink(h); });
-}
-
 }  // namespace
 
 template <class T>
@@ -115,10 +99,7 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
                           "(B, n, m) from queries and keys");
   detail::require_no_aliasing<T>(op, {{"out", out}, {"lse", lse}, {"weights", weights}},
                                  {{"queries", queries}, {"keys", keys}, {"values", values}});
-  Tensor<T> own_lse;
-  const View4<T> rows = lse_rows(l, c, own_lse);
-  ATTN_DISPATCH(sdpa_forward<T>, o, rows, w, c.plan);
-  finish_sinks(c, o, rows, w);
+  ATTN_DISPATCH(sdpa_forward<T>, o, l, w, c.plan);
 }
 
 template <class T>
@@ -167,7 +148,9 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
   const View4<T> ds = detail::require_tensor_of_rank(dsinks, op, "dsinks", 1);
   detail::sinks_backward(s, lk, g, whole_out, whole_lse, [&](index_t h) { return c.plan.mask.sink(h); },
                          [&](index_t h) -> T& { return ds.at(0, 0, 0, h); }, !ds.empty());
-  ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, s, whole_out, lk, c.plan);
+  SdpaPlan<T> keys_only = c.plan;  // the kernels' weights over the keys alone, from lse_keys
+  keys_only.mask.sinks = nullptr;
+  ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, s, whole_out, lk, keys_only);
 }
 
 // ---- keys and values read in place as 16-bit or int8 rows (fused::KvRows) ------------------------
@@ -183,10 +166,7 @@ void sdpa_decode_rows(TensorView<float> out, TensorView<float> lse, TensorView<c
   require_shape(out, caller_dims(c.rank, c.B, c.H, c.n, c.dv), op, "out", "(B, n, v) from queries and values");
   const View4<float> l = lse_view(lse, c, op);
   require_no_aliasing<float>(op, {{"out", out}, {"lse", lse}}, {{"queries", queries}});
-  Tensor<float> own_lse;
-  const View4<float> rows = lse_rows(l, c, own_lse);
-  cpu::sdpa_decode_rows(o, rows, c.plan, keys, values);
-  finish_sinks(c, o, rows, {});
+  cpu::sdpa_decode_rows(o, l, c.plan, keys, values);
 }
 
 template <Half16 H, class O>
@@ -212,18 +192,12 @@ void sdpa_forward_half(TensorView<O> out, TensorView<float> lse, TensorView<cons
   x.q = require_tensor(retyped<const std::uint16_t>(queries), op, "queries", c.rank);
   x.k = require_tensor(retyped<const std::uint16_t>(keys), op, "keys", c.rank);
   x.v = require_tensor(retyped<const std::uint16_t>(values), op, "values", c.rank);
-  Tensor<float> own_lse;
-  const View4<float> rows = lse_rows(l, c, own_lse);
   if constexpr (std::is_same_v<O, float>) {
     x.out_float = require_tensor(out, op, "out", c.rank), x.float_out = true;
-    cpu::sdpa_forward_half(rows, c.plan, x);
-    finish_sinks(c, x.out_float, rows, {});
   } else {
-    // Sinks scale out before its rounding: forward_16 (api/sdpa_half.cpp) asks for a float out then.
-    if (c.plan.mask.sinks != nullptr) fail(op, ": internal: sinks need the float32 out before rounding");
     x.out = require_tensor(retyped<std::uint16_t>(out), op, "out", c.rank);
-    cpu::sdpa_forward_half(l, c.plan, x);
   }
+  cpu::sdpa_forward_half(l, c.plan, x);
 }
 #define ATTN_INSTANTIATE(H, O)                                                                                      \
   template void sdpa_forward_half(TensorView<O>, TensorView<float>, TensorView<const H>, TensorView<const H>,       \

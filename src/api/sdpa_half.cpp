@@ -139,14 +139,6 @@ void forward_16(TensorView<O> out, TensorView<float> lse, TensorView<const H> qu
   // keys and values in place too (below). The unfused and reference backends, and more keys than the
   // fused kernels index, take the float32 call.
   const index_t n = queries.rank() >= 3 ? queries.dim(-2) : 0, m = keys.rank() >= 3 ? keys.dim(-2) : 0;
-  if constexpr (!kFloatOut) {
-    if (!mask.sinks.empty()) {  // the sinks scale the float32 result, which is then rounded once
-      Wide wide({elements(out)});
-      const TensorView<float> o = wide.like(out);
-      forward_16<H, float>(o, lse, queries, keys, values, mask, options);
-      return narrow(TensorView<const float>(o), out, "out");
-    }
-  }
   if (backend() == Backend::cpu && n > cpu::fused::kDecodeRows && m <= cpu::fused::kMaxKeys)
     return detail::sdpa_forward_half(out, lse, queries, keys, values, mask, options);
   const bool in_place = decodes_in_place(n);

@@ -1,9 +1,11 @@
-// Attention sinks (attn/mask.hpp) around any attention kernel. A sink is one more score per row with
-// no value, so it changes only each row's normaliser:
-//   lse' = log(e^lse + e^sink),   out' = e^(lse - lse') out,   weights' = e^(lse - lse') weights,
-// exact for every kernel, mask and dropout (dropout scales weights, not the normaliser). The backward
-// is a block's share of a longer attention (sdpa_backward_block): the keys are one block, the sink
-// the other, with lse_keys = lse' + log(1 - e^(sink - lse')); and
+// Attention sinks (attn/mask.hpp) on attention computed without them, and their backward. A sink is
+// one more score per row with no value, so it changes only each row's normaliser. The forward
+// kernels add it when they finish a row (fused::row_end, the unfused and reference softmax rows);
+// here, for rows merged from parts (the ring, sdpa_apply_sinks):
+//   lse' = log(e^lse + e^sink),   out' = e^(lse - lse') out,
+// exact for every mask and dropout (dropout scales weights, not the normaliser). The backward is a
+// block's share of a longer attention (sdpa_backward_block): the keys are one block, the sink the
+// other, with lse_keys = lse' + log(1 - e^(sink - lse')); and
 //   d sink_h = -sum over (b, i) of e^(sink_h - lse'_bhi) (dout_bhi . out'_bhi).
 #pragma once
 

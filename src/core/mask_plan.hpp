@@ -37,6 +37,8 @@ struct RowMask {
   T alibi = 0;                     // ALiBi: -alibi_slope |pos - j| is added to score j; 0 = none
   index_t pos = 0;                 // the query's position p(i)
   bool seeds_fill = false;         // MaskedFill::seeds_minus_1e6
+  bool has_sink = false;           // attention sinks: `sink` joins the row's softmax with no value
+  T sink = 0;
 
   // Whether key j is attended. A -inf additive entry masks its key as a false keep entry does (the
   // score, NaN or not, is never read), except under the seeds' fill, which adds it as a number.
@@ -76,8 +78,8 @@ struct MaskPlan {
   const T* alibi = nullptr;            // slopes, alibi[b * alibi_sb + h * alibi_sh]
   index_t alibi_sb = 0, alibi_sh = 0;
   bool seeds_fill = false;
-  const T* sinks = nullptr;            // attention sinks' logits, sinks[h * sinks_stride]; applied by
-  index_t sinks_stride = 0;            // the API layer around the kernels (api/sinks.hpp)
+  const T* sinks = nullptr;            // attention sinks' logits, sinks[h * sinks_stride]: each forward
+  index_t sinks_stride = 0;            // kernel adds the row's to its softmax's sum (RowMask::sink)
 
   // Keys [begin, end) the structure of the mask allows query i of batch b (valid lengths, causal
   // rule, window); other components may mask more of them.
@@ -100,6 +102,7 @@ struct MaskPlan {
   SegmentRow segments_q(index_t b) const { return shift(seg_q, b * seg_q_sb); }
   SegmentRow segments_k(index_t b) const { return shift(seg_k, b * seg_k_sb); }
   T sink(index_t h) const { return sinks[h * sinks_stride]; }
+  const T* sink_of(index_t h) const { return sinks == nullptr ? nullptr : sinks + h * sinks_stride; }  // or none
   T alibi_slope(index_t b, index_t h) const { return alibi == nullptr ? T(0) : alibi[b * alibi_sb + h * alibi_sh]; }
   // Whether keys are masked element by element (a keep-mask, segments) or biased (additive, ALiBi).
   bool elementwise() const { return keep != nullptr || bias != nullptr || !seg_q.empty() || alibi != nullptr; }
@@ -114,6 +117,7 @@ struct MaskPlan {
     r.alibi = alibi_slope(b, h);
     r.pos = i + offset;
     r.seeds_fill = seeds_fill;
+    if (sinks != nullptr) r.has_sink = true, r.sink = sink(h);
     return r;
   }
 

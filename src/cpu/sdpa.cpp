@@ -63,7 +63,8 @@ void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr,
 #pragma omp parallel for schedule(dynamic, 1) if (B * groups * chunks > 1)
   for (index_t t = 0; t < B * groups * chunks; ++t)
     fused::sdpa_decode_chunk<T>(p, t / chunks / groups, t / chunks % groups * heads, heads, t % chunks);
-  // out = sum_c e^(max_c - max) out_c / sum_c e^(max_c - max) sum_c; lse = max + log(sum).
+  // out = sum_c e^(max_c - max) out_c / sum_c e^(max_c - max) sum_c; lse = max + log(sum), the
+  // head's sink joining the sum (fused::row_end).
   for (index_t r = 0; r < B * H * n; ++r) {
     const index_t bh = r / n, i = r % n;
     const T* mx = p.part_max + r * chunks;
@@ -78,10 +79,9 @@ void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr,
         const T* oc = p.part_out + (r * chunks + c) * dv;
         for (index_t k = 0; k < dv; ++k) o[k] += e * oc[k];
       }
-    const T inv = fused::row_inv_sum<T>(sum);
-    for (index_t k = 0; k < dv; ++k) o[k] *= inv;
-    if (!f.lse.empty())
-      f.lse.at(bh / H, bh % H, i, 0) = fused::row_lse(top, sum);
+    const fused::RowEnd<T> end = fused::row_end(top, sum, a.mask.sink_of(bh % H));
+    for (index_t k = 0; k < dv; ++k) o[k] *= end.factor;
+    if (!f.lse.empty()) f.lse.at(bh / H, bh % H, i, 0) = end.lse;
   }
 }
 

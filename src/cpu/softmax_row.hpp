@@ -22,10 +22,12 @@ T masked_score(const T* s, const RowMask<T>& rm, index_t j) {
 // keeps a NaN once it meets one. Three passes over contiguous memory the compiler vectorises:
 // masked values, maximum, exponentials and their sum, then a scale by 1/sum. The sum is kept in
 // double: summed in float over hundreds of keys it drifts by several ulp, more than PyTorch's.
+// An attention sink (rm.has_sink) is one more score, rm.sink, in the maximum and the sum, with no
+// weight of its own.
 template <class T>
 T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
   const T inf = std::numeric_limits<T>::infinity();
-  T max = -inf;
+  T max = rm.has_sink ? rm.sink : -inf;
   for (index_t j = 0; j < m; ++j) {
     w[j] = masked_score(s, rm, j);
     max = w[j] > max || w[j] != w[j] ? w[j] : max;
@@ -34,7 +36,7 @@ T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
     for (index_t j = 0; j < m; ++j) w[j] = 0;
     return -inf;
   }
-  double sum = 0;
+  double sum = rm.has_sink ? std::exp(static_cast<double>(rm.sink) - static_cast<double>(max)) : 0.0;
   for (index_t j = 0; j < m; ++j) {
     w[j] = std::exp(w[j] - max);
     sum += static_cast<double>(w[j]);

@@ -19,11 +19,13 @@ T masked_score(const T* s, const RowMask<T>& rm, index_t j) {
 }
 
 // One row: w (m) from scores s (m). Returns the log-sum-exp of the masked scores, -inf for a row
-// with nothing to attend to (then w is all 0). A NaN score of an attended key makes the row NaN.
+// with nothing to attend to (then w is all 0). A NaN score of an attended key makes the row NaN. An
+// attention sink (rm.has_sink) is one more score, rm.sink, in the max and the sum, with no weight
+// of its own in w.
 template <class T>
 T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
   const T inf = std::numeric_limits<T>::infinity();
-  T max = -inf;
+  T max = rm.has_sink ? rm.sink : -inf;
   for (index_t j = 0; j < m; ++j)
     if (rm.participates(j) && (masked_score(s, rm, j) > max || std::isnan(masked_score(s, rm, j)))) {
       max = masked_score(s, rm, j);
@@ -33,7 +35,7 @@ T softmax_row(T* w, const T* s, const RowMask<T>& rm, index_t m) {
     for (index_t j = 0; j < m; ++j) w[j] = 0;
     return -inf;
   }
-  T sum = 0;
+  T sum = rm.has_sink ? std::exp(rm.sink - max) : T(0);
   for (index_t j = 0; j < m; ++j)
     if (rm.participates(j)) sum += std::exp(masked_score(s, rm, j) - max);
   for (index_t j = 0; j < m; ++j) w[j] = rm.participates(j) ? std::exp(masked_score(s, rm, j) - max) / sum : T(0);

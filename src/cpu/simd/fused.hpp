@@ -51,6 +51,28 @@ inline T row_lse(T max, double sum) {
                     : std::numeric_limits<T>::quiet_NaN();
 }
 
+// A finished row from its running maximum and sum of weights over the keys (the accumulated output
+// being sum_j e^(s_j - max) v_j): the factor that turns that output into the row's out, and its lse.
+// With an attention sink (attn/mask.hpp: one more score with no value), the sink's term joins the
+// sum: e^(sink - max), or, where the sink exceeds the maximum, the sum rescaled to the sink's
+// (overflow-free either way); a row with no key then outputs 0 with lse = sink.
+template <class T>
+struct RowEnd {
+  T factor, lse;
+};
+template <class T>
+inline RowEnd<T> row_end(T max, double sum, const T* sink) {
+  if (sink == nullptr || !(sum >= 0)) return {row_inv_sum<T>(sum), row_lse(max, sum)};  // NaN stays NaN
+  if (sum == 0) return {T(0), *sink};
+  if (*sink <= max) {
+    const double total = sum + std::exp(static_cast<double>(*sink) - static_cast<double>(max));
+    return {static_cast<T>(1.0 / total), max + static_cast<T>(std::log(total))};
+  }
+  const double shrink = std::exp(static_cast<double>(max) - static_cast<double>(*sink));
+  const double total = sum * shrink + 1.0;
+  return {static_cast<T>(shrink / total), *sink + static_cast<T>(std::log(total))};
+}
+
 // The arrays of one block of queries while its key tiles stream past (BlockState in
 // simd/softmax-inl.h works on them): queries transposed (d, kBlockQ), scores or weights of a key
 // tile (kBlockK, kBlockQ), the partial output transposed (v, kBlockQ), and per query the running

@@ -103,15 +103,15 @@ void ForwardBlock(const SdpaForward<T>& p, const Operands& operands, const Block
   }
   simd::note_tiles(tiles, masked_tiles);
 
-  // out = out^T / sum, lse = max + log(sum); an empty row gets 0 and -inf (row_lse).
+  // out = out^T / sum, lse = max + log(sum), the head's sink joining the sum (row_end); an empty
+  // row gets 0 and -inf (or the sink).
+  const T* sink = a.mask.sink_of(h);
   for (index_t i = 0; i < rows; ++i) {
-    const double sum = st.sum[i];
-    const T inv = row_inv_sum<T>(sum);
+    const RowEnd<T> end = row_end(st.max[i], st.sum[i], sink);
     T* o = operands.out_row(b, h, i0 + i);
-    for (index_t c = 0; c < dv; ++c) o[c] = st.ot[c * kBlockQ + i] * inv;
+    for (index_t c = 0; c < dv; ++c) o[c] = st.ot[c * kBlockQ + i] * end.factor;
     operands.store_row(b, h, i0 + i);
-    if (!p.lse.empty())
-      p.lse.at(b, h, i0 + i, 0) = row_lse(st.max[i], sum);
+    if (!p.lse.empty()) p.lse.at(b, h, i0 + i, 0) = end.lse;
   }
 }
 
@@ -184,17 +184,17 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
   }
   simd::note_tiles(tiles, masked_tiles);
 
+  const float* sink = a.mask.sink_of(h);
   for (index_t i = 0; i < rows; ++i) {
-    const double sum = st.sum[i];
-    const float inv = row_inv_sum<float>(sum);
+    const RowEnd<float> end = row_end(st.max[i], st.sum[i], sink);
     if (x.float_out) {
       float* o = x.out_float.row(b, h, i0 + i);
-      for (index_t c = 0; c < dv; ++c) o[c] = st.ot[c * kBlockQ + i] * inv;
+      for (index_t c = 0; c < dv; ++c) o[c] = st.ot[c * kBlockQ + i] * end.factor;
     } else {
       std::uint16_t* o = x.out.row(b, h, i0 + i);
-      for (index_t c = 0; c < dv; ++c) o[c] = to_bfloat16(st.ot[c * kBlockQ + i] * inv).bits;
+      for (index_t c = 0; c < dv; ++c) o[c] = to_bfloat16(st.ot[c * kBlockQ + i] * end.factor).bits;
     }
-    if (!p.lse.empty()) p.lse.at(b, h, i0 + i, 0) = row_lse(st.max[i], sum);
+    if (!p.lse.empty()) p.lse.at(b, h, i0 + i, 0) = end.lse;
   }
 }
 
