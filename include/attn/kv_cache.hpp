@@ -34,7 +34,8 @@
 // (max_pos, rotary_dim / 2) float32; views, so the caller keeps their memory alive as long as the
 // cache lives), append stores each key rotated at its position (the sequence's length before the
 // append, plus its row) and attend rotates a copy of the queries at theirs (query i of n at
-// length - n + i), as flash_attn_with_kvcache's rotary_cos / rotary_sin do. keys() returns the keys
+// length - n + i, causal or not: every query at its own position; flash_attn_with_kvcache puts all
+// of a non-causal, unwindowed call's queries at the first new position instead). keys() returns the keys
 // as stored: rotated. A position past the tables' rows, or a query before position 0 (n > length), is
 // an error at append or attend.
 #pragma once

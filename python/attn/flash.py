@@ -64,7 +64,10 @@ Conventions, FlashAttention's (and where attn.torch differs):
     (int32), cu_seqlens_k giving their lengths: the call a server makes for a batch mixing prompt
     chunks and decode tokens (attn::flash_attn_varlen_paged: decode-length sequences read the pages in
     place, longer ones gather theirs). Inference only: ValueError when gradients are required.
-  - dtypes: float32, bfloat16, float16 (accumulating in float32), and float64; CPU tensors only.
+  - dtypes: float32, bfloat16, float16 (accumulating in float32), and float64 (not with block_table,
+    nor in flash_attn_with_kvcache); CPU tensors only.
+  - window_size bounds at or past the keys' length (max_seqlen_k for varlen) are unbounded, as
+    FlashAttention's C++ makes them.
 Errors: TypeError for a wrong type or dtype, ValueError for a wrong device, shape or value, each naming
 the argument (FlashAttention's names).
 """
@@ -127,9 +130,11 @@ def _qkv(function, q, k, v, rank, layout):
     return [_contiguous_last(x) for x in (q, k, v)]
 
 
-def _options(function, q, nheads, batch, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-             sinks):
-    """The bridge's options dict (FlashAttention's arguments in attn's terms) and sinks in the mask dtype."""
+def _options(function, q, nheads, batch, seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap,
+             alibi_slopes, sinks):
+    """The bridge's options dict (FlashAttention's arguments in attn's terms) and sinks in the mask dtype.
+    seqlen_k: the keys' length (max_seqlen_k for varlen): a window bound at or past it is unbounded, as
+    FlashAttention's mha_fwd and mha_varlen_fwd make it."""
     wide = torch.float32 if q.dtype in _SIXTEEN_BITS else q.dtype
     if not isinstance(causal, bool):
         raise TypeError(f"{function}: causal must be a bool; got {causal!r}")
@@ -138,7 +143,8 @@ def _options(function, q, nheads, batch, dropout_p, softmax_scale, causal, windo
     except (TypeError, ValueError):
         raise TypeError(f"{function}: window_size must be a pair of ints (left, right), -1 for unbounded; "
                         f"got {window_size!r}") from None
-    left, right = (left if left >= 0 else -1), (right if right >= 0 else -1)
+    left = left if 0 <= left < seqlen_k else -1
+    right = right if 0 <= right < seqlen_k else -1
     if causal:
         right = 0  # FlashAttention's rule: causal is a window with no key to the right
     dropout_p = float(dropout_p)
@@ -272,8 +278,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         raise ValueError(f"{function}: k has shape {tuple(k.shape)} but q has {tuple(q.shape)}; their batch_size "
                          f"must match")
     batch, seqlen_q, nheads, _ = q.shape
-    options, sinks = _options(function, q, nheads, batch, dropout_p, softmax_scale, causal, window_size, softcap,
-                              alibi_slopes, sinks)
+    options, sinks = _options(function, q, nheads, batch, k.shape[1], dropout_p, softmax_scale, causal, window_size,
+                              softcap, alibi_slopes, sinks)
     out, lse = _ScaledDotProductAttention.apply(q, k, v, sinks, dict(options, tokens_first=True))
     if not return_attn_probs:
         return out
@@ -321,8 +327,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         return _paged(function, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                       softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, sinks)
     q, k, v = _qkv(function, q, k, v, 3, "(total, nheads, headdim)")
-    options, sinks = _options(function, q, q.shape[1], batch, dropout_p, softmax_scale, causal, window_size, softcap,
-                              alibi_slopes, sinks)
+    options, sinks = _options(function, q, q.shape[1], batch, max_seqlen_k, dropout_p, softmax_scale, causal,
+                              window_size, softcap, alibi_slopes, sinks)
     out, lse = _FlashAttnVarlen.apply(q, k, v, sinks, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, options)
     if not return_attn_probs:
         return out
@@ -349,12 +355,12 @@ def _paged(function, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         raise ValueError(f"{function}: return_attn_probs is not available with block_table")
     for name, x in (("q", q), ("k", k), ("v", v)):
         _tensor(x, name, function)
-        if x.dtype not in _FLOATS or x.dtype != q.dtype:
-            raise TypeError(f"{function}: {name} has dtype {x.dtype}; q, k and v must share one of float32, "
-                            f"bfloat16, float16, float64")
+        if x.dtype not in _SIXTEEN_BITS + (torch.float32,) or x.dtype != q.dtype:
+            raise TypeError(f"{function}: {name} has dtype {x.dtype}; with block_table q, k and v must share one "
+                            f"of float32, bfloat16, float16 (FlashAttention's)")
     q, k, v = (_contiguous_last(x) for x in (q, k, v))
-    options, sinks = _options(function, q, q.shape[1], cu_seqlens_q.shape[0] - 1, dropout_p, softmax_scale, causal,
-                              window_size, softcap, alibi_slopes, sinks)
+    options, sinks = _options(function, q, q.shape[1], cu_seqlens_q.shape[0] - 1, max_seqlen_k, dropout_p,
+                              softmax_scale, causal, window_size, softcap, alibi_slopes, sinks)
     options["sinks"] = None if sinks is None else _contiguous_last(sinks.detach())
     wide = torch.float32 if q.dtype in _SIXTEEN_BITS else q.dtype
     out = torch.empty((q.shape[0], q.shape[1], v.shape[-1]), dtype=q.dtype)

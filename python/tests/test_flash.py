@@ -488,3 +488,15 @@ def test_max_seqlen_takes_integers_of_any_kind():
     assert torch.equal(flash_attn_varlen_func(q, q, q, cu, cu, np.int64(3), lens.max()), expected)
     with pytest.raises(TypeError, match="max_seqlen_q must be an int"):
         flash_attn_varlen_func(q, q, q, cu, cu, True, 3)
+
+
+def test_window_bounds_past_the_keys_are_unbounded():
+    """FlashAttention's C++ turns a window bound >= seqlen_k (max_seqlen_k) into -1: with 8 queries over
+    2 keys, bottom-right, window_size=(-1, 2) is no window at all (every query sees both keys)."""
+    torch.manual_seed(11)
+    q, k, v = torch.randn(1, 8, 2, 16), torch.randn(1, 2, 2, 16), torch.randn(1, 2, 2, 16)
+    torch.testing.assert_close(flash_attn_func(q, k, v, window_size=(-1, 2)), flash_attn_func(q, k, v), atol=0, rtol=0)
+    torch.testing.assert_close(flash_attn_func(q, k, v, window_size=(5, 2)), flash_attn_func(q, k, v), atol=0, rtol=0)
+    cu_q, cu_k = torch.tensor([0, 8], dtype=I32), torch.tensor([0, 2], dtype=I32)
+    torch.testing.assert_close(flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 8, 2, window_size=(-1, 2)),
+                               flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 8, 2), atol=0, rtol=0)

@@ -73,6 +73,16 @@ void check_attend(const char* op, const FlashAttendOptions& o, index_t B, index_
   if (!a.empty() && !(a.rank() == 1 && a.dim(0) == H) && !(a.rank() == 2 && a.dim(0) == B && a.dim(1) == H))
     detail::fail(op, ": alibi_slopes has shape ", a.shape_string(), "; it must be (nheads,) = (", H, ",) or (batch, nheads) = (", B,
                  ", ", H, ")");
+  // Their values too, here: the attention's own checks come after the append has written the cache.
+  if (!a.empty()) {
+    for (int i = 0; i < a.rank(); ++i)
+      if (a.stride(i) < 0) detail::fail(op, ": alibi_slopes has stride ", a.stride(i), "; strides must not be negative");
+    if (a.data() == nullptr && a.numel() > 0) detail::fail(op, ": alibi_slopes has no data");
+    for (index_t e = 0; e < a.numel(); ++e) {
+      const float slope = a.rank() == 1 ? a(e) : a(e / H, e % H);
+      if (!std::isfinite(slope)) detail::fail(op, ": alibi_slopes holds ", slope, "; every slope must be finite");
+    }
+  }
   const auto& s = o.sinks;
   if (!s.empty()) {
     if (s.rank() != 1 || s.dim(0) != H) detail::fail(op, ": sinks has shape ", s.shape_string(), "; it must be (nheads,) = (", H, ",)");
@@ -133,21 +143,25 @@ struct Sequences {
 };
 
 // out (G, H, n, d) and lse (G, H, n) (or empty), float32, from float queries q (G, H, n, d) over the
-// sequences: one decode call for all of them when nothing but their lengths, the causal rule and
-// sinks masks them (per-query valid lengths), else one per sequence.
+// sequences: one decode call for all of them when nothing but their lengths, the causal rule, a
+// window's right bound (FlashAttention turns causal into window_size (-1, 0)) and sinks masks them
+// (per-query valid lengths), else one per sequence.
 void decode(TensorView<float> out, TensorView<float> lse, TensorView<const float> q, const Sequences& s, index_t Hk,
             const FlashAttendOptions& o, const char* op) {
   const index_t G = q.dim(0), H = q.dim(1), n = q.dim(2), d = q.dim(3);
   if (G == 0) return;
   static const float never_read = 0;
   const SdpaOptions sdpa = sdpa_options(o);
-  if (!window_of(o) && o.alibi_slopes.empty()) {
+  if (o.window.left < 0 && o.alibi_slopes.empty()) {
     const index_t m = *std::max_element(s.m.begin(), s.m.end());
     Tensor<std::int64_t> lens({G, n});
     for (index_t g = 0; g < G; ++g)
       for (index_t i = 0; i < n; ++i) {
-        const index_t L = s.m[static_cast<std::size_t>(g)];
-        lens(g, i) = o.causal ? std::clamp<index_t>(L - n + i + 1, 0, L) : L;
+        const index_t L = s.m[static_cast<std::size_t>(g)], p = L - n + i;  // the query's position
+        index_t end = L;
+        if (o.causal) end = std::min(end, p + 1);
+        if (o.window.right >= 0) end = std::min(end, p + o.window.right + 1);
+        lens(g, i) = std::clamp<index_t>(end, 0, L);
       }
     Mask<float> mask;
     mask.valid_lens = lens.view(), mask.sinks = o.sinks;

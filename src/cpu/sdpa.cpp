@@ -37,16 +37,20 @@ struct DecodeBuffers {
 };
 
 // The decode path (simd/fused.hpp): key chunks sized from the shape alone (about 16 tasks, at least
-// 256 keys each), partial results merged per row in chunk order. A task takes one key head, or every
-// key head of its batch element when the keys are stored token by token (a token's heads side by
-// side, as in FlashAttention's caches and (B, S, H, D) tensors): it then reads them in memory order.
+// 256 keys each), partial results merged per row in chunk order. A task takes one key head, or, when
+// the keys are stored token by token (a token's heads side by side, as in FlashAttention's caches
+// and (B, S, H, D) tensors), several adjacent ones, read in memory order: all of its batch element's,
+// halved while that leaves fewer than 16 tasks (a short cache of few sequences still splits).
 template <class T>
 void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr, const fused::KvRows* values = nullptr) {
   const SdpaPlan<T>& a = *f.plan;
   const index_t B = a.q.B, H = a.q.H, Hk = a.k.H, n = a.q.R, m = a.k.R, dv = a.v.C;
   const bool token_major = keys != nullptr ? keys->sR > keys->sH && values->sR > values->sH
                                            : a.k.sR > a.k.sH && a.v.sR > a.v.sH;
-  const index_t heads = token_major ? std::max<index_t>(1, Hk) : 1, groups = heads > 0 ? Hk / heads : 0;
+  index_t heads = token_major ? std::max<index_t>(1, Hk) : 1;
+  auto tasks_with = [&](index_t h) { return B * (Hk / h) * fused::key_chunks(B * (Hk / h), m / 256); };
+  while (heads > 1 && heads % 2 == 0 && tasks_with(heads) < 16) heads /= 2;
+  const index_t groups = Hk / heads;
   const index_t chunks = fused::key_chunks(B * groups, m / 256);
   const index_t chunk_keys = std::max<index_t>(1, (m + chunks - 1) / chunks);
   const bool int8 = keys != nullptr && keys->type == fused::KvType::i8;
