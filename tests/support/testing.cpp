@@ -18,6 +18,7 @@
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
 extern "C" const char* __tsan_default_options() { return "ignore_noninstrumented_modules=1"; }
+extern "C" int attn_tsan_options_linked = 1;  // what the test programs' link pulls this object in by
 #endif
 #endif
 
