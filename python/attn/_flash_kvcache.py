@@ -29,6 +29,7 @@ cache_batch_idx nor cache_leftpad (as FlashAttention).
 import torch
 
 from . import _attn
+from ._flash_args import window_bounds
 
 _bridge = _attn._torch
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -89,20 +90,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_leftpad, block_table = _int32(cache_leftpad, "cache_leftpad"), _int32(block_table, "block_table")
     if isinstance(num_splits, bool) or not isinstance(num_splits, int):
         raise TypeError(f"{_FUNCTION}: num_splits must be an int; got {num_splits!r}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"{_FUNCTION}: causal must be a bool; got {causal!r}")
-    try:
-        left, right = (int(w) for w in window_size)
-    except (TypeError, ValueError):
-        raise TypeError(f"{_FUNCTION}: window_size must be a pair of ints (left, right), -1 for unbounded; "
-                        f"got {window_size!r}") from None
-    # FlashAttention's normalisation: a bound past the cache's length is no bound, and causal is a
-    # window with nothing on the right (which decides where the queries are rotated).
+    # The window as FlashAttention normalises it against the cache's capacity (causal: nothing on the
+    # right, which also decides where the queries are rotated).
     seqlen_k = k_cache.shape[1] * (block_table.shape[1] if block_table is not None and block_table.dim() == 2 else 1)
-    left = -1 if left < 0 or left >= seqlen_k else left
-    right = -1 if right < 0 or right >= seqlen_k else right
-    if causal:
-        right = 0
+    left, right = window_bounds(_FUNCTION, causal, window_size, seqlen_k)
     softcap = float(softcap)
     options = {
         "causal": "bottom_right" if causal else "none",

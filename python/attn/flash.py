@@ -78,6 +78,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _attn
+from ._flash_args import window_bounds
 from ._flash_kvcache import flash_attn_with_kvcache
 from .torch import _dropout_seed, _ScaledDotProductAttention
 
@@ -136,17 +137,7 @@ def _options(function, q, nheads, batch, seqlen_k, dropout_p, softmax_scale, cau
     seqlen_k: the keys' length (max_seqlen_k for varlen): a window bound at or past it is unbounded, as
     FlashAttention's mha_fwd and mha_varlen_fwd make it."""
     wide = torch.float32 if q.dtype in _SIXTEEN_BITS else q.dtype
-    if not isinstance(causal, bool):
-        raise TypeError(f"{function}: causal must be a bool; got {causal!r}")
-    try:
-        left, right = (int(w) for w in window_size)
-    except (TypeError, ValueError):
-        raise TypeError(f"{function}: window_size must be a pair of ints (left, right), -1 for unbounded; "
-                        f"got {window_size!r}") from None
-    left = left if 0 <= left < seqlen_k else -1
-    right = right if 0 <= right < seqlen_k else -1
-    if causal:
-        right = 0  # FlashAttention's rule: causal is a window with no key to the right
+    left, right = window_bounds(function, causal, window_size, seqlen_k)
     dropout_p = float(dropout_p)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"{function}: dropout_p is {dropout_p}; it must lie in [0, 1)")
