@@ -1,13 +1,13 @@
 #!/usr/bin/python3
-"""Times the seeds' PyTorch DotProductAttention and AdditiveAttention and the textbook's
+"""Times the d2l chapter's PyTorch DotProductAttention and AdditiveAttention and the textbook's
 MultiHeadAttention built on them (Debian's python3-torch, 2 threads) on the cases of `attn bench` and prints the ratio against attn's fused kernels from
 `attn bench --json`.
 
     /usr/bin/python3 bench/compare_torch.py build/attn [--seconds 1] [--filter additive]
 
-The seeds' code, as written in the chapter (masked_softmax with d2l.sequence_mask's -1e6 fill, then
-two bmm), comes from tests/torch/make_cases.py. Causal cases are skipped: the seeds have no causal
-mask; so is the Nadaraya-Watson case, whose (n, m) weight matrix the seeds' code would form (40 GB at
+The d2l chapter's code, as written in the chapter (masked_softmax with d2l.sequence_mask's -1e6 fill, then
+two bmm), comes from tests/torch/make_cases.py. Causal cases are skipped: the d2l chapter has no causal
+mask; so is the Nadaraya-Watson case, whose (n, m) weight matrix the d2l chapter's code would form (40 GB at
 n = m = 1e5).
 """
 import argparse
@@ -21,7 +21,7 @@ import time
 import torch
 
 
-# The seeds' code (d2l's masked_softmax with its -1e6 fill, DotProductAttention, AdditiveAttention)
+# The d2l chapter's code (d2l's masked_softmax with its -1e6 fill, DotProductAttention, AdditiveAttention)
 # has one home, tests/torch/make_cases.py, the parity tests' oracle, and is imported from there.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "torch"))
 from make_cases import AdditiveAttention, DotProductAttention, MultiHeadAttention  # noqa: E402
@@ -38,17 +38,17 @@ def median_seconds(f, budget):
 
 
 def torch_case(name, budget):
-    """Seconds of the seeds' code for a case named as `attn bench` names it, None if not comparable."""
+    """Seconds of the d2l chapter's code for a case named as `attn bench` names it, None if not comparable."""
     if "causal" in name or "forward (1,16384" in name:
         return None
     if name.startswith("nw "):
-        print(f"{name:44s} skipped: the seeds' Nadaraya-Watson forms the (n, m) weight matrix, "
+        print(f"{name:44s} skipped: the d2l chapter's Nadaraya-Watson forms the (n, m) weight matrix, "
               "1e5 x 1e5 float32 = 40 GB", flush=True)
         return None
     dims = [int(x) for x in name[name.index("(") + 1:name.index(")")].split(",")]
     if name.startswith("multi-head"):
         return multi_head_case(*dims, budget)
-    if len(dims) != 4:  # the variants' (B, H, n, m, d) cases: the seeds have no heads, windows or biases
+    if len(dims) != 4:  # the variants' (B, H, n, m, d) cases: the d2l chapter has no heads, windows or biases
         return None
     B, n, m, d = dims
     if name.startswith("additive"):
@@ -69,7 +69,7 @@ def torch_case(name, budget):
 
 
 def additive_case(B, n, m, h, backward, budget):
-    """The seeds' AdditiveAttention with hidden size h, queries, keys and values of size 64, no mask;
+    """The d2l chapter's AdditiveAttention with hidden size h, queries, keys and values of size 64, no mask;
     it materialises the (B, n, m, h) features (512 MiB for the bench case's forward alone)."""
     q, k, v = (torch.rand(B, r, 64) * 2 - 1 for r in (n, m, m))
     attention = AdditiveAttention(64, 64, h, 0.0)
@@ -87,7 +87,7 @@ def additive_case(B, n, m, h, backward, budget):
 
 
 def multi_head_case(B, n, D, H, budget):
-    """The textbook's MultiHeadAttention (the chapter after the seeds', on their DotProductAttention),
+    """The textbook's MultiHeadAttention (the next d2l chapter, on their DotProductAttention),
     forward and backward, queries = keys = values = x (B, n, D), no bias or mask, as attn bench's case."""
     x = (torch.rand(B, n, D) * 2 - 1).requires_grad_()
     g = torch.rand(B, n, D)

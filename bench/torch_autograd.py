@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Times a training step of attention from PyTorch: forward and backward through
-attn.torch.scaled_dot_product_attention against the seeds' DotProductAttention (torch's bmm and
+attn.torch.scaled_dot_product_attention against the d2l chapter's DotProductAttention (torch's bmm and
 softmax, as the chapter writes it; tests/torch/make_cases.py), in the same process on the same tensors.
 
     PYTHONPATH=build/release/python /usr/bin/python3 bench/torch_autograd.py [--seconds 2] [--threads T]
@@ -32,7 +32,7 @@ def main():
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    seeds = DotProductAttention(0.0).eval()
+    theirs = DotProductAttention(0.0).eval()
     print(f"{torch.get_num_threads()} threads, attn on {attn.simd_target()}, torch {torch.__version__}")
     print(f"{'(B, H, n, d), forward + backward':34s} {'torch ms':>9s} {'GFLOP/s':>8s} {'attn ms':>8s} {'GFLOP/s':>8s} {'speed-up':>8s}")
     for B, H, n, d in CASES:
@@ -41,7 +41,7 @@ def main():
         upstream = torch.randn(B, H, n, d, generator=g)
 
         def textbook():
-            out = seeds(q.reshape(B * H, n, d), k.reshape(B * H, n, d), v.reshape(B * H, n, d))
+            out = theirs(q.reshape(B * H, n, d), k.reshape(B * H, n, d), v.reshape(B * H, n, d))
             torch.autograd.grad(out, (q, k, v), upstream.reshape(B * H, n, d))
 
         def ours():

@@ -1,4 +1,4 @@
-// The seeds' Nadaraya-Watson regression with the width chosen by leave-one-out cross-validation
+// The d2l chapter's Nadaraya-Watson regression with the width chosen by leave-one-out cross-validation
 // (attn::select_width) beside the fixed widths 0.1, 0.2, 0.5 and 1, for every kernel.
 //
 // The data are those of `attn demo` (example 5): 50 training points x_i sorted uniform(0, 5),

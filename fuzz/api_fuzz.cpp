@@ -203,7 +203,7 @@ struct MaskArgs {
                          [&in] { return in.value(); }, false);
     }
     if (which & 128) {
-      if (in.chance(60)) fill = attn::MaskedFill::seeds_minus_1e6;
+      if (in.chance(60)) fill = attn::MaskedFill::d2l_minus_1e6;
       if (in.flag()) query_start = position(in), key_start = position(in);
     }
     // ALiBi's -slope |p(i) - j| reaches slope times the largest distance of positions.

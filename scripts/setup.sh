@@ -11,7 +11,7 @@ case "$mode" in demo | test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esa
 cd "$(dirname "$0")/.."
 
 # Every dependency, and why, is listed in the README ("Dependencies").
-packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev librandom123-dev libhwy-dev libbenchmark-dev libpng-dev libfreetype-dev
+packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev librandom123-dev libhwy-dev libpng-dev libfreetype-dev
           fonts-dejavu-core python3-numpy python3-torch python3-dev pybind11-dev python3-pytest python3-hypothesis clang libclang-rt-dev libomp-dev
           pkg-config python3-pip python3-setuptools python3-wheel python3-venv libopenmpi-dev openmpi-bin python3-mpi4py)
 sudo=""
@@ -50,7 +50,7 @@ fi
 export OMP_WAIT_POLICY=passive
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 # The benchmarks and example programs are not tests: the Release build has them.
-build build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=ON -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_EXAMPLES=OFF
+build build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=ON -DATTN_BUILD_EXAMPLES=OFF
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/sanitize --output-on-failure -j "$jobs"
 # ThreadSanitizer needs clang++ and LLVM's libomp (CMakeLists.txt, ATTN_TSAN): only the suites of

@@ -6,7 +6,7 @@
 #   cli.help_examples          runs the example printed by each subcommand's --help, as printed,
 #                              with Debian's python3 and numpy writing the input files;
 #   cli.numpy                  runs each subcommand on files numpy wrote (Fortran order, format
-#                              versions 2.0 and 3.0) against the seeds' formulas in numpy;
+#                              versions 2.0 and 3.0) against the d2l chapter's formulas in numpy;
 #   cli.bench                  `attn bench` on its decode cases (float32, 16-bit, int8): exit 0,
 #                              every case in the JSON (tests/cli_bench.py; Release only);
 #   cli.memory_limit           runs too large for the memory attn may use (n = m = 2^20 weights,

@@ -1,6 +1,6 @@
 """cli_numpy.py ATTN DIR: `attn` on files that numpy itself wrote, in the forms numpy may write
 them (Fortran order, format versions 2.0 and 3.0, int32 and int64 lengths), checked against the
-seeds' formulas computed in numpy: an oracle independent of the library. Exits 77 without numpy.
+d2l chapter's formulas computed in numpy: an oracle independent of the library. Exits 77 without numpy.
 """
 import os
 import subprocess
@@ -47,7 +47,7 @@ def masked_softmax(scores, keep):
 
 
 def lengths_keep(lens, shape):
-    """The keep-mask of valid lengths (B,) or (B, n) for scores (B, n, m), as the seeds' sequence_mask."""
+    """The keep-mask of valid lengths (B,) or (B, n) for scores (B, n, m), as the d2l chapter's sequence_mask."""
     B, n, m = shape
     lens = np.broadcast_to(lens.reshape(B, -1), (B, n))
     return np.arange(m)[None, None, :] < lens[:, :, None]
@@ -80,7 +80,7 @@ weights = masked_softmax(q.astype(np.float64) @ k.astype(np.float64).transpose(0
 check("sdpa weights", np.load(path("SW.npy")).astype(np.float64), weights, 1e-6)
 check("sdpa out", np.load(path("O.npy")), (weights @ v.astype(np.float64)).astype(np.float32), 1e-5)
 
-# additive: the seeds' formula w_v^T tanh(W_q q + W_k k) with nn.Linear weight layouts.
+# additive: the d2l chapter's formula w_v^T tanh(W_q q + W_k k) with nn.Linear weight layouts.
 q = rng.normal(size=(2, 3, 5))
 k = rng.normal(size=(2, 4, 2))
 v = rng.normal(size=(2, 4, 3))

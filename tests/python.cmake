@@ -1,7 +1,7 @@
 # The Python module's tests (included by tests/CMakeLists.txt): each python/tests/test_*.py file is
 # one CTest test, python.<file>, run by pytest under Debian's /usr/bin/python3 (the interpreter the
 # module is built for) with PYTHONPATH set to the build's module, so that the build is tested, never a
-# copy installed in site-packages. python.example runs examples/seeds_notebook.py the same way, its
+# copy installed in site-packages. python.example runs examples/d2l_notebook.py the same way, its
 # heatmaps written to build/tests/python_example; python.example_torch runs examples/torch_transformer.py.
 # Registered only when python/CMakeLists.txt built the module (not in sanitizer builds).
 if(TARGET attn_python)
@@ -17,7 +17,7 @@ if(TARGET attn_python)
     set_tests_properties(python.${test_name} PROPERTIES LABELS python ENVIRONMENT "${attn_python_env}" TIMEOUT 600)
   endforeach()
   add_test(NAME python.example
-           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples/seeds_notebook.py ${CMAKE_CURRENT_BINARY_DIR}/python_example)
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples/d2l_notebook.py ${CMAKE_CURRENT_BINARY_DIR}/python_example)
   set_tests_properties(python.example PROPERTIES LABELS python ENVIRONMENT "${attn_python_env}" TIMEOUT 300)
   # examples/torch_transformer.py, shortened: the textbook's and attn's MultiHeadAttention agree on the
   # same weights and both learn (the example exits 1 otherwise).

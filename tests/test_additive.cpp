@@ -1,4 +1,4 @@
-// additive attention: the seeds' example, every mask and dropout against the float64 reference on
+// additive attention: the d2l chapter's example, every mask and dropout against the float64 reference on
 // odd sizes (the cpu backend's fused path and, with the weights asked for, its unfused one), hidden
 // sizes 37 and 128, scores that overflow a softmax without max-subtraction, thread-count
 // independence, garbage in masked keys, gradients of every input and parameter by finite
@@ -61,7 +61,7 @@ struct Additive {
   }
 };
 
-TEST(AdditiveAttention, SeedsExampleAveragesTheValidValues) {
+TEST(AdditiveAttention, D2lExampleAveragesTheValidValues) {
   // queries = normal(0, 1, (2, 1, 20)); keys = ones((2, 10, 2));
   // values = arange(40).reshape(1, 10, 4).repeat(2, 1, 1); valid_lens = [2, 6];
   // AdditiveAttention(key_size=2, query_size=20, num_hiddens=8, dropout=0.1).eval()
@@ -122,7 +122,7 @@ INSTANTIATE_TEST_SUITE_P(AllMasks, AdditiveAttentionCases, ::testing::ValuesIn(t
 TEST(AdditiveAttention, HiddenSize128MatchesFloat64Reference) {
   for (const testing::MaskCase& mc : testing::all_mask_cases()) {
     const std::string name = mc.name;
-    if (name != "none" && name != "causal" && name != "everything" && name != "seeds_fill") continue;
+    if (name != "none" && name != "causal" && name != "everything" && name != "d2l_fill") continue;
     SCOPED_TRACE(name);
     testing::expect_op_matches_reference<Additive>(testing::kOdd3, mc, make_inputs(testing::kOdd3, 128, 110));
   }

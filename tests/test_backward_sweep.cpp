@@ -78,7 +78,7 @@ std::vector<Shape> empty_shapes() {
           {1, 2, 0, 70, 5, 3},   {1, 2, 3, 0, 5, 3},    {1, 2, 65, 0, 5, 3}};
 }
 
-// The shapes of the sweep. The seeds' example (2 batches of 10 keys of size 2) with 1 to 5 queries
+// The shapes of the sweep. The d2l chapter's example (2 batches of 10 keys of size 2) with 1 to 5 queries
 // and values of 1 to 1024; the decode path's chunks (at least 256 keys each) and tiles
 // (kDecodeTile) on both sides of the decode/tiled boundary; query blocks and key tiles one short,
 // exact and one over; wide values on the tiled and decode paths.

@@ -1,4 +1,4 @@
-// bilinear attention: the seeds' example with a bilinear score, every mask and dropout against the
+// bilinear attention: the d2l chapter's example with a bilinear score, every mask and dropout against the
 // float64 reference on odd sizes, scores that overflow a softmax without max-subtraction,
 // thread-count independence, gradients of every input and of W by finite differences, bad input.
 #include <cmath>
@@ -48,8 +48,8 @@ struct Bilinear {
   }
 };
 
-TEST(BilinearAttention, SeedsExampleAveragesTheValidValues) {
-  // The seeds' additive-attention example with a bilinear score: queries normal(0, 1, (2, 1, 20)),
+TEST(BilinearAttention, D2lExampleAveragesTheValidValues) {
+  // The d2l chapter's additive-attention example with a bilinear score: queries normal(0, 1, (2, 1, 20)),
   // keys all ones (2, 10, 2), values arange(40) as (1, 10, 4) repeated twice, valid_lens [2, 6].
   // Equal keys give equal scores: the weights are uniform over the valid keys.
   Tensor<double> queries({2, 1, 20}), keys({2, 10, 2}), values({2, 10, 4});

@@ -1,4 +1,4 @@
-// bmm: the seeds' example, every transpose against the float64 reference, gradients, bad input.
+// bmm: the d2l chapter's example, every transpose against the float64 reference, gradients, bad input.
 #include "attn/bmm.hpp"
 #include "support/testing.hpp"
 
@@ -8,7 +8,7 @@ namespace {
 using testing::convert;
 using testing::random_tensor;
 
-TEST(Bmm, SeedsExampleOnes) {
+TEST(Bmm, D2lExampleOnes) {
   // torch.bmm(ones(2, 3, 4), ones(2, 4, 6)) is (2, 3, 6), every entry 4.
   Tensor<float> a({2, 3, 4}), b({2, 4, 6});
   for (index_t i = 0; i < a.numel(); ++i) a[i] = 1;

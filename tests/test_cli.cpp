@@ -79,7 +79,7 @@ TYPED_TEST(CliTyped, SoftmaxWithEachMaskMatchesTheLibrary) {
 TYPED_TEST(CliTyped, SdpaMatchesTheLibraryWithWeightsAndHeatmaps) {
   using T = TypeParam;
   ScratchDir dir;
-  // The seeds' shapes: queries (2, 1, 2), keys (2, 10, 2), values (2, 10, 4), valid lengths [2, 6].
+  // The d2l chapter's shapes: queries (2, 1, 2), keys (2, 10, 2), values (2, 10, 4), valid lengths [2, 6].
   const Tensor<T> q = random_tensor<T>({2, 1, 2}, 2), k = random_tensor<T>({2, 10, 2}, 3), v = random_tensor<T>({2, 10, 4}, 4);
   const Tensor<std::int64_t> lens({2}, {2, 6});
   expect_success(dir.run({"sdpa", "--queries", dir.npy("Q.npy", q), "--keys", dir.npy("K.npy", k), "--values",
@@ -254,7 +254,7 @@ TEST(Cli, DemoDrawsItsFourPicturesAsSvgAndPng) {
     EXPECT_EQ(testing::read_file(base + ".svg").rfind("</svg>\n"), testing::read_file(base + ".svg").size() - 7) << name;
     expect_png(base + ".png");
   }
-  // The seeds' heatmaps: Keys, Queries and the weights' colorbar up to 0.5.
+  // The d2l chapter's heatmaps: Keys, Queries and the weights' colorbar up to 0.5.
   const std::string svg = testing::read_file(dir.file("pictures/attention-dot-product.svg"));
   for (const char* text : {">Keys<", ">Queries<", ">0.5<"}) EXPECT_NE(svg.find(text), std::string::npos) << text;
   // The regression figure: every kernel, and the Gaussian at each width.

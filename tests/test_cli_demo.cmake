@@ -1,6 +1,6 @@
 # The `attn demo` command line (included by tests/CMakeLists.txt).
 #
-# cli.demo checks, in the order they are printed, values of the seeds' examples that do not depend
+# cli.demo checks, in the order they are printed, values of the d2l chapter's examples that do not depend
 # on the random inputs: the row with valid length 1, bmm's 4s, the additive and the dot-product
 # outputs [[2, 3, 4, 5]] and [[10, 11, 12, 13]] with their uniform weights, the Nadaraya-Watson
 # table, the closing line. PASS_REGULAR_EXPRESSION makes CTest ignore the exit code, so

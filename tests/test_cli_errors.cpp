@@ -21,7 +21,7 @@ namespace {
 
 using testing::random_tensor;
 
-// The inputs of the cases: good files with the seeds' shapes, and broken ones.
+// The inputs of the cases: good files with the d2l chapter's shapes, and broken ones.
 class CliErrors : public ::testing::Test {
  protected:
   void SetUp() override {

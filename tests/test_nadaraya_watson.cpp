@@ -1,5 +1,5 @@
 // Nadaraya-Watson pooling (attn/nadaraya_watson.hpp): both backends against the float64 reference
-// under the error budget of STYLE.md, hand-computed weights, the seeds' softmax form of the
+// under the error budget of STYLE.md, hand-computed weights, the d2l chapter's softmax form of the
 // Gaussian, empty and far-away rows, thread-count independence, gradients against finite
 // differences, and one test per argument check.
 #include "attn/nadaraya_watson.hpp"
@@ -130,7 +130,7 @@ TEST(NadarayaWatson, MatchesFloat64ReferenceWithinErrorBudget) {
   const Case cases[] = {
       {{3, 2, 1, 113, 203, 3, 5}, -1, 1},  // odd sizes
       {{4, 2, 3, 17, 31, 4, 6}, -1, 1},    // heads
-      {{3, 2, 1, 50, 80, 1, 1}, 0, 5},     // 1-D x and y as in the seeds
+      {{3, 2, 1, 50, 80, 1, 1}, 0, 5},     // 1-D x and y as in the d2l chapter
   };
   std::uint64_t seed = 100;
   for (const Case& c : cases)
@@ -206,8 +206,8 @@ TEST(NadarayaWatson, SupportBoundary) {
   }
 }
 
-// The seeds' regression: f(x) = sum_i softmax(-(x - x_i)^2 / 2) y_i, the softmax written out here.
-TEST(NadarayaWatson, GaussianIsTheSeedsSoftmax) {
+// The d2l chapter's regression: f(x) = sum_i softmax(-(x - x_i)^2 / 2) y_i, the softmax written out here.
+TEST(NadarayaWatson, GaussianIsTheD2lSoftmax) {
   const index_t n = 50, m = 50;
   Tensor<double> x_test({1, n, 1}), x_train = random_tensor<double>({1, m, 1}, 7, 0, 5), y_train({1, m, 1});
   for (index_t i = 0; i < n; ++i) x_test[i] = 0.1 * static_cast<double>(i);

@@ -58,8 +58,8 @@ long count_substr(const std::string& text, const std::string& what) {
   return n;
 }
 
-// The seeds' dot-product weights: valid lengths 2 and 6 over 10 equal keys, as (1, 1, 2, 10).
-Tensor<float> seeds_weights() {
+// The d2l chapter's dot-product weights: valid lengths 2 and 6 over 10 equal keys, as (1, 1, 2, 10).
+Tensor<float> d2l_weights() {
   Tensor<float> w({1, 1, 2, 10});
   for (int j = 0; j < 2; ++j) w(0, 0, 0, j) = 0.5f;
   for (int j = 0; j < 6; ++j) w(0, 0, 1, j) = 1.0f / 6;
@@ -69,8 +69,8 @@ Tensor<float> seeds_weights() {
 // ---- Heatmaps ---------------------------------------------------------------------------------
 
 TEST(Heatmaps, SvgHasTheLabelsTheColormapEndsAndOneRectPerRunOfEqualCells) {
-  const std::string path = temp_path("seeds.svg");
-  io::write_heatmaps<float>(path, seeds_weights().cview());
+  const std::string path = temp_path("d2l.svg");
+  io::write_heatmaps<float>(path, d2l_weights().cview());
   const std::string svg = read_text(path);
   EXPECT_NE(svg.find(">Keys</text>"), std::string::npos);
   EXPECT_NE(svg.find(">Queries</text>"), std::string::npos);
@@ -85,10 +85,10 @@ TEST(Heatmaps, SvgHasTheLabelsTheColormapEndsAndOneRectPerRunOfEqualCells) {
 }
 
 TEST(Heatmaps, PngIsTheSvgLayoutAtTwiceTheSizeWithTheRightColours) {
-  io::write_heatmaps<float>(temp_path("seeds.svg"), seeds_weights().cview());
-  io::write_heatmaps<float>(temp_path("seeds.png"), seeds_weights().cview());
-  const auto [w, h] = svg_size(read_text(temp_path("seeds.svg")));
-  const RgbaImage image = io::read_png(temp_path("seeds.png"));
+  io::write_heatmaps<float>(temp_path("d2l.svg"), d2l_weights().cview());
+  io::write_heatmaps<float>(temp_path("d2l.png"), d2l_weights().cview());
+  const auto [w, h] = svg_size(read_text(temp_path("d2l.svg")));
+  const RgbaImage image = io::read_png(temp_path("d2l.png"));
   EXPECT_EQ(image.width, static_cast<int>(std::ceil(2 * w)));
   EXPECT_EQ(image.height, static_cast<int>(std::ceil(2 * h)));
   // Two cells of 0.5 are the darkest red, a third of the 20 cells weigh 1/6, 12 are masked (0):
@@ -162,7 +162,7 @@ double luma(const std::string& hex) {
 }
 
 // Every colormap is matplotlib's: the ColorBrewer colours its Reds, Blues, ... are built from at
-// 0 and 1 (and at every eighth for Reds, the seeds'), viridis' first and last colours; between
+// 0 and 1 (and at every eighth for Reds, the d2l chapter's), viridis' first and last colours; between
 // stops, linear interpolation in RGB. Lightness falls from the low end to the high one (rises for
 // viridis), and the colorbar runs from the high end (top) to the low end (bottom).
 // Values k / 16 for k = 0 .. 16 on the scale [0, 1]: even k on a stop, odd k halfway between two.
@@ -239,7 +239,7 @@ TEST(Heatmaps, ColourScaleFromOptionsAndEveryColormap) {
 }
 
 TEST(Heatmaps, BadArgumentsAreRefusedWithMessages) {
-  const Tensor<float> w = seeds_weights();
+  const Tensor<float> w = d2l_weights();
   expect_error([&] { io::write_heatmaps<float>(temp_path("w.jpg"), w.cview()); }, {"w.jpg", "use .svg or .png"});
   expect_error([&] { io::write_heatmaps<float>(temp_path("w"), w.cview()); }, {"cannot tell the picture format"});
   expect_error([&] { io::write_heatmaps<float>("/nonexistent-dir/w.svg", w.cview()); },

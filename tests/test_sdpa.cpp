@@ -1,4 +1,4 @@
-// Scaled dot-product attention: the seeds' example, every mask and dropout against the float64
+// Scaled dot-product attention: the d2l chapter's example, every mask and dropout against the float64
 // reference, gradients by finite differences, dropout statistics and determinism, empty rows,
 // NaN in masked positions, bad input.
 #include <cmath>
@@ -17,13 +17,13 @@ namespace {
 using testing::convert;
 using testing::random_tensor;
 
-// The seeds' (2, 10, *) keys and values: keys all ones, values arange(40) as (1, 10, 4) repeated.
-Tensor<float> seeds_keys() {
+// The d2l chapter's (2, 10, *) keys and values: keys all ones, values arange(40) as (1, 10, 4) repeated.
+Tensor<float> d2l_keys() {
   Tensor<float> k({2, 10, 2});
   for (index_t i = 0; i < k.numel(); ++i) k[i] = 1;
   return k;
 }
-Tensor<float> seeds_values() {
+Tensor<float> d2l_values() {
   Tensor<float> v({2, 10, 4});
   for (index_t i = 0; i < v.numel(); ++i) v[i] = static_cast<float>(i % 40);
   return v;
@@ -36,9 +36,9 @@ Tensor<float> normal_tensor(std::initializer_list<index_t> shape, std::uint64_t 
   return t;
 }
 
-TEST(Sdpa, SeedsExample) {
+TEST(Sdpa, D2lExample) {
   // queries = normal(0, 1, (2, 1, 2)); attention = DotProductAttention(dropout=0.5); attention.eval()
-  const Tensor<float> q = normal_tensor({2, 1, 2}, 1), k = seeds_keys(), v = seeds_values();
+  const Tensor<float> q = normal_tensor({2, 1, 2}, 1), k = d2l_keys(), v = d2l_values();
   const Tensor<std::int64_t> lens({2}, {2, 6});
   Mask<float> mask;
   mask.valid_lens = lens.view();
@@ -179,7 +179,7 @@ INSTANTIATE_TEST_SUITE_P(
                       SdpaCase{"causal_bottom_right", false, false, false, Causal::bottom_right},
                       SdpaCase{"dropout", false, false, false, Causal::none, 0.3},
                       SdpaCase{"everything", true, true, true, Causal::bottom_right, 0.2},
-                      SdpaCase{"seeds_fill", true, false, false, Causal::none, 0.0, MaskedFill::seeds_minus_1e6},
+                      SdpaCase{"d2l_fill", true, false, false, Causal::none, 0.0, MaskedFill::d2l_minus_1e6},
                       SdpaCase{"overflowing_scores", true, false, false, Causal::none, 0.0, MaskedFill::exclude, 6.0}),
     [](const auto& info) { return std::string(info.param.name); });
 

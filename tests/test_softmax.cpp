@@ -1,5 +1,5 @@
-// masked_softmax: the seeds' examples, every mask kind against the float64 reference, empty rows,
-// NaN in masked positions, the seeds' -1e6 fill, gradients by finite differences, bad input.
+// masked_softmax: the d2l chapter's examples, every mask kind against the float64 reference, empty rows,
+// NaN in masked positions, the d2l chapter's -1e6 fill, gradients by finite differences, bad input.
 #include <cmath>
 #include <limits>
 
@@ -26,7 +26,7 @@ void expect_rows_follow_lengths(const Tensor<float>& w, const std::vector<std::v
     }
 }
 
-TEST(MaskedSoftmax, SeedsExampleValidLensPerBatch) {
+TEST(MaskedSoftmax, D2lExampleValidLensPerBatch) {
   // masked_softmax(torch.rand(2, 2, 4), torch.tensor([2, 3]))
   const Tensor<float> x = random_tensor<float>({2, 2, 4}, 1, 0, 1);
   const Tensor<std::int64_t> lens({2}, {2, 3});
@@ -35,7 +35,7 @@ TEST(MaskedSoftmax, SeedsExampleValidLensPerBatch) {
   expect_rows_follow_lengths(masked_softmax<float>(x.view(), mask), {{2, 2}, {3, 3}});
 }
 
-TEST(MaskedSoftmax, SeedsExampleValidLensPerQuery) {
+TEST(MaskedSoftmax, D2lExampleValidLensPerQuery) {
   // masked_softmax(torch.rand(2, 2, 4), torch.tensor([[1, 3], [2, 4]]))
   const Tensor<float> x = random_tensor<float>({2, 2, 4}, 2, 0, 1);
   const Tensor<std::int64_t> lens({2, 2}, {1, 3, 2, 4});
@@ -98,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(
                       MaskCase{"causal", false, false, false, false, Causal::top_left},
                       MaskCase{"causal_bottom_right", false, false, false, false, Causal::bottom_right},
                       MaskCase{"everything", false, true, true, true, Causal::bottom_right},
-                      MaskCase{"seeds_fill", false, true, false, false, Causal::none, MaskedFill::seeds_minus_1e6}),
+                      MaskCase{"d2l_fill", false, true, false, false, Causal::none, MaskedFill::d2l_minus_1e6}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(MaskedSoftmax, EmptyRowsAreZeroWithZeroGradient) {
@@ -137,15 +137,32 @@ TEST(MaskedSoftmax, NanAndInfInMaskedPositionsNeverReachTheOutput) {
   }
 }
 
-TEST(MaskedSoftmax, SeedsFillMakesEmptyRowsUniform) {
-  // The seeds replace masked scores by -1e6: a row with valid length 0 averages all keys.
+TEST(MaskedSoftmax, D2lFillMakesEmptyRowsUniform) {
+  // The d2l chapter replaces masked scores by -1e6: a row with valid length 0 averages all keys.
   const Tensor<float> x = random_tensor<float>({1, 2, 4}, 9);
   const Tensor<std::int64_t> lens({1}, {0});
   Mask<float> mask;
   mask.valid_lens = lens.view();
-  mask.fill = MaskedFill::seeds_minus_1e6;
+  mask.fill = MaskedFill::d2l_minus_1e6;
   const Tensor<float> w = masked_softmax<float>(x.view(), mask);
   for (index_t i = 0; i < w.numel(); ++i) EXPECT_FLOAT_EQ(w[i], 0.25f);
+}
+
+TEST(MaskedSoftmax, TheEarlierSpellingOfTheD2lFillIsTheSameFill) {
+  // MaskedFill::seeds_minus_1e6, deprecated through the 0.2 series, is d2l_minus_1e6.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  const MaskedFill old_spelling = MaskedFill::seeds_minus_1e6;
+#pragma GCC diagnostic pop
+  EXPECT_EQ(old_spelling, MaskedFill::d2l_minus_1e6);
+  const Tensor<float> x = random_tensor<float>({2, 3, 5}, 11);
+  const Tensor<std::int64_t> lens({2}, {0, 3});
+  Mask<float> mask;
+  mask.valid_lens = lens.view();
+  mask.fill = MaskedFill::d2l_minus_1e6;
+  const Tensor<float> want = masked_softmax<float>(x.view(), mask);
+  mask.fill = old_spelling;
+  EXPECT_EQ(masked_softmax<float>(x.view(), mask).values(), want.values());
 }
 
 TEST(MaskedSoftmax, InPlaceGivesTheSameWeights) {
@@ -162,7 +179,7 @@ TEST(MaskedSoftmax, BackwardMatchesFiniteDifferences) {
   const Tensor<std::int64_t> lens({B, n}, {1, 5, 0, 3, 4, 2});
   Tensor<bool> keep({1, 1, n, m});
   for (index_t i = 0; i < keep.numel(); ++i) keep[i] = i % 4 != 1;
-  for (MaskedFill fill : {MaskedFill::exclude, MaskedFill::seeds_minus_1e6})
+  for (MaskedFill fill : {MaskedFill::exclude, MaskedFill::d2l_minus_1e6})
     for (Backend backend : {Backend::reference, Backend::cpu}) {
       ScopedBackend use(backend);
       Mask<double> mask;

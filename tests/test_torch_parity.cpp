@@ -1,4 +1,4 @@
-// Parity with PyTorch: every op of attn, run in float32 on the cpu backend, against the seeds'
+// Parity with PyTorch: every op of attn, run in float32 on the cpu backend, against the d2l chapter's
 // PyTorch code (d2l's masked_softmax, DotProductAttention, AdditiveAttention) and the torch versions
 // of bilinear attention and Nadaraya-Watson, under the rule of STYLE.md: for every output and gradient,
 //   max |attn float32 - torch float64| <= 2 * max |torch float32 - torch float64| + 1e-6.
@@ -6,8 +6,8 @@
 // tests/torch/make_cases.py writes the cases (inputs, parameters, the loss weights G and torch's
 // results in both precisions) under the directory named by ATTN_TORCH_CASES; the CTest fixture of
 // tests/torch_parity.cmake runs it first. Without ATTN_TORCH_CASES every test is skipped.
-// The masks are the seeds' valid lengths with MaskedFill::seeds_minus_1e6, so a valid length of 0
-// gives the seeds' uniform row rather than attn's default empty row.
+// The masks are the d2l chapter's valid lengths with MaskedFill::d2l_minus_1e6, so a valid length of 0
+// gives the d2l chapter's uniform row rather than attn's default empty row.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -30,14 +30,14 @@ namespace fs = std::filesystem;
 // The cases make_cases.py writes, in its order (TorchCaseList keeps the two in step).
 // Their names are fixed here so that CTest can list them before the cases exist.
 const std::vector<std::string> kCases = {
-    "masked_softmax_seeds_lens_b", "masked_softmax_seeds_lens_q", "masked_softmax_odd_lens_q",
-    "masked_softmax_zero_len",     "sdpa_seeds_example",          "sdpa_odd_lens_b",
+    "masked_softmax_d2l_lens_b", "masked_softmax_d2l_lens_q", "masked_softmax_odd_lens_q",
+    "masked_softmax_zero_len",     "sdpa_d2l_example",          "sdpa_odd_lens_b",
     "sdpa_odd_lens_q",             "sdpa_no_mask",                "sdpa_zero_len",
     "sdpa_zero_len_q",             "sdpa_large_scores",           "sdpa_heads",
-    "additive_seeds_example",      "additive_odd_lens_b",         "additive_zero_len_q",
+    "additive_d2l_example",      "additive_odd_lens_b",         "additive_zero_len_q",
     "additive_no_mask",            "bilinear_odd_lens_b",         "bilinear_zero_len_q",
-    "bilinear_no_mask",            "nw_gaussian_seeds_1d",        "nw_boxcar_seeds_1d",
-    "nw_epanechnikov_seeds_1d",    "nw_constant_seeds_1d",        "nw_gaussian_odd",
+    "bilinear_no_mask",            "nw_gaussian_d2l_1d",        "nw_boxcar_d2l_1d",
+    "nw_epanechnikov_d2l_1d",    "nw_constant_d2l_1d",        "nw_gaussian_odd",
     "nw_boxcar_odd",               "nw_epanechnikov_odd",         "nw_constant_odd",
 };
 
@@ -133,12 +133,12 @@ void expect_matches_torch(const TorchCase& c, const std::string& result, const T
       << ", torch float64 " << t64[worst];
 }
 
-// The seeds' masks: valid lengths (B,) or (B, n) when the case has them, masked scores set to -1e6.
-Mask<float> seeds_mask(const TorchCase& c, const Tensor<std::int64_t>& lens) {
+// The d2l chapter's masks: valid lengths (B,) or (B, n) when the case has them, masked scores set to -1e6.
+Mask<float> d2l_mask(const TorchCase& c, const Tensor<std::int64_t>& lens) {
   Mask<float> mask;
   if (c.has("valid_lens")) mask.valid_lens = lens.view();
-  EXPECT_EQ(c.flag("fill"), "seeds_minus_1e6");
-  mask.fill = MaskedFill::seeds_minus_1e6;
+  EXPECT_EQ(c.flag("fill"), "d2l_minus_1e6");
+  mask.fill = MaskedFill::d2l_minus_1e6;
   return mask;
 }
 
@@ -169,7 +169,7 @@ Tensor<float> weights_like(const Tensor<float>& queries, const Tensor<float>& ke
 void check_masked_softmax(const TorchCase& c) {
   const Tensor<float> scores = c.input<float>("scores"), g = c.input<float>("G");
   const Tensor<std::int64_t> lens = valid_lens_of(c);
-  const Mask<float> mask = seeds_mask(c, lens);
+  const Mask<float> mask = d2l_mask(c, lens);
   Tensor<float> weights = like(scores), dscores = like(scores);
   masked_softmax_forward<float>(weights.view(), scores.cview(), mask);
   masked_softmax_backward<float>(dscores.view(), g.cview(), weights.cview(), mask);
@@ -181,7 +181,7 @@ void check_sdpa(const TorchCase& c) {
   const Tensor<float> q = c.input<float>("queries"), k = c.input<float>("keys"), v = c.input<float>("values");
   const Tensor<float> g = c.input<float>("G");
   const Tensor<std::int64_t> lens = valid_lens_of(c);
-  const Mask<float> mask = seeds_mask(c, lens);
+  const Mask<float> mask = d2l_mask(c, lens);
   Tensor<float> out = out_like(q, v), weights = weights_like(q, k);
   std::vector<index_t> lse_shape = q.shape();
   lse_shape.pop_back();
@@ -202,7 +202,7 @@ void check_additive(const TorchCase& c) {
   const Tensor<float> g = c.input<float>("G");
   const Tensor<float> w_q = c.input<float>("W_q"), w_k = c.input<float>("W_k"), w_v = c.input<float>("w_v");
   const Tensor<std::int64_t> lens = valid_lens_of(c);
-  const Mask<float> mask = seeds_mask(c, lens);
+  const Mask<float> mask = d2l_mask(c, lens);
   const AdditiveParams<float> params{w_q.view(), w_k.view(), w_v.view()};
   Tensor<float> out = out_like(q, v), weights = weights_like(q, k);
   additive_attention_forward<float>(out.view(), weights.view(), q.cview(), k.cview(), v.cview(), params, mask);
@@ -224,7 +224,7 @@ void check_bilinear(const TorchCase& c) {
   const Tensor<float> q = c.input<float>("queries"), k = c.input<float>("keys"), v = c.input<float>("values");
   const Tensor<float> g = c.input<float>("G"), w = c.input<float>("W");
   const Tensor<std::int64_t> lens = valid_lens_of(c);
-  const Mask<float> mask = seeds_mask(c, lens);
+  const Mask<float> mask = d2l_mask(c, lens);
   Tensor<float> out = out_like(q, v), weights = weights_like(q, k);
   bilinear_attention_forward<float>(out.view(), weights.view(), q.cview(), k.cview(), v.cview(), w.cview(), mask);
   Tensor<float> dq = like(q), dk = like(k), dv = like(v), dw = like(w);
@@ -263,7 +263,7 @@ void PrintTo(const CaseName& c, std::ostream* os) { *os << c.name; }
 
 class TorchParity : public ::testing::TestWithParam<CaseName> {};
 
-// The cpu backend, the one users run, in float32 as the seeds' code runs.
+// The cpu backend, the one users run, in float32 as the d2l chapter's code runs.
 TEST_P(TorchParity, Within2xTorchFloat32Error) {
   ATTN_SKIP_WITHOUT_CASES();
   ScopedBackend cpu(Backend::cpu);

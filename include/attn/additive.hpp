@@ -1,5 +1,5 @@
 // Additive attention (Bahdanau): a(q, k) = w_v^T tanh(W_q q + W_k k), then masked softmax,
-// dropout and a weighted average of the values, as the seeds' AdditiveAttention.
+// dropout and a weighted average of the values, as the d2l chapter's AdditiveAttention.
 //
 //   queries (B, n, q) or (B, H, n, q)     keys (B, m, k) / (B, H, m, k)
 //   values  (B, m, v) / (B, H, m, v)      out  (B, n, v) / (B, H, n, v)

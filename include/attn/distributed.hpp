@@ -32,7 +32,7 @@
 // sliding window, ALiBi slopes, soft-capping, the scale and dropout (the weights one process drops
 // with the same seed: every block call's draws are keyed by the whole attention's rows, keys and
 // heads, Dropout's offsets), with grouped-query heads. Not yet: keep and additive masks, segment ids
-// and MaskedFill::seeds_minus_1e6 (each raises attn::Error). float and double.
+// and MaskedFill::d2l_minus_1e6 (each raises attn::Error). float and double.
 //
 // Errors never hang: every rank first checks its own arguments, then one MPI_Allgather compares all
 // ranks' shapes, dtypes and options; if any rank's check failed or the ranks disagree, every rank

@@ -1,7 +1,7 @@
 // Masks: which keys each query may attend to.
 //
 // Scores have shape (B, H, n, m) (H = 1 for 3-D inputs). A Mask combines any of
-//   - valid lengths, exactly as the seeds use them: shape (B,) — the same length for every query of
+//   - valid lengths, exactly as the d2l chapter uses them: shape (B,) — the same length for every query of
 //     a batch element — or (B, n) — one length per query; query i of batch b sees keys
 //     [0, valid_lens[b] or valid_lens[b, i]). Each length must lie in [0, m]. Int64.
 //   - a boolean keep-mask, broadcastable to (B, H, n, m) by NumPy rules (dimensions aligned on the
@@ -35,7 +35,7 @@
 // Masked keys get weight exactly 0: their scores are never read, so NaN or Inf stored there never
 // reaches an output or a gradient. A query row left with no key to attend to (valid length 0, a
 // fully false keep row, a causal row with nothing before it, or all scores -inf) outputs 0, has
-// weights 0 and zero gradients. MaskedFill::seeds_minus_1e6 reproduces the seeds' d2l code instead:
+// weights 0 and zero gradients. MaskedFill::d2l_minus_1e6 reproduces the d2l chapter's code instead:
 // masked scores are replaced by -1e6 before an ordinary softmax over all m keys, so an empty row
 // becomes a uniform average.
 #pragma once
@@ -54,7 +54,9 @@ enum class Align { top_left, bottom_right };
 
 enum class MaskedFill {
   exclude,          // masked keys take no part; an empty row outputs 0 (default)
-  seeds_minus_1e6,  // the seeds' masked_softmax: masked scores become -1e6, then softmax over all keys
+  d2l_minus_1e6,    // the d2l chapter's masked_softmax: masked scores become -1e6, then softmax over all keys
+  // The earlier spelling of d2l_minus_1e6, kept for the 0.2 series; removed in 0.3.
+  seeds_minus_1e6 [[deprecated("use MaskedFill::d2l_minus_1e6")]] = d2l_minus_1e6,
 };
 
 // The bounds of a sliding window around a query's position; -1 (any negative value): unbounded.

@@ -1,4 +1,4 @@
-// Multi-head attention, the layer the chapter after the seeds' builds from scaled dot-product
+// Multi-head attention, the layer the next d2l chapter builds from scaled dot-product
 // attention (d2l's MultiHeadAttention, Vaswani et al. 2017), with grouped key and value heads
 // (grouped-query attention; Hk = 1: multi-query attention).
 //
@@ -12,7 +12,7 @@
 // W_q (D, q), W_k (Hk dh, k), W_v (Hk dh, vin), W_o (D, D): nn.Linear's weight layout, as d2l's
 // modules name them; biases (rows,) all given or none. The heads are read through strides (d2l's
 // transpose_qkv without its copies). The mask applies to every head's scores (B, H, n, m): valid
-// lengths (B,) or (B, n) as the seeds use them (d2l repeats them per head), causal, windows, ...
+// lengths (B,) or (B, n) as the d2l chapter uses them (d2l repeats them per head), causal, windows, ...
 // (attn/mask.hpp); options as SDPA's (attn/sdpa.hpp), dropout on the attention weights.
 #pragma once
 

@@ -1,9 +1,9 @@
-// Nadaraya-Watson kernel regression, the first attention pooling of the seeds:
+// Nadaraya-Watson kernel regression, the first attention pooling of the d2l chapter:
 //   f(q) = sum_j K(||q - k_j|| / sigma) v_j / sum_j K(||q - k_j|| / sigma)
-// with the seeds' kernels of u = ||q - k|| / sigma:
+// with the d2l chapter's kernels of u = ||q - k|| / sigma:
 //   gaussian      exp(-u^2 / 2)            (= softmax of -||q - k||^2 / (2 sigma^2))
 //   boxcar        1 if u <= 1, else 0
-//   epanechnikov  max(0, 1 - u)            (the seeds' definition; textbooks' is 3/4 (1 - u^2))
+//   epanechnikov  max(0, 1 - u)            (the d2l chapter's definition; textbooks' is 3/4 (1 - u^2))
 //   constant      1                        (every key weighs the same: the plain average)
 //
 //   queries (B, n, p) or (B, H, n, p)     keys (B, m, p) / (B, H, m, p)

@@ -1,4 +1,4 @@
-// Pictures of attention: grids of heatmaps (the seeds' d2l.show_heatmaps) and line plots (the
+// Pictures of attention: grids of heatmaps (d2l.show_heatmaps) and line plots (the
 // Nadaraya-Watson figures), written as SVG or PNG.
 //
 // The format follows the path's extension: ".svg" (text, scalable) or ".png" (an RGBA raster
@@ -25,7 +25,7 @@ struct HeatmapOptions {
   // Empty, one title per column (as d2l.show_heatmaps' titles[j]) or one per heatmap in row-major
   // order.
   std::vector<std::string> titles;
-  // A sequential colormap from matplotlib: "Reds" (the seeds'), "Blues", "Greens", "Greys",
+  // A sequential colormap from matplotlib: "Reds" (the d2l chapter's), "Blues", "Greens", "Greys",
   // "Oranges", "Purples" or "viridis". Low values are light (dark for viridis).
   std::string colormap = "Reds";
   // The values at the two ends of the colour scale, shared by every heatmap and shown by the
@@ -49,7 +49,7 @@ void write_heatmaps(const std::string& path, TensorView<const T> matrices, const
 struct Series {
   enum class Style {
     line,    // a solid line through the points in the given order
-    dashed,  // a dashed line (the seeds' truth curves, 'm--')
+    dashed,  // a dashed line (the d2l chapter's truth curves, 'm--')
     points,  // a half-transparent dot per point (training data, 'o' with alpha 0.5)
   };
   std::string label;  // its legend entry; empty: not in the legend

@@ -5,7 +5,7 @@
 //   lse     (B, n)    / (B, H, n)          log-sum-exp of each masked, scaled score row (-inf for
 //                                          an empty row), what the backward needs to rebuild the
 //                                          weights without storing them
-//   weights (B, n, m) / (B, H, n, m)       the attention weights before dropout (the seeds'
+//   weights (B, n, m) / (B, H, n, m)       the attention weights before dropout (the d2l chapter's
 //                                          `attention_weights`), only written when given
 // All tensors of one call have the same rank. Masks and empty rows: attn/mask.hpp.
 // Grouped-query attention: keys and values may have fewer heads Hk than the queries' H, when H is a

@@ -1,4 +1,4 @@
-// Masked softmax over the last axis, as the seeds' masked_softmax.
+// Masked softmax over the last axis, as the d2l chapter's masked_softmax.
 #pragma once
 
 #include "attn/mask.hpp"
@@ -14,7 +14,7 @@ void masked_softmax_forward(TensorView<T> weights, TensorView<const T> scores, c
 
 // dscores = d loss / d scores, given dweights = d loss / d weights and the forward's weights:
 //   dscores[j] = weights[j] * (dweights[j] - sum_k weights[k] * dweights[k]).
-// Masked entries get 0 (with MaskedFill::seeds_minus_1e6 their score was replaced by a constant).
+// Masked entries get 0 (with MaskedFill::d2l_minus_1e6 their score was replaced by a constant).
 //   dscores, dweights, weights: (B, n, m) or (B, H, n, m). dscores may alias dweights.
 template <class T>
 void masked_softmax_backward(TensorView<T> dscores, TensorView<const T> dweights, TensorView<const T> weights,

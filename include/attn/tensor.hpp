@@ -3,7 +3,7 @@
 // Shape legend used across attn:
 //   B batch, H heads, n queries, m keys (and values), d query/key size, v value size,
 //   q and k the query and key sizes of additive and bilinear attention, h hidden size.
-// Tensors are 3-D (B, n, d) as in the seeds, or 4-D (B, H, n, d) with a heads axis.
+// Tensors are 3-D (B, n, d) as in the d2l chapter, or 4-D (B, H, n, d) with a heads axis.
 //
 // A TensorView does not own its data. Strides are counted in elements, not bytes. Only the last
 // dimension must be contiguous (stride 1); the others may have any non-negative stride, so a

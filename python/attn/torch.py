@@ -14,9 +14,9 @@ Functions (each a torch.autograd.Function whose forward and backward run attn's 
       (their gradient too) and the log-sum-exp. float32, float64, bfloat16 and float16 tensors;
       16-bit ones accumulate in float32 (attn/sdpa.hpp).
   additive_attention(queries, keys, values, W_q, W_k, w_v, valid_lens=None, *, attn_mask=None,
-      is_causal=False, dropout_p=0.0)                      the seeds' additive scoring, as a function
+      is_causal=False, dropout_p=0.0)                      the d2l chapter's additive scoring, as a function
   nadaraya_watson(queries, keys, values, kernel="gaussian", width=1.0)
-      the seeds' kernel regression; width may be a tensor that requires grad (it gets its gradient)
+      the d2l chapter's kernel regression; width may be a tensor that requires grad (it gets its gradient)
 Modules, their parameters named as the textbook's modules name theirs, so that load_state_dict moves
 weights between the two either way: DotProductAttention, AdditiveAttention, MultiHeadAttention.
 
@@ -305,7 +305,7 @@ class _AdditiveAttention(torch.autograd.Function):
 
 def additive_attention(queries, keys, values, W_q, W_k, w_v, valid_lens=None, *, attn_mask=None, is_causal=False,
                        dropout_p=0.0):
-    """The seeds' additive attention: softmax(w_v^T tanh(W_q q + W_k k)) pooling the values.
+    """The d2l chapter's additive attention: softmax(w_v^T tanh(W_q q + W_k k)) pooling the values.
 
     queries (B, n, q), keys (B, m, k), values (B, m, v) (or 4-D with heads); W_q (h, q), W_k (h, k) and
     w_v (h,) or (1, h), nn.Linear's weight layout. Returns (B, n, v). Masks as
@@ -365,10 +365,10 @@ def nadaraya_watson(queries, keys, values, kernel="gaussian", width=1.0):
     """Nadaraya-Watson regression: f(q) = sum_j K(|q - k_j| / width) v_j / sum_j K(|q - k_j| / width).
 
     kernel: "gaussian", "boxcar", "epanechnikov" or "constant" (attn/nadaraya_watson.hpp). queries
-    (n,), keys (m,) and values (m,) as in the seeds' regression (returns (n,)); or (n, p), (m, p),
+    (n,), keys (m,) and values (m,) as in the d2l chapter's regression (returns (n,)); or (n, p), (m, p),
     (m, v) (returns (n, v); (n,) for 1-D values); or batches (B, n, p), (B, m, p), (B, m, v).
     width: a positive float, or a one-element tensor; when it requires grad it gets d loss / d width
-    (the learnable width of the seeds' parametric regression).
+    (the learnable width of the d2l chapter's parametric regression).
     """
     function = "nadaraya_watson"
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
@@ -388,7 +388,7 @@ def nadaraya_watson(queries, keys, values, kernel="gaussian", width=1.0):
 # ---- modules -------------------------------------------------------------------------------------
 
 class DotProductAttention(nn.Module):
-    """The seeds' DotProductAttention on attn's fused kernel: forward(queries, keys, values,
+    """The d2l chapter's DotProductAttention on attn's fused kernel: forward(queries, keys, values,
     valid_lens=None, **variants) with queries (B, n, d) or (B, H, n, d); variants as
     scaled_dot_product_attention's keywords (attn_mask, is_causal, window, ...). Dropout on the weights
     in training mode only. It forms no weights: attention_weights is not kept (attn.masked_softmax
@@ -417,11 +417,11 @@ def _materialize(linear, x):
 
 
 class AdditiveAttention(nn.Module):
-    """The seeds' AdditiveAttention, its scores, softmax, dropout and pooling in attn's kernels.
+    """The d2l chapter's AdditiveAttention, its scores, softmax, dropout and pooling in attn's kernels.
 
-    AdditiveAttention(key_size, query_size, num_hiddens, dropout) as the seeds' first version, or
+    AdditiveAttention(key_size, query_size, num_hiddens, dropout) as the d2l chapter's first version, or
     AdditiveAttention(num_hiddens, dropout) as d2l's later one (LazyLinear: sizes from the first call).
-    Parameters W_k.weight (h, k), W_q.weight (h, q), w_v.weight (1, h), as the seeds' nn.Linear layers.
+    Parameters W_k.weight (h, k), W_q.weight (h, q), w_v.weight (1, h), as the d2l chapter's nn.Linear layers.
     forward(queries, keys, values, valid_lens=None, *, attn_mask=None, is_causal=False).
     """
 
@@ -448,7 +448,7 @@ class AdditiveAttention(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """d2l's MultiHeadAttention (the chapter after the seeds') on attn's fused kernel, with grouped
+    """d2l's MultiHeadAttention (the next d2l chapter) on attn's fused kernel, with grouped
     key and value heads (num_kv_heads divides num_heads; None: as many as num_heads).
 
     MultiHeadAttention(num_hiddens, num_heads, dropout, bias=False, num_kv_heads=None, *,

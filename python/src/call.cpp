@@ -257,15 +257,21 @@ std::string Call::rewrite(const std::string& message) const {
 // ---- masks -------------------------------------------------------------------------------------
 
 const char* masked_fill_name(attn::MaskedFill fill) {
-  return fill == attn::MaskedFill::seeds_minus_1e6 ? "seeds_minus_1e6" : "exclude";
+  return fill == attn::MaskedFill::d2l_minus_1e6 ? "d2l_minus_1e6" : "exclude";
 }
 
 attn::MaskedFill masked_fill_from(Call& call, py::handle masked_fill) {
   const std::string fill = call.text(masked_fill, "masked_fill");
   if (fill == "exclude") return attn::MaskedFill::exclude;
-  if (fill == "seeds_minus_1e6") return attn::MaskedFill::seeds_minus_1e6;
+  if (fill == "d2l_minus_1e6") return attn::MaskedFill::d2l_minus_1e6;
+  if (fill == "seeds_minus_1e6") {  // the earlier spelling, accepted through the 0.2 series
+    if (PyErr_WarnEx(PyExc_DeprecationWarning,
+                     "masked_fill=\"seeds_minus_1e6\" is deprecated; use \"d2l_minus_1e6\" (removed in attn 0.3)", 1) != 0)
+      throw py::error_already_set();
+    return attn::MaskedFill::d2l_minus_1e6;
+  }
   call.value_error("masked_fill is \"" + fill + "\"; it must be \"exclude\" (masked keys take no part, a row "
-                   "with none left is 0) or \"seeds_minus_1e6\" (the seeds' fill)");
+                   "with none left is 0) or \"d2l_minus_1e6\" (the d2l chapter's fill)");
 }
 
 MaskArgs mask_args(Call& call, py::handle valid_lens, py::handle mask, py::handle causal, py::handle masked_fill) {

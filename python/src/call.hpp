@@ -198,7 +198,7 @@ struct MaskArgs {
 };
 
 // valid_lens: None or integers; mask: None, bool or floating; causal: a bool, "top_left" or
-// "bottom_right"; masked_fill: "exclude" or "seeds_minus_1e6".
+// "bottom_right"; masked_fill: "exclude" or "d2l_minus_1e6".
 MaskArgs mask_args(Call& call, py::handle valid_lens, py::handle mask, py::handle causal, py::handle masked_fill);
 // align: None, "top_left" or "bottom_right" (attn/mask.hpp), read into m.align; with causal=True it
 // also places the causal mask (causal=True, align="bottom_right" is the bottom-right causal mask).

@@ -278,13 +278,13 @@ void bind_functions(py::module_& m) {
 
 X: scores (B, n, m) or (B, H, n, m), float32 or float64 (or float16: computed in float32, the weights
   rounded to float16). Returns the weights, same shape and dtype.
-valid_lens: None, (B,) (one length per batch element, as the seeds) or (B, n) (one per query), integers
+valid_lens: None, (B,) (one length per batch element, as the d2l chapter) or (B, n) (one per query), integers
   in [0, m]; query i of batch b attends to keys [0, valid_lens[b] or valid_lens[b, i]).
 mask: None, a bool array (True = attend) or a float array (added to the scores, -inf excludes a key),
   broadcastable to the scores' shape.
 causal: False, True or "top_left" (query i sees keys j <= i), "bottom_right" (j <= i + m - n).
 masked_fill: "exclude" (default): masked keys take no part and a row left with no key is all 0;
-  "seeds_minus_1e6": the seeds' d2l code, masked scores become -1e6 before an ordinary softmax (an
+  "d2l_minus_1e6": the d2l chapter's code, masked scores become -1e6 before an ordinary softmax (an
   empty row then weighs every key alike). The two agree whenever every row keeps a key.)");
 
   m.def("bmm", &bmm, arg("a"), arg("b"), py::kw_only(), arg("transpose_a") = false, arg("transpose_b") = false,
@@ -300,13 +300,13 @@ computed in float32, then rounded).)");
         arg("masked_fill") = "exclude", arg("window") = py::none(), arg("alibi_slopes") = py::none(),
         arg("softcap") = py::none(), arg("segment_ids") = py::none(), arg("return_lse") = false,
         arg("compute_dtype") = py::none(), arg("align") = py::none(), arg("sinks") = py::none(),
-        R"(dropout(masked_softmax(q k^T * scale)) v: the seeds' DotProductAttention as one function.
+        R"(dropout(masked_softmax(q k^T * scale)) v: the d2l chapter's DotProductAttention as one function.
 
 q (B, n, d), k (B, m, d), v (B, m, v), or 4-D with a heads axis: q (B, H, n, d), k (B, Hk, m, d),
 v (B, Hk, m, v), where H is a multiple of Hk (grouped-query attention: query head h reads key head
 h // (H // Hk); Hk = 1 is multi-query attention). All float32 or all float64. Returns out (B, n, v),
 or (out, weights) with return_weights=True, (out, lse) with return_lse=True, (out, weights, lse) with
-both; weights (B, n, m) are the attention weights before dropout (the seeds' attention_weights), lse
+both; weights (B, n, m) are the attention weights before dropout (the d2l chapter's attention_weights), lse
 (B, n) or (B, H, n) each row's log-sum-exp (natural log; -inf for a row with no key).
 valid_lens, mask, causal, masked_fill: as masked_softmax.
 scale: default 1/sqrt(d).
@@ -337,7 +337,7 @@ segment_ids: int32 or int64 (B, n) when n == m, or a pair ((B, n), (B, m)): a qu
         R"(Nadaraya-Watson kernel regression: y_hat(x) = sum_i K(|x - x_i| / width) y_i / sum_j K(|x - x_j| / width).
 
 kernel: "gaussian" exp(-u^2/2), "boxcar" 1 if u <= 1, "epanechnikov" max(0, 1 - u), "constant" 1.
-x_train (m,) points, y_train (m,) targets and x_query (n,) queries, as in the seeds' regression; or
+x_train (m,) points, y_train (m,) targets and x_query (n,) queries, as in the d2l chapter's regression; or
 vectors: x_train (m, p), y_train (m, v), x_query (n, p); or batches (B, m, p), (B, m, v), (B, n, p) and
 4-D with heads. Returns y_hat: (n,) for a 1-D y_train, (n, v) for a 2-D one, (B, n, v) for batches; with
 return_weights=True, (y_hat, weights) where weights[i, j] is the weight of x_train[j] for x_query[i]

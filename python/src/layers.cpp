@@ -1,7 +1,7 @@
-// The seeds' layers, DotProductAttention and AdditiveAttention, as Python classes over attn.
+// The d2l chapter's layers, DotProductAttention and AdditiveAttention, as Python classes over attn.
 //
 // Called as attention(queries, keys, values, valid_lens=None) they return the output and keep the
-// weights before dropout in .attention_weights, as the seeds' nn.Modules. backward(grad_out), the
+// weights before dropout in .attention_weights, as the d2l chapter's nn.Modules. backward(grad_out), the
 // gradient of a loss with respect to the output of the last call, returns a dict of the gradients
 // of every input and parameter: "queries", "keys", "values" (and "W_q", "W_k", "w_v").
 //
@@ -280,7 +280,7 @@ void def_layer(py::class_<L>& c) {
 
 void bind_layers(py::module_& m) {
   using py::arg;
-  py::class_<DotProductAttention> dot(m, "DotProductAttention", R"(Scaled dot-product attention, the seeds' layer.
+  py::class_<DotProductAttention> dot(m, "DotProductAttention", R"(Scaled dot-product attention, the d2l chapter's layer.
 
 DotProductAttention(dropout, *, seed=0, masked_fill="exclude")
 attention(queries (B, n, d), keys (B, m, d), values (B, m, v), valid_lens=None) -> (B, n, v);
@@ -293,7 +293,7 @@ in the README.)");
           arg("masked_fill") = "exclude");
   def_layer(dot);
 
-  py::class_<AdditiveAttention> add(m, "AdditiveAttention", R"(Additive attention, the seeds' layer.
+  py::class_<AdditiveAttention> add(m, "AdditiveAttention", R"(Additive attention, the d2l chapter's layer.
 
 AdditiveAttention(key_size, query_size, num_hiddens, dropout, *, seed=0, masked_fill="exclude", dtype="float32")
 attention(queries (B, n, query_size), keys (B, m, key_size), values (B, m, v), valid_lens=None) -> (B, n, v);

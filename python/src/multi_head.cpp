@@ -1,4 +1,4 @@
-// attn.MultiHeadAttention: the layer of the chapter after the seeds' (d2l's MultiHeadAttention) over
+// attn.MultiHeadAttention: the layer of the next d2l chapter (d2l's MultiHeadAttention) over
 // attn::multi_head_attention_forward and _backward (attn/multi_head.hpp), with grouped key and value
 // heads. Its parameters W_q, W_k, W_v, W_o (and b_q, b_k, b_v, b_o) are NumPy arrays in
 // nn.Linear's layout, created at the first call from its inputs' sizes (as d2l's nn.LazyLinear) unless

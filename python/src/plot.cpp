@@ -1,4 +1,4 @@
-// show_heatmaps (the seeds' d2l.show_heatmaps) and plot (curves, such as training losses), drawn by
+// show_heatmaps (d2l.show_heatmaps) and plot (curves, such as training losses), drawn by
 // attn's renderer (attn/plot.hpp), the one the command line uses, into an SVG or PNG file instead of a
 // matplotlib window.
 #include <pybind11/pybind11.h>
@@ -78,12 +78,12 @@ void bind_plot(py::module_& m) {
         R"(d2l.show_heatmaps into a file: a grid of heatmaps with one colorbar, as the command line draws them.
 
 matrices: (rows, cols, n, m), (cols, n, m) or (n, m); heatmap (r, c) shows an n x m matrix, row i (a
-  query) from the top, column j (a key) from the left. The seeds call it on
+  query) from the top, column j (a key) from the left. The d2l chapter calls it on
   attention.attention_weights.reshape((1, 1, 2, 10)).
 xlabel, ylabel: under the bottom row and left of the first column.
 titles: None, one title per column, or one per heatmap (row-major).
 path (keyword, required): the file, ".svg" or ".png" (PNG text needs Debian's fonts-dejavu-core).
-cmap: "Reds" (the seeds'), "Blues", "Greens", "Greys", "Oranges", "Purples" or "viridis".
+cmap: "Reds" (the d2l chapter's), "Blues", "Greens", "Greys", "Oranges", "Purples" or "viridis".
 Returns the path written.)");
 
   m.def("plot", &plot, arg("path"), arg("curves"), py::kw_only(), arg("title") = "", arg("xlabel") = "",

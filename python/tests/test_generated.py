@@ -1,4 +1,4 @@
-"""Generated tests (issue 14): Hypothesis draws the arguments, NumPy in float64 checks the results.
+"""Generated tests: Hypothesis draws the arguments, NumPy in float64 checks the results.
 
 Shapes from 0 to odd sizes in the low hundreds in every dimension (most small and at most one large,
 so that a CI run keeps its time), strided, transposed, broadcast (stride 0) and copied layouts, every
@@ -198,7 +198,7 @@ def attention(a, c, dt, low=None, dout=None):
         # rowsum(dP * P) = rowsum(dout * out) (FlashAttention's D); a 16-bit backward has only the rounded out
         delta = row_sum(dout * (round_to(out, low) if low else out))
         dS = P * (dP - delta)
-        dX = np.where(allowed, dS * dsdx, 0)  # the seeds' fill: a masked score is a constant
+        dX = np.where(allowed, dS * dsdx, 0)  # the d2l chapter's fill: a masked score is a constant
         dq, dk = mm(dX, kr), mm(np.swapaxes(dX, -1, -2), q)
         fold = lambda y: y.reshape(B, Hk, g, *y.shape[2:]).sum(2)  # noqa: E731  (a key head's query heads)
         r.update(dq=dq, dk=fold(dk), dv=fold(dv))
@@ -286,7 +286,7 @@ DTYPES = ["float32", "float64", "float16", "bfloat16"]  # bfloat16: float32 arra
 
 
 @st.composite
-def sdpa_cases(draw, dtypes=DTYPES, fills=("exclude", "seeds_minus_1e6")):
+def sdpa_cases(draw, dtypes=DTYPES, fills=("exclude", "d2l_minus_1e6")):
     """One call's shapes, masks, variants, dtype, dropout and layouts (arrays drawn from `seed`)."""
     c = {"rank": draw(st.sampled_from([3, 4]))}
     if c["rank"] == 4:
@@ -754,7 +754,7 @@ def test_nadaraya_watson_within_the_rule(dims, shape, kernel, width, dtype, data
 
 
 def additive(q, k, v, W_q, W_k, w_v, lens, fill, dout, dt):
-    """The seeds' additive attention and its gradients in dtype dt: scores w_v . tanh(W_q q + W_k k)."""
+    """The d2l chapter's additive attention and its gradients in dtype dt: scores w_v . tanh(W_q q + W_k k)."""
     q, k, v, W_q, W_k, w_v, dout = (np.asarray(x, dt) for x in (q, k, v, W_q, W_k, w_v, dout))
     A, K = mm(q, W_q.T[None]), mm(k, W_k.T[None])  # (B, n, h), (B, m, h)
     T = np.tanh(A[:, :, None, :] + K[:, None, :, :])  # (B, n, m, h)
@@ -785,7 +785,7 @@ def additive(q, k, v, W_q, W_k, w_v, lens, fill, dout, dt):
 
 
 @given(dims=sizes(st.integers(1, 10), ("B", "n", "m", "q", "k", "v", "h")), dtype=st.sampled_from(["float32", "float64"]),
-       lens=st.sampled_from([None, "batch", "query"]), fill=st.sampled_from(["exclude", "seeds_minus_1e6"]),
+       lens=st.sampled_from([None, "batch", "query"]), fill=st.sampled_from(["exclude", "d2l_minus_1e6"]),
        layouts=st.tuples(*[st.sampled_from(LAYOUTS)] * 3), data=st.integers(0, 2**32 - 1), where=machines)
 def test_additive_attention_layer_and_its_backward(dims, dtype, lens, fill, layouts, data, where):
     rng = np.random.default_rng(data)
@@ -868,14 +868,14 @@ def test_kv_cache_attends_as_sdpa_over_the_stored_keys(batch, kv_heads, group, s
 # ---- failures found, minimised ------------------------------------------------------------------
 
 
-def test_seeds_fill_keeps_segment_ids_in_the_fused_path():
+def test_d2l_fill_keeps_segment_ids_in_the_fused_path():
     # Keys 0-1 are segment 0, keys 2-4 segment 1; q = k = 0, so each query averages its segment's
     # values. Up to n = 4 queries (the decode path) and with return_weights=True (unfused) attn got
     # it; the fused path for n >= 5 attended every key: [2, 2, 2, 2, 2] (fixed: its tiles of mixed
-    # segments are masked element by element under the seeds' fill too).
+    # segments are masked element by element under the d2l chapter's fill too).
     zeros, values = np.zeros((1, 5, 1), np.float32), np.arange(5, dtype=np.float32).reshape(1, 5, 1)
     segments = np.array([[0, 0, 1, 1, 1]])
-    out = attn.scaled_dot_product_attention(zeros, zeros, values, segment_ids=segments, masked_fill="seeds_minus_1e6")
+    out = attn.scaled_dot_product_attention(zeros, zeros, values, segment_ids=segments, masked_fill="d2l_minus_1e6")
     np.testing.assert_allclose(out.ravel(), [0.5, 0.5, 3, 3, 3], rtol=1e-6)
 
 

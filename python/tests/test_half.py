@@ -103,7 +103,7 @@ def test_functions_without_a_16_bit_kernel_take_float16(rng):
     widths, error = attn.select_width(x_train, y_train)
     np.testing.assert_array_equal(widths, attn.select_width(w(x_train), w(y_train))[0])
     assert widths.dtype == np.float64 and error > 0
-    # The seeds' DotProductAttention (no parameters): out, weights and gradients the same way.
+    # The d2l chapter's DotProductAttention (no parameters): out, weights and gradients the same way.
     q, k, v, lens = h(2, 3, 8), h(2, 5, 8), h(2, 5, 4), np.array([2, 5])
     layer, layer32 = attn.DotProductAttention(0.0), attn.DotProductAttention(0.0)
     same(layer(q, k, v, lens), layer32(w(q), w(k), w(v), lens))

@@ -1,4 +1,4 @@
-"""attn.show_heatmaps: the seeds' d2l.show_heatmaps into SVG and PNG files, the same pictures as the
+"""attn.show_heatmaps: d2l.show_heatmaps into SVG and PNG files, the same pictures as the
 command line draws (attn sdpa --heatmap), byte for byte."""
 import os
 import pathlib
@@ -12,14 +12,14 @@ import attn
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def seeds_weights():
-    # The seeds' heatmap cell: attention.attention_weights of the additive example, (2, 1, 10).
+def d2l_weights():
+    # The d2l chapter's heatmap cell: attention.attention_weights of the additive example, (2, 1, 10).
     return np.array([[[0.5] * 2 + [0] * 8], [[1 / 6] * 6 + [0] * 4]], np.float32)
 
 
-def test_the_seeds_heatmap_cell(tmp_path):
+def test_the_d2l_heatmap_cell(tmp_path):
     # d2l.show_heatmaps(attention.attention_weights.reshape((1, 1, 2, 10)), xlabel='Keys', ylabel='Queries')
-    matrices = seeds_weights().reshape((1, 1, 2, 10))
+    matrices = d2l_weights().reshape((1, 1, 2, 10))
     svg = attn.show_heatmaps(matrices, xlabel="Keys", ylabel="Queries", path=str(tmp_path / "weights.svg"))
     png = attn.show_heatmaps(matrices, xlabel="Keys", ylabel="Queries", path=tmp_path / "weights.png")
     assert svg == str(tmp_path / "weights.svg") and png == str(tmp_path / "weights.png")

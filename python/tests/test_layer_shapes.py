@@ -1,12 +1,12 @@
 """The layers' backward(grad_out) across the shapes where the cpu kernels change path: 1 to 5
-queries (the decode path takes up to 4 per head), values from 1 to 1024 wide, the seeds' keys
+queries (the decode path takes up to 4 per head), values from 1 to 1024 wide, the d2l chapter's keys
 (2, 10, 2) and keys past a decode tile. The layers call the backward without the forward's out
 (python/src/layers.cpp), the path that once returned wrong gradients for n <= 4 and wide values."""
 import numpy as np
 import pytest
 
 import attn
-import seeds_torch
+import d2l_torch
 from helpers import assert_within_budget, grads, torch_both
 from test_layers import torch_additive
 
@@ -16,7 +16,7 @@ def f32(rng, *shape):
 
 
 def check_layer(attention, make_module, arrays, params=()):
-    """The layer's output and gradients against the seeds' module in torch float64 (budget rule)."""
+    """The layer's output and gradients against the d2l chapter's module in torch float64 (budget rule)."""
     out = attention(arrays["queries"], arrays["keys"], arrays["values"], arrays["lens"])
     got = {"out": out, **{"d" + k: g for k, g in attention.backward(arrays["G"]).items()}}
 
@@ -43,7 +43,7 @@ def test_dot_product_attention_backward_across_paths(rng, n, v, m):
     arrays = {"queries": f32(rng, 2, n, 2), "keys": f32(rng, 2, m, 2), "values": f32(rng, 2, m, v),
               "lens": np.array([m, m // 2 + 1]), "G": f32(rng, 2, n, v)}
     check_layer(attn.DotProductAttention(0.0).eval(),
-                lambda t: seeds_torch.DotProductAttention(dropout=0.0).eval(), arrays)
+                lambda t: d2l_torch.DotProductAttention(dropout=0.0).eval(), arrays)
 
 
 @pytest.mark.parametrize("v", [1, 256, 1024])

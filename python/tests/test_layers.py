@@ -1,11 +1,11 @@
-"""attn.DotProductAttention and attn.AdditiveAttention against the seeds' nn.Modules: outputs,
+"""attn.DotProductAttention and attn.AdditiveAttention against the d2l chapter's nn.Modules: outputs,
 attention_weights, and the gradients of every input and parameter from backward(grad_out), on random
 shapes and valid lengths; their modes, dropout seeds and parameters."""
 import numpy as np
 import pytest
 
 import attn
-import seeds_torch
+import d2l_torch
 from helpers import assert_within_budget, draw_lens, grads, torch, torch_both
 
 DTYPES = [np.float32, np.float64]
@@ -31,7 +31,7 @@ def attn_results(attention, arrays, dtype):
 
 
 def torch_module_results(make_module, arrays, params=()):
-    """The same from a seeds' module, by autograd on sum(out * G): {name: (float32, float64)}."""
+    """The same from a d2l module, by autograd on sum(out * G): {name: (float32, float64)}."""
     def run(t):
         module = make_module(t)
         out = module(t["queries"], t["keys"], t["values"], t["lens"])
@@ -51,14 +51,14 @@ def torch_module_results(make_module, arrays, params=()):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lens_kind", [None, "batch", "query", "zero"])
 @pytest.mark.parametrize("draw", range(3))
-def test_dot_product_attention_matches_the_seeds(rng, draw, lens_kind, dtype):
+def test_dot_product_attention_matches_the_d2l(rng, draw, lens_kind, dtype):
     B, n, m, d, v = rng.integers(1, 4), *rng.integers(1, 40, size=4)
     lens = draw_lens(rng, "query" if lens_kind == "zero" else lens_kind, B, n, m, zero=lens_kind == "zero")
     arrays = {"queries": f32(rng, B, n, d), "keys": f32(rng, B, m, d), "values": f32(rng, B, m, v), "lens": lens,
               "G": f32(rng, B, n, v)}
-    # Rows of valid length 0: the seeds average every key; attn's masked_fill="seeds_minus_1e6" does too.
-    fill = "seeds_minus_1e6" if lens_kind == "zero" else "exclude"
-    refs = torch_module_results(lambda t: seeds_torch.DotProductAttention(dropout=0.5).eval(), arrays)
+    # Rows of valid length 0: the d2l chapter average every key; attn's masked_fill="d2l_minus_1e6" does too.
+    fill = "d2l_minus_1e6" if lens_kind == "zero" else "exclude"
+    refs = torch_module_results(lambda t: d2l_torch.DotProductAttention(dropout=0.5).eval(), arrays)
     got = attn_results(attn.DotProductAttention(0.5, masked_fill=fill).eval(), arrays, dtype)
     check(got, refs, f"({B},{n},{m},{d},{v}) lens {lens_kind}")
 
@@ -71,7 +71,7 @@ def test_dot_product_attention_with_heads(rng):
               "lens": draw_lens(rng, "batch", B, n, m), "G": f32(rng, B, H, n, v)}
     folded = {k: a.reshape(B * H, *a.shape[2:]) for k, a in arrays.items() if k != "lens"}
     folded["lens"] = np.repeat(arrays["lens"], H)
-    refs = torch_module_results(lambda t: seeds_torch.DotProductAttention(0.0), folded)
+    refs = torch_module_results(lambda t: d2l_torch.DotProductAttention(0.0), folded)
     got = attn_results(attn.DotProductAttention(0.0), arrays, np.float32)
     check({k: g.reshape(refs[k][0].shape) for k, g in got.items()}, refs, "heads")
 
@@ -103,8 +103,8 @@ def test_dot_product_attention_train_mode_drops_weights_and_advances_the_seed(rn
            **{"d" + name: g for name, g in attention.backward(G).items()}}
 
     def make(t):
-        module = seeds_torch.DotProductAttention(p)
-        module.dropout = KeptDropout(t["kept"], p)  # the seeds' nn.Dropout, with attn's mask
+        module = d2l_torch.DotProductAttention(p)
+        module.dropout = KeptDropout(t["kept"], p)  # the d2l chapter's nn.Dropout, with attn's mask
         return module
 
     refs = torch_module_results(make, {"queries": q, "keys": k, "values": vals, "lens": lens, "G": G, "kept": kept})
@@ -136,9 +136,9 @@ def test_backward_reads_the_arrays_of_the_last_call(rng):
 
 
 def torch_additive(t, params):
-    """The seeds' AdditiveAttention with the parameters `params` (attn's arrays) in t's dtype."""
+    """The d2l chapter's AdditiveAttention with the parameters `params` (attn's arrays) in t's dtype."""
     h, q = params["W_q"].shape
-    module = seeds_torch.AdditiveAttention(params["W_k"].shape[1], q, h, dropout=0.1).eval()
+    module = d2l_torch.AdditiveAttention(params["W_k"].shape[1], q, h, dropout=0.1).eval()
     with torch.no_grad():
         for name, a in params.items():
             getattr(module, name).weight.copy_(torch.from_numpy(a.reshape(getattr(module, name).weight.shape)))
@@ -148,12 +148,12 @@ def torch_additive(t, params):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lens_kind", [None, "batch", "query", "zero"])
 @pytest.mark.parametrize("draw", range(3))
-def test_additive_attention_matches_the_seeds(rng, draw, lens_kind, dtype):
+def test_additive_attention_matches_the_d2l(rng, draw, lens_kind, dtype):
     B, n, m, q, k, h, v = rng.integers(1, 4), *rng.integers(1, 30, size=6)
     lens = draw_lens(rng, "query" if lens_kind == "zero" else lens_kind, B, n, m, zero=lens_kind == "zero")
     arrays = {"queries": f32(rng, B, n, q), "keys": f32(rng, B, m, k), "values": f32(rng, B, m, v), "lens": lens,
               "G": f32(rng, B, n, v)}
-    fill = "seeds_minus_1e6" if lens_kind == "zero" else "exclude"
+    fill = "d2l_minus_1e6" if lens_kind == "zero" else "exclude"
     attention = attn.AdditiveAttention(k, q, h, 0.1, seed=draw, masked_fill=fill).eval()
     params = {name: getattr(attention, name) for name in ("W_q", "W_k", "w_v")}
     refs = torch_module_results(lambda t: torch_additive(t, params), arrays, params=("W_q", "W_k", "w_v"))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import attn
-import seeds_torch
+import d2l_torch
 from helpers import assert_within_budget, grads, torch, torch_both
 
 PARAMS = ["W_q", "W_k", "W_v", "W_o"]
@@ -19,7 +19,7 @@ def f32(rng, *shape):
 
 def textbook(layer, bias, heads, kv_heads, t):
     """The textbook's module with attn's layer's weights, in t's dtype."""
-    module = seeds_torch.MultiHeadAttention(layer.num_hiddens, heads, 0.0, bias=bias, num_kv_heads=kv_heads).eval()
+    module = d2l_torch.MultiHeadAttention(layer.num_hiddens, heads, 0.0, bias=bias, num_kv_heads=kv_heads).eval()
     module.to(t["queries"].dtype)
     with torch.no_grad():
         module(t["queries"], t["keys"], t["values"], t["lens"])  # sizes the lazy layers

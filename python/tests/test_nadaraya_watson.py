@@ -1,10 +1,10 @@
-"""attn.nadaraya_watson against seed 001's estimator written in torch (seeds_torch.nadaraya_watson):
-the seeds' 1-D regression, vectors, batches, every kernel and width."""
+"""attn.nadaraya_watson against seed 001's estimator written in torch (d2l_torch.nadaraya_watson):
+the d2l chapter's 1-D regression, vectors, batches, every kernel and width."""
 import numpy as np
 import pytest
 
 import attn
-import seeds_torch
+import d2l_torch
 from helpers import assert_within_budget, torch_both
 
 KERNELS = ["gaussian", "boxcar", "epanechnikov", "constant"]
@@ -37,7 +37,7 @@ def torch_results(x_train, y_train, x_query, kernel, width):
     arrays = {"xt": batch(x_train), "yt": batch(y_train), "xq": batch(x_query)}
 
     def run(t):
-        y_hat, weights = seeds_torch.nadaraya_watson(t["xq"], t["xt"], t["yt"], kernel, width)
+        y_hat, weights = d2l_torch.nadaraya_watson(t["xq"], t["xt"], t["yt"], kernel, width)
         return {"y_hat": y_hat, "weights": weights}
 
     return torch_both(run, arrays)
@@ -46,7 +46,7 @@ def torch_results(x_train, y_train, x_query, kernel, width):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kernel,width", [(k, 1.0) for k in KERNELS] + [("gaussian", 0.1), ("gaussian", 0.5),
                                                                            ("boxcar", 0.5), ("epanechnikov", 2.0)])
-def test_the_seeds_regression(rng, kernel, width, dtype):
+def test_the_d2l_regression(rng, kernel, width, dtype):
     for _ in range(100):  # redraw until the compact kernels' edges are out of the way
         x_train, y_train, x_query = regression(rng)
         if kernel in ("gaussian", "constant") or away_from_edges(x_train, x_query, width):

@@ -1,15 +1,15 @@
-"""The seeds' notebook cells, run with attn as the seeds run them with torch, and checked against the
-seeds' own code on the same inputs and against the values the cells are known to give.
-examples/seeds_notebook.py runs the same cells and prints them."""
+"""The d2l chapter's notebook cells, run with attn as the d2l chapter runs them with torch, and checked against the
+d2l chapter's own code on the same inputs and against the values the cells are known to give.
+examples/d2l_notebook.py runs the same cells and prints them."""
 import pathlib
 
 import numpy as np
 
 import attn
-import seeds_torch
+import d2l_torch
 from helpers import assert_within_budget, torch, torch_both
 
-# The seeds' shared inputs: keys = torch.ones((2, 10, 2)),
+# The d2l chapter's shared inputs: keys = torch.ones((2, 10, 2)),
 # values = torch.arange(40, dtype=torch.float32).reshape(1, 10, 4).repeat(2, 1, 1), valid_lens = [2, 6].
 KEYS = np.ones((2, 10, 2), np.float32)
 VALUES = np.tile(np.arange(40, dtype=np.float32).reshape(1, 10, 4), (2, 1, 1))
@@ -26,7 +26,7 @@ def test_masked_softmax_cells(rng):
     for lens in (np.array([2, 3]), np.array([[1, 3], [2, 4]])):
         X = rng.random((2, 2, 4)).astype(np.float32)
         weights = attn.masked_softmax(X, lens)
-        refs = torch_both(lambda t: {"w": seeds_torch.masked_softmax(t["X"] * 1, t["lens"])}, {"X": X, "lens": lens})
+        refs = torch_both(lambda t: {"w": d2l_torch.masked_softmax(t["X"] * 1, t["lens"])}, {"X": X, "lens": lens})
         assert_within_budget(weights, *refs["w"], f"lens {lens.tolist()}")
         per_row = np.broadcast_to(lens if lens.ndim == 2 else lens[:, None], (2, 2))
         for b, i in np.ndindex(2, 2):
@@ -47,9 +47,9 @@ def test_additive_attention_cell(rng):
     out = attention(queries, KEYS, VALUES, VALID_LENS)
     np.testing.assert_allclose(out, EXPECTED_OUT, rtol=1e-6)
     np.testing.assert_allclose(attention.attention_weights, EXPECTED_WEIGHTS, rtol=1e-6)
-    # The seeds' module with the same parameters, on the same inputs.
+    # The d2l chapter's module with the same parameters, on the same inputs.
     torch.manual_seed(0)
-    module = seeds_torch.AdditiveAttention(key_size=2, query_size=20, num_hiddens=8, dropout=0.1)
+    module = d2l_torch.AdditiveAttention(key_size=2, query_size=20, num_hiddens=8, dropout=0.1)
     module.eval()
     with torch.no_grad():
         module.W_q.weight.copy_(torch.from_numpy(attention.W_q))
@@ -73,7 +73,7 @@ def test_dot_product_attention_cells(rng):
     output = attention(queries, keys, values, VALID_LENS)
     assert output.shape == (2, 1, 4)
     assert np.all(attention.attention_weights[0, :, 2:] == 0) and np.all(attention.attention_weights[1, :, 6:] == 0)
-    module = seeds_torch.DotProductAttention(dropout=0.5).eval()
+    module = d2l_torch.DotProductAttention(dropout=0.5).eval()
     ref = module(*(torch.from_numpy(a) for a in (queries, keys, values, VALID_LENS)))
     np.testing.assert_allclose(output, ref.numpy(), rtol=1e-5, atol=1e-6)
 
@@ -94,5 +94,5 @@ def test_nadaraya_watson_cell(rng):
 def test_the_readme_shows_the_first_lines_of_the_example():
     root = pathlib.Path(__file__).resolve().parents[2]
     block = (root / "README.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
-    example = (root / "examples" / "seeds_notebook.py").read_text()
+    example = (root / "examples" / "d2l_notebook.py").read_text()
     assert block.startswith("import") and block in example

@@ -1,4 +1,4 @@
-"""attn.scaled_dot_product_attention against the seeds' DotProductAttention and its masked variants,
+"""attn.scaled_dot_product_attention against the d2l chapter's DotProductAttention and its masked variants,
 and its dropout: which weights it drops, and that the seed alone decides."""
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import attn
-import seeds_torch
+import d2l_torch
 from helpers import assert_within_budget, draw_lens, max_err, torch, torch_both
 
 DTYPES = [np.float32, np.float64]
@@ -25,13 +25,13 @@ def check(got, refs, what):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lens_kind", [None, "batch", "query"])
 @pytest.mark.parametrize("draw", range(3))
-def test_sdpa_matches_the_seeds_dot_product_attention(rng, draw, lens_kind, dtype):
+def test_sdpa_matches_the_d2l_dot_product_attention(rng, draw, lens_kind, dtype):
     B, n, m, d, v = rng.integers(1, 4), *rng.integers(1, 50, size=4)
     q, k, vv = qkv(rng, (B,), n, m, d, v)
     lens = draw_lens(rng, lens_kind, B, n, m)
 
     def run(t):
-        attention = seeds_torch.DotProductAttention(dropout=0.5)
+        attention = d2l_torch.DotProductAttention(dropout=0.5)
         attention.eval()
         out = attention(t["q"], t["k"], t["v"], t["lens"])
         return {"out": out, "weights": attention.attention_weights}
@@ -47,16 +47,16 @@ def test_sdpa_odd_sizes_and_large_scores(rng):
     # n = 113, m = 203, d = 64; queries scaled by 100: scores overflow exp() without the max.
     q, k, v = qkv(rng, (2,), 113, 203, 64, 32, qscale=100.0)
     lens = draw_lens(rng, "query", 2, 113, 203)
-    refs = torch_both(lambda t: {"out": seeds_torch.DotProductAttention(0.0)(t["q"], t["k"], t["v"], t["lens"])},
+    refs = torch_both(lambda t: {"out": d2l_torch.DotProductAttention(0.0)(t["q"], t["k"], t["v"], t["lens"])},
                       {"q": q, "k": k, "v": v, "lens": lens})
     check(attn.scaled_dot_product_attention(q, k, v, lens), refs, "large scores")
 
 
 def reference(t, scale, fill="exclude", causal=False):
     """softmax of the masked, scaled scores times v, in torch: DotProductAttention's formula with
-    seeds_torch.masked_softmax_general for attn's masks."""
+    d2l_torch.masked_softmax_general for attn's masks."""
     S = torch.matmul(t["q"], t["k"].transpose(-1, -2)) * scale
-    W = seeds_torch.masked_softmax_general(S, t.get("lens"), t.get("keep"), t.get("additive"), causal, fill)
+    W = d2l_torch.masked_softmax_general(S, t.get("lens"), t.get("keep"), t.get("additive"), causal, fill)
     return {"out": torch.matmul(W, t["v"]), "weights": W}
 
 
@@ -83,12 +83,12 @@ def test_sdpa_masks_heads_and_scale(rng, masks, heads, dtype):
     check(got, refs, f"{masks} {lead}")
 
 
-def test_sdpa_seeds_fill_gives_empty_rows_the_seeds_average(rng):
+def test_sdpa_d2l_fill_gives_empty_rows_the_d2l_average(rng):
     q, k, v = qkv(rng, (3,), 5, 7, 4, 3)
     lens = np.array([0, 7, 2])
-    refs = torch_both(lambda t: {"out": seeds_torch.DotProductAttention(0.0)(t["q"], t["k"], t["v"], t["lens"])},
+    refs = torch_both(lambda t: {"out": d2l_torch.DotProductAttention(0.0)(t["q"], t["k"], t["v"], t["lens"])},
                       {"q": q, "k": k, "v": v, "lens": lens})
-    check(attn.scaled_dot_product_attention(q, k, v, lens, masked_fill="seeds_minus_1e6"), refs, "seeds fill")
+    check(attn.scaled_dot_product_attention(q, k, v, lens, masked_fill="d2l_minus_1e6"), refs, "d2l fill")
     assert np.all(attn.scaled_dot_product_attention(q, k, v, lens)[0] == 0)  # attn's default: an empty row is 0
 
 
@@ -102,7 +102,7 @@ def dropped_weights(q, k, lens, p, seed):
     return attn.scaled_dot_product_attention(q, k, eye, lens, dropout_p=p, seed=seed)
 
 
-def test_sdpa_dropout_is_the_seeds_dropout_of_the_weights(rng):
+def test_sdpa_dropout_is_the_d2l_dropout_of_the_weights(rng):
     # dropout(W) v with W the weights before dropout: each weight kept (scaled by 1/(1-p)) or 0.
     q, k, v = qkv(rng, (2,), 31, 47, 8, 5)
     lens, p, seed = draw_lens(rng, "batch", 2, 31, 47), 0.3, 1234
@@ -112,8 +112,8 @@ def test_sdpa_dropout_is_the_seeds_dropout_of_the_weights(rng):
     np.testing.assert_allclose(D[kept], weights[kept] / (1 - p), rtol=1e-6)
     assert 0.6 < kept[weights > 0].mean() < 0.8  # about 1 - p of the weights survive (here ~800 of them)
 
-    def run(t):  # the seeds' bmm(dropout(W), v) with attn's dropout mask
-        W = seeds_torch.masked_softmax(torch.bmm(t["q"], t["k"].transpose(1, 2)) / math.sqrt(8), t["lens"])
+    def run(t):  # the d2l chapter's bmm(dropout(W), v) with attn's dropout mask
+        W = d2l_torch.masked_softmax(torch.bmm(t["q"], t["k"].transpose(1, 2)) / math.sqrt(8), t["lens"])
         return {"out": torch.bmm(W * t["kept"] / (1 - p), t["v"])}
 
     refs = torch_both(run, {"q": q, "k": k, "v": v, "lens": lens, "kept": kept.astype(np.float32)})

@@ -1,4 +1,4 @@
-"""attn.masked_softmax and attn.bmm against the seeds' PyTorch code, on random shapes, masks and values.
+"""attn.masked_softmax and attn.bmm against the d2l chapter's PyTorch code, on random shapes, masks and values.
 
 Every input is drawn in float32; torch runs on it in float32 and in float64, attn in the dtype of
 the test, and helpers.assert_within_budget applies STYLE.md's error budget.
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import attn
-import seeds_torch
+import d2l_torch
 from helpers import assert_within_budget, draw_lens, torch, torch_both
 
 DTYPES = [np.float32, np.float64]
@@ -22,17 +22,17 @@ def check(got, refs, what):
         assert_within_budget(got if len(refs) == 1 else got[name], r32, r64, f"{what}: {name}")
 
 
-# ---- masked_softmax: the seeds' valid lengths ----------------------------------------------------
+# ---- masked_softmax: the d2l chapter's valid lengths ----------------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lens_kind", [None, "batch", "query"])
 @pytest.mark.parametrize("draw", range(4))
-def test_masked_softmax_matches_the_seeds(rng, draw, lens_kind, dtype):
+def test_masked_softmax_matches_the_d2l(rng, draw, lens_kind, dtype):
     B, n, m = rng.integers(1, 4), rng.integers(1, 40), rng.integers(1, 60)
     X, lens = scores(rng, (B, n, m)), draw_lens(rng, lens_kind, B, n, m)
-    # The seeds' masked_softmax writes into X's reshaped view: give it a computed tensor (X * 1).
-    refs = torch_both(lambda t: {"weights": seeds_torch.masked_softmax(t["X"] * 1, t["lens"])}, {"X": X, "lens": lens})
+    # The d2l chapter's masked_softmax writes into X's reshaped view: give it a computed tensor (X * 1).
+    refs = torch_both(lambda t: {"weights": d2l_torch.masked_softmax(t["X"] * 1, t["lens"])}, {"X": X, "lens": lens})
     got = attn.masked_softmax(X.astype(dtype), lens)
     assert got.dtype == dtype and got.shape == X.shape
     check(got, refs, f"({B},{n},{m}) lens {lens_kind}")
@@ -41,7 +41,7 @@ def test_masked_softmax_matches_the_seeds(rng, draw, lens_kind, dtype):
 def test_masked_softmax_odd_sizes_and_scores_that_overflow_exp(rng):
     # n = 113, m = 203; scores of several hundred overflow exp() without the max subtraction.
     X, lens = scores(rng, (3, 113, 203), scale=300.0), draw_lens(rng, "query", 3, 113, 203)
-    refs = torch_both(lambda t: {"w": seeds_torch.masked_softmax(t["X"] * 1, t["lens"])}, {"X": X, "lens": lens})
+    refs = torch_both(lambda t: {"w": d2l_torch.masked_softmax(t["X"] * 1, t["lens"])}, {"X": X, "lens": lens})
     got = attn.masked_softmax(X, lens)
     assert np.all(np.isfinite(got))
     check(got, refs, "large scores")
@@ -49,25 +49,34 @@ def test_masked_softmax_odd_sizes_and_scores_that_overflow_exp(rng):
 
 @pytest.mark.parametrize("lens_kind", ["batch", "query"])
 def test_masked_softmax_rows_with_valid_length_zero(rng, lens_kind):
-    # attn's default gives such a row weights 0; masked_fill="seeds_minus_1e6" reproduces the seeds'
+    # attn's default gives such a row weights 0; masked_fill="d2l_minus_1e6" reproduces the d2l chapter's
     # uniform row exactly as their code computes it.
     B, n, m = 4, 7, 9
     X, lens = scores(rng, (B, n, m)), draw_lens(rng, lens_kind, B, n, m, zero=True)
-    exclude = torch_both(lambda t: {"w": seeds_torch.masked_softmax_exclude(t["X"] * 1, t["lens"])}, {"X": X, "lens": lens})
-    seeds = torch_both(lambda t: {"w": seeds_torch.masked_softmax(t["X"] * 1, t["lens"])}, {"X": X, "lens": lens})
+    exclude = torch_both(lambda t: {"w": d2l_torch.masked_softmax_exclude(t["X"] * 1, t["lens"])}, {"X": X, "lens": lens})
+    theirs = torch_both(lambda t: {"w": d2l_torch.masked_softmax(t["X"] * 1, t["lens"])}, {"X": X, "lens": lens})
     check(attn.masked_softmax(X, lens), exclude, "exclude")
-    check(attn.masked_softmax(X, lens, masked_fill="seeds_minus_1e6"), seeds, "seeds_minus_1e6")
+    check(attn.masked_softmax(X, lens, masked_fill="d2l_minus_1e6"), theirs, "d2l_minus_1e6")
     empty = (lens if lens.ndim == 2 else np.repeat(lens[:, None], n, 1)) == 0
     assert empty.any() and np.all(attn.masked_softmax(X, lens)[empty] == 0)
+
+
+def test_masked_fill_accepts_its_earlier_spelling_with_a_deprecation_warning(rng):
+    X, lens = scores(rng, (2, 3, 5)), np.array([0, 3])
+    want = attn.masked_softmax(X, lens, masked_fill="d2l_minus_1e6")
+    with pytest.warns(DeprecationWarning, match="d2l_minus_1e6"):
+        got = attn.masked_softmax(X, lens, masked_fill="seeds_minus_1e6")
+    np.testing.assert_array_equal(got, want)
+    assert np.allclose(want[0], 1 / 5)  # the d2l fill: a row with no valid key averages all keys
 
 
 # ---- masked_softmax: the masks attn adds -----------------------------------------------------------
 
 
 def general(X, lens=None, keep=None, additive=None, causal=False, fill="exclude"):
-    """torch float32 and float64 of seeds_torch.masked_softmax_general on the NumPy inputs."""
+    """torch float32 and float64 of d2l_torch.masked_softmax_general on the NumPy inputs."""
     arrays = {"X": X, "lens": lens, "keep": keep, "additive": additive}
-    return torch_both(lambda t: {"w": seeds_torch.masked_softmax_general(
+    return torch_both(lambda t: {"w": d2l_torch.masked_softmax_general(
         t["X"], t["lens"], t["keep"], t["additive"], causal, fill)}, arrays)
 
 
@@ -97,10 +106,10 @@ def test_masked_softmax_masks(rng, mask_kind, heads, dtype):
     check(got, refs, f"{mask_kind} {shape}")
 
 
-def test_masked_softmax_seeds_fill_with_every_mask(rng):
+def test_masked_softmax_d2l_fill_with_every_mask(rng):
     X, keep = scores(rng, (2, 5, 6)), rng.random((2, 5, 6)) < 0.5
-    check(attn.masked_softmax(X, mask=keep, causal=True, masked_fill="seeds_minus_1e6"),
-          general(X, keep=keep, causal=True, fill="seeds_minus_1e6"), "seeds fill")
+    check(attn.masked_softmax(X, mask=keep, causal=True, masked_fill="d2l_minus_1e6"),
+          general(X, keep=keep, causal=True, fill="d2l_minus_1e6"), "d2l fill")
 
 
 # ---- bmm -----------------------------------------------------------------------------------------
@@ -125,7 +134,7 @@ def test_bmm_matches_torch(rng, heads, transpose, dtype):
     check(got, torch_both(run, {"a": a, "b": b}), f"bmm {lead} {transpose}")
 
 
-def test_bmm_is_torch_bmm_on_the_seeds_example():
+def test_bmm_is_torch_bmm_on_the_d2l_example():
     # Seed 004: Q = d2l.ones((2, 3, 4)), K = d2l.ones((2, 4, 6)), torch.bmm(Q, K) is (2, 3, 6) of 4s.
     out = attn.bmm(np.ones((2, 3, 4), np.float32), np.ones((2, 4, 6), np.float32))
     assert out.shape == (2, 3, 6) and np.all(out == 4)

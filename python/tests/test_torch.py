@@ -22,10 +22,10 @@ torch = pytest.importorskip("torch")
 import attn  # noqa: E402
 import attn.torch as at  # noqa: E402
 from helpers import assert_within_budget, longest_pause_during_a_call, max_err  # noqa: E402
-from seeds_torch import AdditiveAttention as SeedsAdditive  # noqa: E402
-from seeds_torch import MultiHeadAttention as SeedsMultiHead  # noqa: E402
-from seeds_torch import allowed_keys  # noqa: E402
-from seeds_torch import nadaraya_watson as seeds_nadaraya_watson  # noqa: E402
+from d2l_torch import AdditiveAttention as D2lAdditive  # noqa: E402
+from d2l_torch import MultiHeadAttention as D2lMultiHead  # noqa: E402
+from d2l_torch import allowed_keys  # noqa: E402
+from d2l_torch import nadaraya_watson as d2l_nadaraya_watson  # noqa: E402
 
 
 def reference_sdpa(q, k, v, attn_mask=None, is_causal=False, scale=None, valid_lens=None, window=None,
@@ -297,13 +297,13 @@ def test_nadaraya_watson_gradcheck_including_the_width(kernel):
     assert torch.autograd.gradcheck(lambda q, k, v, w: at.nadaraya_watson(q, k, v, kernel, w), tensors)
 
 
-def test_nadaraya_watson_matches_the_seeds_and_learns_its_width():
+def test_nadaraya_watson_matches_the_d2l_and_learns_its_width():
     x_train = torch.sort(torch.rand(50, generator=torch.Generator().manual_seed(1)) * 5).values.double()
     y_train = 2 * torch.sin(x_train) + x_train ** 0.8
     x_test = torch.arange(0, 5, 0.1, dtype=torch.float64)
     width = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
     out = at.nadaraya_watson(x_test, x_train, y_train, "gaussian", width)
-    ref, _ = seeds_nadaraya_watson(x_test.reshape(1, -1, 1), x_train.reshape(1, -1, 1), y_train.reshape(1, -1, 1),
+    ref, _ = d2l_nadaraya_watson(x_test.reshape(1, -1, 1), x_train.reshape(1, -1, 1), y_train.reshape(1, -1, 1),
                                    "gaussian", width)
     torch.testing.assert_close(out, ref.reshape(-1))
     (dw,) = torch.autograd.grad(out.sum(), width)
@@ -313,44 +313,44 @@ def test_nadaraya_watson_matches_the_seeds_and_learns_its_width():
 
 # ---- modules -------------------------------------------------------------------------------------
 
-def test_additive_module_exchanges_state_dict_with_the_seeds_module():
+def test_additive_module_exchanges_state_dict_with_the_d2l_module():
     torch.manual_seed(0)
-    seeds = SeedsAdditive(key_size=3, query_size=4, num_hiddens=8, dropout=0.1).double()
+    theirs = D2lAdditive(key_size=3, query_size=4, num_hiddens=8, dropout=0.1).double()
     ours = at.AdditiveAttention(3, 4, 8, 0.1).double()
-    assert set(ours.state_dict()) == set(seeds.state_dict()) == {"W_k.weight", "W_q.weight", "w_v.weight"}
-    ours.load_state_dict(seeds.state_dict())
+    assert set(ours.state_dict()) == set(theirs.state_dict()) == {"W_k.weight", "W_q.weight", "w_v.weight"}
+    ours.load_state_dict(theirs.state_dict())
     queries, keys, values = draw((2, 3, 4), seed=60), draw((2, 5, 3), seed=61), draw((2, 5, 2), seed=62)
     lens = torch.tensor([2, 4])
-    seeds.eval(), ours.eval()
-    torch.testing.assert_close(ours(queries, keys, values, lens), seeds(queries, keys, values, lens))
+    theirs.eval(), ours.eval()
+    torch.testing.assert_close(ours(queries, keys, values, lens), theirs(queries, keys, values, lens))
     ours.train()
     torch.manual_seed(1)
     dropped = ours(queries, keys, values, lens)
-    assert not torch.allclose(dropped, seeds(queries, keys, values, lens))  # dropout only in training
+    assert not torch.allclose(dropped, theirs(queries, keys, values, lens))  # dropout only in training
     lazy = at.AdditiveAttention(8, 0.0).double()
     lazy(queries, keys, values, lens)  # sizes from the first call, as d2l's LazyLinear
     lazy.load_state_dict(ours.state_dict())
-    seeds.load_state_dict(lazy.state_dict())  # and back
+    theirs.load_state_dict(lazy.state_dict())  # and back
 
 
 def test_multi_head_module_matches_d2l_both_ways_with_gradients():
     torch.manual_seed(0)
     for kv_heads in (None, 2):
-        seeds = SeedsMultiHead(16, 4, 0.0, bias=True, num_kv_heads=kv_heads).double()
+        theirs = D2lMultiHead(16, 4, 0.0, bias=True, num_kv_heads=kv_heads).double()
         queries, keys = draw((2, 5, 12), seed=70), draw((2, 7, 10), seed=71)
         lens = torch.tensor([3, 7])
-        seeds(queries, keys, keys, lens)  # materialises d2l's LazyLinear layers
+        theirs(queries, keys, keys, lens)  # materialises d2l's LazyLinear layers
         ours = at.MultiHeadAttention(16, 4, 0.0, bias=True, num_kv_heads=kv_heads, query_size=12, key_size=10,
                                      value_size=10).double()
-        assert set(ours.state_dict()) == set(seeds.state_dict())
-        ours.load_state_dict(seeds.state_dict())
-        got, want = ours(queries, keys, keys, lens), seeds(queries, keys, keys, lens)
+        assert set(ours.state_dict()) == set(theirs.state_dict())
+        ours.load_state_dict(theirs.state_dict())
+        got, want = ours(queries, keys, keys, lens), theirs(queries, keys, keys, lens)
         torch.testing.assert_close(got, want)
         got.square().sum().backward()
         want.square().sum().backward()
-        for (name, p), (_, p_ref) in zip(sorted(ours.named_parameters()), sorted(seeds.named_parameters())):
+        for (name, p), (_, p_ref) in zip(sorted(ours.named_parameters()), sorted(theirs.named_parameters())):
             torch.testing.assert_close(p.grad, p_ref.grad, msg=name)
-        seeds.load_state_dict(ours.state_dict())
+        theirs.load_state_dict(ours.state_dict())
     single = ours.to(torch.float32)
     assert single.W_q.weight.dtype == torch.float32
     assert single(queries.float(), keys.float(), keys.float(), lens).dtype == torch.float32

@@ -108,7 +108,7 @@ Packed check_packed(const char* op, const TensorView<const E>& q, const TensorVi
     detail::fail(op, ": segment_ids are given; packed sequences are separated by cu_seqlens_q and cu_seqlens_k, "
                      "not segment ids");
   if (mask.fill != MaskedFill::exclude)
-    detail::fail(op, ": masked fill seeds_minus_1e6 is not taken; packed sequences exclude masked keys");
+    detail::fail(op, ": masked fill d2l_minus_1e6 is not taken; packed sequences exclude masked keys");
   if (!mask.alibi_slopes.empty()) {
     const auto& a = mask.alibi_slopes;
     const bool per_head = a.rank() == 1 && a.dim(0) == p.H, per_seq = a.rank() == 2 && a.dim(0) == p.B && a.dim(1) == p.H;

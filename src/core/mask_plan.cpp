@@ -65,7 +65,7 @@ template <class T>
 MaskPlan<T> plan_mask(const Mask<T>& mask, index_t B, index_t H, index_t n, index_t m, int rank, const char* op) {
   MaskPlan<T> p;
   p.B = B, p.H = H, p.n = n, p.m = m;
-  p.seeds_fill = mask.fill == MaskedFill::seeds_minus_1e6;
+  p.d2l_fill = mask.fill == MaskedFill::d2l_minus_1e6;
 
   if (!mask.valid_lens.empty()) {
     const auto& vl = mask.valid_lens;

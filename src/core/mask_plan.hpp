@@ -36,15 +36,15 @@ struct RowMask {
   std::int64_t seg = 0;            // this query's segment id
   T alibi = 0;                     // ALiBi: -alibi_slope |pos - j| is added to score j; 0 = none
   index_t pos = 0;                 // the query's position p(i)
-  bool seeds_fill = false;         // MaskedFill::seeds_minus_1e6
+  bool d2l_fill = false;         // MaskedFill::d2l_minus_1e6
   bool has_sink = false;           // attention sinks: `sink` joins the row's softmax with no value
   T sink = 0;
 
   // Whether key j is attended. A -inf additive entry masks its key as a false keep entry does (the
-  // score, NaN or not, is never read), except under the seeds' fill, which adds it as a number.
+  // score, NaN or not, is never read), except under the d2l chapter's fill, which adds it as a number.
   bool allowed(index_t j) const {
     return j >= begin && j < end && (keep == nullptr || keep[j * keep_stride]) && (seg_k.empty() || seg_k[j] == seg) &&
-           (bias == nullptr || seeds_fill || bias[j * bias_stride] != -std::numeric_limits<T>::infinity());
+           (bias == nullptr || d2l_fill || bias[j * bias_stride] != -std::numeric_limits<T>::infinity());
   }
   // The bias of key j: the additive mask's and ALiBi's.
   T bias_at(index_t j) const {
@@ -55,8 +55,8 @@ struct RowMask {
   // Whether every key in [begin, end) is attended with no bias: nothing masked or added key by key.
   bool plain() const { return keep == nullptr && bias == nullptr && seg_k.empty() && alibi == T(0); }
   // Whether key j takes part in the weighted sum: the allowed ones, or all of them under the
-  // seeds' -1e6 fill (a masked key then has a tiny, or for an empty row uniform, weight).
-  bool participates(index_t j) const { return seeds_fill || allowed(j); }
+  // d2l chapter's -1e6 fill (a masked key then has a tiny, or for an empty row uniform, weight).
+  bool participates(index_t j) const { return d2l_fill || allowed(j); }
 };
 
 template <class T>
@@ -77,7 +77,7 @@ struct MaskPlan {
   index_t seg_q_sb = 0, seg_k_sb = 0;
   const T* alibi = nullptr;            // slopes, alibi[b * alibi_sb + h * alibi_sh]
   index_t alibi_sb = 0, alibi_sh = 0;
-  bool seeds_fill = false;
+  bool d2l_fill = false;
   const T* sinks = nullptr;            // attention sinks' logits, sinks[h * sinks_stride]: each forward
   index_t sinks_stride = 0;            // kernel adds the row's to its softmax's sum (RowMask::sink)
 
@@ -116,7 +116,7 @@ struct MaskPlan {
     if (!seg_q.empty()) r.seg_k = segments_k(b), r.seg = segments_q(b)[i];
     r.alibi = alibi_slope(b, h);
     r.pos = i + offset;
-    r.seeds_fill = seeds_fill;
+    r.d2l_fill = d2l_fill;
     if (sinks != nullptr) r.has_sink = true, r.sink = sink(h);
     return r;
   }

@@ -1,6 +1,6 @@
 // cpu backend, unfused additive attention: queries and keys are projected once (qp = Q W_q^T,
 // kp = K W_k^T), the scores w_v . tanh(qp_i + kp_j) are computed row by row with std::tanh into an
-// (n, m) buffer (the (n, m, h) features of the seeds' code are never stored), then the shared
+// (n, m) buffer (the (n, m, h) features of the d2l chapter's code are never stored), then the shared
 // pooling pass. The path for calls that ask for the weights, and the baseline `attn bench`
 // measures the fused kernels (cpu/additive.cpp) against.
 #include <omp.h>

@@ -17,7 +17,7 @@ class KeyPaddingAsLengths {
  public:
   // Rewrites `mask` in place when its keep-mask is such a mask (the lengths live in this object).
   explicit KeyPaddingAsLengths(MaskPlan<T>& mask) {
-    if (mask.keep == nullptr || mask.keep_s[1] != 0 || mask.keep_s[2] != 0 || mask.seeds_fill) return;
+    if (mask.keep == nullptr || mask.keep_s[1] != 0 || mask.keep_s[2] != 0 || mask.d2l_fill) return;
     std::vector<std::int64_t> prefix(static_cast<std::size_t>(mask.B));
     for (index_t b = 0; b < mask.B; ++b) {
       const bool* row = mask.keep + b * mask.keep_s[0];

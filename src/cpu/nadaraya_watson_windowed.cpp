@@ -198,7 +198,7 @@ void forward_row(T* out, double* acc, T q, const Window<T>& w, const SortedKeys<
                  simd::Target target) {
   const T* ks = s.k(g);
   const index_t v = s.v;
-  if (v == 1) {  // the seeds' regression, scalar targets: the SIMD loop
+  if (v == 1) {  // the d2l chapter's regression, scalar targets: the SIMD loop
     const fused::WindowSums sums = fused::nw_window_sums<T>(ks + w.lo, s.val(g, w.lo), w.hi - w.lo, q, w.d2_min,
                                                             sigma, K, target);
     out[0] = sums.Z > 0 ? static_cast<T>(sums.S / sums.Z) : T(0);

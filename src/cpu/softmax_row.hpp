@@ -9,11 +9,11 @@
 namespace attn::cpu {
 
 // The value softmax sees for key j: score + additive mask where allowed; -1e6 where masked under
-// the seeds' fill; -inf (weight exactly 0) where masked otherwise.
+// the d2l chapter's fill; -inf (weight exactly 0) where masked otherwise.
 template <class T>
 T masked_score(const T* s, const RowMask<T>& rm, index_t j) {
   if (rm.allowed(j)) return s[j] + rm.bias_at(j);
-  return rm.seeds_fill ? T(-1e6) : -std::numeric_limits<T>::infinity();
+  return rm.d2l_fill ? T(-1e6) : -std::numeric_limits<T>::infinity();
 }
 
 // w (m) = masked softmax of s (m); w may alias s. Returns the row's log-sum-exp, -inf for an empty

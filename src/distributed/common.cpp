@@ -151,7 +151,7 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
       detail::fail(op, ": queries has ", q.H, " heads and keys ", k.H, "; the query heads must be a multiple of the key heads");
     if (!mask.keep.empty() || !mask.additive.empty() || !mask.segment_ids_q.empty() || !mask.segment_ids_k.empty())
       detail::fail(op, ": keep masks, additive masks and segment ids are not supported across ranks yet");
-    if (mask.fill != MaskedFill::exclude) detail::fail(op, ": MaskedFill::seeds_minus_1e6 is not supported across ranks");
+    if (mask.fill != MaskedFill::exclude) detail::fail(op, ": MaskedFill::d2l_minus_1e6 is not supported across ranks");
     if (mask.query_start != 0 || mask.key_start != 0)
       detail::fail(op, ": Mask::query_start and key_start must be 0: the ranks' shards place the rows");
     if (mask.align && mask.causal != Causal::none && mask.alignment() != (mask.causal == Causal::bottom_right ? Align::bottom_right : Align::top_left))

@@ -135,7 +135,7 @@ void draw_panel(draw::Canvas& canvas, const Panel& panel, const Axis& xs, const 
   for (std::size_t k = 0; k < panel.series.size(); ++k) {
     const Series& s = panel.series[k];
     colors.push_back(draw::parse_color(s.color.empty() ? kCycle[cycle++ % std::size(kCycle)] : s.color, "plot"));
-    if (s.style == Series::Style::points) colors.back().a = 128;  // matplotlib's alpha=0.5 of the seeds' data
+    if (s.style == Series::Style::points) colors.back().a = 128;  // matplotlib's alpha=0.5 of the d2l chapter's data
     for (std::size_t i = 0; i < s.x.size(); ++i)
       points[k].push_back({xs.map(s.x[i], ax, L.area_w), ys.map(s.y[i], ay + L.area_h, -L.area_h)});
   }

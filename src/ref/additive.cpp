@@ -1,4 +1,4 @@
-// Reference additive attention (attn/additive.hpp), the seeds' AdditiveAttention as plain loops:
+// Reference additive attention (attn/additive.hpp), the d2l chapter's AdditiveAttention as plain loops:
 //   queries, keys = W_q(queries), W_k(keys)
 //   scores[i, j]  = w_v . tanh(queries[i] + keys[j])
 //   out           = dropout(masked_softmax(scores)) @ values

@@ -12,7 +12,7 @@ namespace attn::ref {
 namespace {
 
 // The score softmax sees for key j: the raw score plus the additive mask where the key is allowed,
-// and the seeds' -1e6 where it is masked under MaskedFill::seeds_minus_1e6.
+// and the d2l chapter's -1e6 where it is masked under MaskedFill::d2l_minus_1e6.
 template <class T>
 T masked_score(const T* s, const RowMask<T>& rm, index_t j) {
   return rm.allowed(j) ? s[j] + rm.bias_at(j) : T(-1e6);

@@ -53,7 +53,7 @@ inline std::vector<MaskCase> all_mask_cases() {
           MaskCase{"keep_broadcast", false, false, true},
           MaskCase{"causal", false, false, false, Causal::top_left},
           MaskCase{"causal_bottom_right", false, false, false, Causal::bottom_right},
-          MaskCase{"seeds_fill", false, true, false, Causal::none, MaskedFill::seeds_minus_1e6},
+          MaskCase{"d2l_fill", false, true, false, Causal::none, MaskedFill::d2l_minus_1e6},
           MaskCase{"dropout", false, false, false, Causal::none, MaskedFill::exclude, 0.3},
           MaskCase{"lens_and_dropout", false, true, false, Causal::none, MaskedFill::exclude, 0.3},
           MaskCase{"additive_mask", false, false, false, Causal::none, MaskedFill::exclude, 0, true},

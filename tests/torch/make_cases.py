@@ -3,7 +3,7 @@
 
 Usage: /usr/bin/python3 make_cases.py OUT_DIR
 
-For every case in CASES it draws float32 inputs from a seed of its own, runs the seeds' PyTorch code
+For every case in CASES it draws float32 inputs from a seed of its own, runs the d2l chapter's PyTorch code
 (d2l's masked_softmax with the -1e6 fill, AdditiveAttention, DotProductAttention) or the torch
 versions of bilinear attention and Nadaraya-Watson written below, in eval mode (no dropout), twice:
 in float32, and in float64 on the same inputs and parameters cast to float64. The loss
@@ -31,7 +31,7 @@ from torch import nn
 
 
 # ----------------------------------------------------------------------------------------------
-# The seeds' code (d2l), verbatim but for comments.
+# The d2l chapter's code (d2l), verbatim but for comments.
 
 
 def sequence_mask(X, valid_len, value=0):
@@ -91,8 +91,8 @@ class DotProductAttention(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention: the chapter after the seeds' (d2l 11.5), its code but for comments, built
-    on the seeds' DotProductAttention; num_kv_heads (grouped key and value heads, each read by
+    """Multi-head attention: the next d2l chapter (d2l 11.5), its code but for comments, built
+    on the d2l chapter's DotProductAttention; num_kv_heads (grouped key and value heads, each read by
     num_heads // num_kv_heads query heads through repeat_interleave) is attn's addition."""
 
     def __init__(self, num_hiddens, num_heads, dropout, bias=False, num_kv_heads=None, **kwargs):
@@ -132,11 +132,11 @@ class MultiHeadAttention(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------
-# attn's other scoring functions, written in the seeds' style.
+# attn's other scoring functions, written in the d2l chapter's style.
 
 
 class BilinearAttention(nn.Module):
-    """a(q, k) = q^T W k (seed 001's q^T M k), then the seeds' masked softmax and bmm."""
+    """a(q, k) = q^T W k (seed 001's q^T M k), then the d2l chapter's masked softmax and bmm."""
 
     def __init__(self, W, dropout):
         super().__init__()
@@ -153,8 +153,8 @@ def nadaraya_watson(queries, keys, values, kernel, sigma):
     """f(q) = sum_j K(u_j) v_j / sum_j K(u_j), u_j = ||q - k_j|| / sigma.
 
     queries (B, n, p), keys (B, m, p), values (B, m, v); returns (out, weights). The Gaussian is the
-    seeds' softmax(-||q - k||^2 / 2) form (the same ratio, without underflow); the others are the
-    seeds' kernels as written.
+    d2l chapter's softmax(-||q - k||^2 / 2) form (the same ratio, without underflow); the others are the
+    d2l chapter's kernels as written.
     """
     diff = queries.unsqueeze(2) - keys.unsqueeze(1)  # (B, n, m, p)
     dist2 = (diff * diff).sum(-1)  # (B, n, m)
@@ -180,15 +180,15 @@ def nadaraya_watson(queries, keys, values, kernel, sigma):
 # name -> (op, seed, settings). Sizes: B batch, H heads, n queries, m keys, d query/key size
 # (sdpa), q and k query and key sizes, h hidden size, v value size, p point size (Nadaraya-Watson).
 # lens: None, "batch" (shape (B,)), "query" (shape (B, n)), or an explicit list; values in [1, m]
-# unless zero=True, which puts some 0s in (the seeds' code then gives a uniform row).
+# unless zero=True, which puts some 0s in (the d2l chapter's code then gives a uniform row).
 CASES = {
-    # masked_softmax alone: the seeds' two examples (torch.rand scores), then odd sizes.
-    "masked_softmax_seeds_lens_b": ("masked_softmax", 101, dict(B=2, n=2, m=4, lens=[2, 3], dist="rand")),
-    "masked_softmax_seeds_lens_q": ("masked_softmax", 102, dict(B=2, n=2, m=4, lens=[[1, 3], [2, 4]], dist="rand")),
+    # masked_softmax alone: the d2l chapter's two examples (torch.rand scores), then odd sizes.
+    "masked_softmax_d2l_lens_b": ("masked_softmax", 101, dict(B=2, n=2, m=4, lens=[2, 3], dist="rand")),
+    "masked_softmax_d2l_lens_q": ("masked_softmax", 102, dict(B=2, n=2, m=4, lens=[[1, 3], [2, 4]], dist="rand")),
     "masked_softmax_odd_lens_q": ("masked_softmax", 103, dict(B=3, n=113, m=203, lens="query", scale=5.0)),
     "masked_softmax_zero_len": ("masked_softmax", 104, dict(B=3, n=37, m=59, lens="query", zero=True, scale=5.0)),
     # DotProductAttention.
-    "sdpa_seeds_example": ("sdpa", 201, dict(seeds_example=True)),
+    "sdpa_d2l_example": ("sdpa", 201, dict(d2l_example=True)),
     "sdpa_odd_lens_b": ("sdpa", 202, dict(B=2, n=113, m=203, d=59, v=37, lens="batch")),
     "sdpa_odd_lens_q": ("sdpa", 203, dict(B=3, n=37, m=113, d=59, v=23, lens="query")),
     "sdpa_no_mask": ("sdpa", 204, dict(B=2, n=59, m=37, d=16, v=13, lens=None)),
@@ -199,7 +199,7 @@ CASES = {
     # d2l's MultiHeadAttention layout: (B, H, n, d) run as (B*H, n, d), valid_lens repeated per head.
     "sdpa_heads": ("sdpa", 208, dict(B=2, H=3, n=29, m=43, d=16, v=16, lens="batch")),
     # AdditiveAttention.
-    "additive_seeds_example": ("additive", 301, dict(seeds_example=True)),
+    "additive_d2l_example": ("additive", 301, dict(d2l_example=True)),
     "additive_odd_lens_b": ("additive", 302, dict(B=2, n=113, m=203, q=59, k=23, h=37, v=41, lens="batch")),
     "additive_zero_len_q": ("additive", 303, dict(B=3, n=13, m=31, q=7, k=11, h=9, v=5, lens="query", zero=True)),
     "additive_no_mask": ("additive", 304, dict(B=2, n=17, m=29, q=20, k=2, h=8, v=4, lens=None)),
@@ -207,11 +207,11 @@ CASES = {
     "bilinear_odd_lens_b": ("bilinear", 401, dict(B=2, n=113, m=203, q=59, k=37, v=41, lens="batch")),
     "bilinear_zero_len_q": ("bilinear", 402, dict(B=3, n=17, m=29, q=6, k=10, v=7, lens="query", zero=True)),
     "bilinear_no_mask": ("bilinear", 403, dict(B=2, n=19, m=23, q=5, k=8, v=3, lens=None)),
-    # Nadaraya-Watson: the seeds' 1-D regression (50 training points, 50 test points), then odd sizes.
-    "nw_gaussian_seeds_1d": ("nw", 501, dict(seeds_1d=True, kernel="gaussian", sigma=1.0)),
-    "nw_boxcar_seeds_1d": ("nw", 502, dict(seeds_1d=True, kernel="boxcar", sigma=0.5)),
-    "nw_epanechnikov_seeds_1d": ("nw", 503, dict(seeds_1d=True, kernel="epanechnikov", sigma=1.0)),
-    "nw_constant_seeds_1d": ("nw", 504, dict(seeds_1d=True, kernel="constant", sigma=1.0)),
+    # Nadaraya-Watson: the d2l chapter's 1-D regression (50 training points, 50 test points), then odd sizes.
+    "nw_gaussian_d2l_1d": ("nw", 501, dict(d2l_1d=True, kernel="gaussian", sigma=1.0)),
+    "nw_boxcar_d2l_1d": ("nw", 502, dict(d2l_1d=True, kernel="boxcar", sigma=0.5)),
+    "nw_epanechnikov_d2l_1d": ("nw", 503, dict(d2l_1d=True, kernel="epanechnikov", sigma=1.0)),
+    "nw_constant_d2l_1d": ("nw", 504, dict(d2l_1d=True, kernel="constant", sigma=1.0)),
     "nw_gaussian_odd": ("nw", 505, dict(B=2, n=113, m=203, p=3, v=7, kernel="gaussian", sigma=1.3)),
     "nw_boxcar_odd": ("nw", 506, dict(B=2, n=113, m=203, p=3, v=7, kernel="boxcar", sigma=2.5)),
     "nw_epanechnikov_odd": ("nw", 507, dict(B=2, n=113, m=203, p=3, v=7, kernel="epanechnikov", sigma=2.5)),
@@ -286,7 +286,7 @@ def case_masked_softmax(rng, s):
 
     def build(dtype, t):
         X = t["scores"].requires_grad_()
-        # sequence_mask writes in place; the seeds always call masked_softmax on a computed tensor.
+        # sequence_mask writes in place; the d2l chapter always call masked_softmax on a computed tensor.
         weights = masked_softmax(X * 1, t["valid_lens"])
         return {"weights": weights}, grads_of((weights * t["G"]).sum(), {"dscores": X})
 
@@ -294,7 +294,7 @@ def case_masked_softmax(rng, s):
 
 
 def case_sdpa(rng, s):
-    if s.get("seeds_example"):
+    if s.get("d2l_example"):
         # queries = torch.normal(0, 1, (2, 1, 2)); keys = torch.ones((2, 10, 2));
         # values = torch.arange(40).reshape(1, 10, 4).repeat(2, 1, 1); valid_lens = [2, 6]
         queries = f32(rng, (2, 1, 2))
@@ -336,7 +336,7 @@ def case_sdpa(rng, s):
 
 
 def case_additive(rng, s, seed):
-    if s.get("seeds_example"):
+    if s.get("d2l_example"):
         # queries = torch.normal(0, 1, (2, 1, 20)); keys = torch.ones((2, 10, 2)); values as above;
         # AdditiveAttention(key_size=2, query_size=20, num_hiddens=8, dropout=0.1)
         queries = f32(rng, (2, 1, 20))
@@ -396,7 +396,7 @@ def case_bilinear(rng, s):
 
 
 def nw_points(rng, s):
-    if s.get("seeds_1d"):
+    if s.get("d2l_1d"):
         # d2l's Nadaraya-Watson regression: x_train = sort(rand(50) * 5), y = 2 sin(x) + x^0.8 + noise,
         # x_test = arange(0, 5, 0.1).
         x_train = np.sort(rng.random(50) * 5)
@@ -461,7 +461,7 @@ def make_case(out_dir, name, op, seed, s):
         np.save(os.path.join(case_dir, key + ".f32.npy"), a32)
         np.save(os.path.join(case_dir, key + ".f64.npy"), a64)
     lens_kind = "none" if lens is None else ("batch" if lens.ndim == 1 else "query")
-    meta = {"op": op, "valid_lens": lens_kind, "fill": "seeds_minus_1e6" if op != "nw" else "none",
+    meta = {"op": op, "valid_lens": lens_kind, "fill": "d2l_minus_1e6" if op != "nw" else "none",
             "seed": seed, "torch": torch.__version__, "inputs": sorted(inputs), "results": sorted(results),
             "shapes": {k: list(a.shape) for k, a in inputs.items()}, **flags}
     with open(os.path.join(case_dir, "meta.json"), "w") as f:

@@ -1,4 +1,4 @@
-// `attn additive`: additive attention w_v^T tanh(W_q q + W_k k), as the seeds' AdditiveAttention,
+// `attn additive`: additive attention w_v^T tanh(W_q q + W_k k), as the d2l chapter's AdditiveAttention,
 // with its parameters read from files in nn.Linear's weight layout.
 #include <CLI/CLI.hpp>
 
@@ -86,7 +86,7 @@ void add_additive_command(CLI::App& app) {
   args->output.add_to(*command, "where to write the output (B,n,v) or (B,H,n,v), the inputs' float type");
   command->footer(
       "Exit codes: 0 success, 1 failed run, 2 bad usage (see attn --help).\n\n"
-      "Example (the seeds' AdditiveAttention(key_size=2, query_size=20, num_hiddens=8)):\n"
+      "Example (the d2l chapter's AdditiveAttention(key_size=2, query_size=20, num_hiddens=8)):\n"
       "  python3 -c \"import numpy as np; r = np.random.default_rng(0); \\\n"
       "    np.save('Q.npy', r.normal(size=(2, 1, 20))); np.save('K.npy', np.ones((2, 10, 2))); \\\n"
       "    np.save('V.npy', np.tile(np.arange(40.0).reshape(1, 10, 4), (2, 1, 1))); np.save('L.npy', np.array([2, 6])); \\\n"

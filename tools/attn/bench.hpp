@@ -57,7 +57,7 @@ struct BenchCase {
 // Values uniform in [-1, 1) from a fixed seed: every case's inputs.
 attn::Tensor<float> uniform(std::vector<attn::index_t> shape, std::uint64_t seed);
 
-// Every case of the list; `large` adds the n = m = 16384 memory case.
+// Every headline case; `large` adds the n = m = 16384 memory case.
 std::vector<BenchCase> bench_cases(bool large);
 // The cases of the attention variants (bench_variants.cpp), part of bench_cases.
 std::vector<BenchCase> variant_cases();

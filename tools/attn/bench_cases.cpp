@@ -1,4 +1,4 @@
-// The cases of `attn bench`: shapes from the issue, inputs uniform in [-1, 1) from fixed seeds.
+// The cases of `attn bench`: the headline shapes, inputs uniform in [-1, 1) from fixed seeds.
 // Each fused run calls the public API (cpu backend, no weights asked for); each unfused run calls it
 // too, under Backend::unfused (scores, softmax and pooling as separate passes, the path the cpu
 // backend took before its fused kernels), asking for the weights as a caller who wants them would.
@@ -44,7 +44,7 @@ double max_rel_diff(const Tensor<float>& a, const Tensor<float>& b) {
 
 enum class MaskKind { none, lens, causal, sinks };
 
-// Tensors of one SDPA case (B, n, m, d), 3-D as the seeds use them; allocated by prepare(), freed
+// Tensors of one SDPA case (B, n, m, d), 3-D as the d2l chapter uses them; allocated by prepare(), freed
 // by release() so that large cases do not keep their memory.
 struct SdpaData {
   index_t B, n, m, d;
@@ -156,10 +156,10 @@ BenchCase sdpa_backward_case(index_t B, index_t n, index_t m, index_t d) {
 }
 
 
-// ---- Nadaraya-Watson, Gaussian, 1-D keys (the seeds' regression at scale) ------------------------
-// Training data as the seeds make it: x sorted uniform in [0, 5), y = 2 sin x + x^0.8 + N(0, 0.5);
-// queries on the grid 0, 5 / n, ..., like the seeds' arange(0, 5, 0.1); sigma 0.1, the smallest of
-// the seeds' widths. The fused run is the public API (the windowed path, the Gaussian truncated at
+// ---- Nadaraya-Watson, Gaussian, 1-D keys (the d2l chapter's regression at scale) ------------------------
+// Training data as the d2l chapter make it: x sorted uniform in [0, 5), y = 2 sin x + x^0.8 + N(0, 0.5);
+// queries on the grid 0, 5 / n, ..., like the d2l chapter's arange(0, 5, 0.1); sigma 0.1, the smallest of
+// the d2l chapter's widths. The fused run is the public API (the windowed path, the Gaussian truncated at
 // the stated error); the baseline is the dense path, timed on every `stride`-th query (n / stride
 // queries over all m keys: the whole dense run would take minutes) and scaled by stride.
 struct NwData {

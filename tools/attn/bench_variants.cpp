@@ -42,7 +42,7 @@ struct VariantData {
   index_t documents = 0;  // packed sequences: this many documents of equal length
   double softcap = 0;
   bool alibi_functor = false;  // ALiBi as a flex_attention score_mod instead of the built-in option
-  // Masks given as tensors (issue "masks at full speed"): keys [0, valid) as lengths or as a bool
+  // Masks given as tensors: keys [0, valid) as lengths or as a bool
   // key-padding mask (1, 1, 1, m); a bool causal mask (1, 1, n, m); a bool mask (1, 1, n, m) whose
   // 64 x 64 tiles alternate between all kept and all masked (a checkerboard: half of them empty); an
   // additive float mask (1, 1, n, m) of values in [-1, 0).

@@ -1,10 +1,10 @@
-// `attn demo`: the seeds' examples, one section each (see demo.hpp).
+// `attn demo`: the d2l chapter's examples, one section each (see demo.hpp).
 //
 // Random inputs come from std::mt19937_64 with a fixed seed per example, so every run prints the
-// same numbers and one example can change without shifting the others. The seeds draw from
+// same numbers and one example can change without shifting the others. The d2l chapter draw from
 // PyTorch's generator, so the random numbers (and what depends on them) differ from theirs; the
 // shapes, the masking and the values that do not depend on them (bmm, the additive and
-// dot-product outputs) are the seeds' own. The distributions are the standard library's, so
+// dot-product outputs) are the d2l chapter's own. The distributions are the standard library's, so
 // another standard library may print other random values.
 #include "demo.hpp"
 
@@ -51,14 +51,14 @@ Tensor<float> ones(std::initializer_list<index_t> shape) {
   return t;
 }
 
-// The seeds' valid_lens argument as an attn::Mask.
+// The d2l chapter's valid_lens argument as an attn::Mask.
 attn::Mask<float> valid_lens_mask(const Lens& lens) {
   attn::Mask<float> mask;
   mask.valid_lens = lens.cview();
   return mask;
 }
 
-// A section heading: the title, underlined, then the seeds' lines it reproduces after `prompt`.
+// A section heading: the title, underlined, then the d2l chapter's lines it reproduces after `prompt`.
 void heading(std::ostream& os, std::string_view title, std::initializer_list<std::string_view> lines,
              std::string_view prompt = ">>> ") {
   os << '\n' << title << '\n' << std::string(title.size(), '=') << '\n';
@@ -77,7 +77,7 @@ void show(std::ostream& os, std::string_view name, const Tensor<T>& t) {
 // The examples, in the order of the chapter
 
 void masked_softmax_example(std::ostream& os) {
-  heading(os, "1. Masked softmax (seeds 002, 004)",
+  heading(os, "1. Masked softmax (the d2l chapter)",
           {"masked_softmax(torch.rand(2, 2, 4), torch.tensor([2, 3]))",
            "masked_softmax(torch.rand(2, 2, 4), torch.tensor([[1, 3], [2, 4]]))"});
   os << "Each row is a softmax over its first valid_lens entries; the entries after them get weight 0.\n"
@@ -103,7 +103,7 @@ void bmm_example(std::ostream& os) {
   os << "Each of the 2 products is a (3, 4) @ (4, 6) matrix product; every entry sums four 1 * 1.\n";
 }
 
-// The keys, values and valid lengths that the seeds' additive and dot-product examples share.
+// The keys, values and valid lengths that the d2l chapter's additive and dot-product examples share.
 struct SharedInputs {
   Tensor<float> keys = ones({2, 10, 2});
   Tensor<float> values = Tensor<float>({2, 10, 4});
@@ -147,7 +147,7 @@ Tensor<float> additive_example(std::ostream& os, const SharedInputs& in) {
 
 // Returns the attention weights, for the demo's heatmap.
 Tensor<float> dot_product_example(std::ostream& os, const SharedInputs& in) {
-  heading(os, "4. Scaled dot-product attention (seeds 002, 004)",
+  heading(os, "4. Scaled dot-product attention (the d2l chapter)",
           {"queries = torch.normal(0, 1, (2, 1, 2))", "attention = DotProductAttention(dropout=0.5)",
            "attention.eval()", "attention(queries, keys, values, valid_lens)"});
   std::mt19937_64 rng(4);
@@ -257,7 +257,7 @@ void nadaraya_watson_example(std::ostream& os, const Regression& data) {
 void closing(std::ostream& os) {
   os << "\nMasks beyond valid_lens (attn::Mask, combinable): a boolean keep-mask and an additive float mask,\n"
         "both broadcast to (B, H, n, m), and a causal mask aligned top-left or bottom-right.\n"
-        "MaskedFill::seeds_minus_1e6 reproduces the seeds' -1e6 fill exactly (rows with no valid key\n"
+        "MaskedFill::d2l_minus_1e6 reproduces the d2l chapter's -1e6 fill exactly (rows with no valid key\n"
         "then average all values instead of giving 0).\n";
 }
 
@@ -273,7 +273,7 @@ RegressionFigure regression_figure(const Regression& data) {
 void run_demo(std::ostream& os, const std::string& out_dir) {
   os << "attn demo: the examples of the chapter \"Attention Scoring Functions\", computed by the attn\n"
         "library. Each section quotes the Python it reproduces. Random inputs come from std::mt19937_64\n"
-        "with fixed seeds, not from PyTorch's generator: shapes and masks match the seeds, random values\n"
+        "with fixed seeds, not from PyTorch's generator: shapes and masks match the d2l chapter, random values\n"
         "do not.\n";
   masked_softmax_example(os);
   bmm_example(os);
@@ -289,7 +289,7 @@ void run_demo(std::ostream& os, const std::string& out_dir) {
 
 void add_demo_command(CLI::App& app) {
   auto out_dir = std::make_shared<std::string>();
-  CLI::App* demo = app.add_subcommand("demo", "run every example of the seeds (no input files needed)");
+  CLI::App* demo = app.add_subcommand("demo", "run every example of the d2l chapter (no input files needed)");
   demo->add_option("--out-dir", *out_dir,
                    "also draw the chapter's pictures into DIR (created if missing), each as .svg and .png: "
                    "the additive and dot-product attention weights, the kernels, the Nadaraya-Watson fits")

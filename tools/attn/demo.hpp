@@ -1,4 +1,4 @@
-// `attn demo`: every example of the seeds, run without input files, printed with the Python line it
+// `attn demo`: every example of the d2l chapter, run without input files, printed with the Python line it
 // reproduces so that a newcomer can follow the chapter with the C++ library beside it.
 #pragma once
 

@@ -27,7 +27,7 @@ void write_both(std::ostream& os, const std::string& dir, const std::string& nam
   }
 }
 
-// The seeds' heatmap: d2l.show_heatmaps(attention.attention_weights.reshape((1, 1, 2, 10)),
+// The d2l chapter's heatmap: d2l.show_heatmaps(attention.attention_weights.reshape((1, 1, 2, 10)),
 // xlabel='Keys', ylabel='Queries') — the two batch elements' single queries as two rows.
 void write_weights_heatmap(std::ostream& os, const std::string& dir, const std::string& name,
                            const attn::Tensor<float>& weights, const std::string& title) {
@@ -45,8 +45,8 @@ PlotOptions labelled(std::string title, std::string xlabel, std::string ylabel) 
   return options;
 }
 
-// The seeds' kernels of the distance u = |x - x_i| at width 1, on x - x_i in [-2.5, 2.5], one plot
-// each as in the seeds' figure (the formulas of attn/nadaraya_watson.hpp).
+// The d2l chapter's kernels of the distance u = |x - x_i| at width 1, on x - x_i in [-2.5, 2.5], one plot
+// each as in the d2l chapter's figure (the formulas of attn/nadaraya_watson.hpp).
 void write_kernels(std::ostream& os, const std::string& dir) {
   std::vector<Panel> panels;
   for (const attn::Kernel kernel :
@@ -72,7 +72,7 @@ void write_kernels(std::ostream& os, const std::string& dir) {
   });
 }
 
-// One plot per (kernel, width): the training data, the true curve and the fit, with the seeds'
+// One plot per (kernel, width): the training data, the true curve and the fit, with the d2l chapter's
 // styles ('o' at alpha 0.5, 'm--', a solid line); one legend, on the first plot; one y range.
 void write_regression(std::ostream& os, const std::string& dir, const RegressionFigure& data) {
   using attn::Kernel;

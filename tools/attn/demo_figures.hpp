@@ -20,9 +20,9 @@ struct RegressionFigure {
 };
 
 // Writes the four pictures into `dir` (created if missing) and lists them on `os`:
-//   attention-additive, attention-dot-product  the seeds' d2l.show_heatmaps of the (2, 1, 10)
+//   attention-additive, attention-dot-product  d2l.show_heatmaps of the (2, 1, 10)
 //                                              weights reshaped to (1, 1, 2, 10)
-//   kernels                                    the four kernels, as the seeds' figure of them
+//   kernels                                    the four kernels, as the d2l chapter's figure of them
 //   nadaraya-watson                            data, truth and fit for each kernel at width 1,
 //                                              and for the Gaussian at widths 0.1, 0.2, 0.5, 1
 // attn::Error naming the path when a file or the directory cannot be written.

@@ -1,4 +1,4 @@
-// `attn nw`: Nadaraya-Watson kernel regression, the seeds' first attention pooling: each query's
+// `attn nw`: Nadaraya-Watson kernel regression, the d2l chapter's first attention pooling: each query's
 // prediction is the kernel-weighted average of the training targets.
 #include <CLI/CLI.hpp>
 

@@ -1,4 +1,4 @@
-// `attn sdpa`: scaled dot-product attention, softmax(Q K^T * scale) V, as the seeds'
+// `attn sdpa`: scaled dot-product attention, softmax(Q K^T * scale) V, as the d2l chapter's
 // DotProductAttention, through .npy files.
 #include <CLI/CLI.hpp>
 
@@ -250,7 +250,7 @@ void add_sdpa_command(CLI::App& app) {
   args->output.add_to(*command, "where to write the output (B,n,v) or (B,H,n,v), the inputs' float type");
   command->footer(
       "Exit codes: 0 success, 1 failed run, 2 bad usage (see attn --help).\n\n"
-      "Example (the seeds' DotProductAttention on queries (2,1,2), keys (2,10,2), values (2,10,4)):\n"
+      "Example (the d2l chapter's DotProductAttention on queries (2,1,2), keys (2,10,2), values (2,10,4)):\n"
       "  python3 -c \"import numpy as np; np.save('Q.npy', np.random.randn(2, 1, 2).astype('f4')); \\\n"
       "    np.save('K.npy', np.ones((2, 10, 2), 'f4')); np.save('L.npy', np.array([2, 6])); \\\n"
       "    np.save('V.npy', np.tile(np.arange(40, dtype='f4').reshape(1, 10, 4), (2, 1, 1)))\"\n"

@@ -1,4 +1,4 @@
-// `attn softmax`: the masked softmax over the last axis of a scores file, as the seeds'
+// `attn softmax`: the masked softmax over the last axis of a scores file, as the d2l chapter's
 // masked_softmax(X, valid_lens), with the keep-mask and causal mask beside valid lengths.
 #include <CLI/CLI.hpp>
 
@@ -46,9 +46,9 @@ void add_softmax_command(CLI::App& app) {
       ->type_name("W.npy")
       ->required();
   command->footer(
-      "Masked keys get weight 0; a query with no key left gets weights 0 (not the seeds' uniform row).\n"
+      "Masked keys get weight 0; a query with no key left gets weights 0 (not the d2l chapter's uniform row).\n"
       "Exit codes: 0 success, 1 failed run, 2 bad usage (see attn --help).\n\n"
-      "Example (the seeds' masked_softmax(torch.rand(2, 2, 4), torch.tensor([2, 3]))):\n"
+      "Example (the d2l chapter's masked_softmax(torch.rand(2, 2, 4), torch.tensor([2, 3]))):\n"
       "  python3 -c \"import numpy as np; np.save('S.npy', np.random.rand(2, 2, 4)); np.save('L.npy', np.array([2, 3]))\"\n"
       "  attn softmax --scores S.npy --valid-lens L.npy --out W.npy");
   command->callback([args] { run_softmax(*args); });

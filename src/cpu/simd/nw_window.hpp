@@ -1,5 +1,5 @@
 // The inner loop of the windowed Nadaraya-Watson forward (cpu/nadaraya_watson_windowed.cpp) for
-// scalar values (v = 1, the seeds' regression), written once with Google Highway and compiled for
+// scalar values (v = 1, the d2l chapter's regression), written once with Google Highway and compiled for
 // every SIMD target (see fused.hpp): one query against a contiguous run of sorted 1-D keys.
 #pragma once
 

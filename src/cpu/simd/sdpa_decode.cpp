@@ -426,7 +426,7 @@ void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, 
                    const TileRows<E>& vals, const NextRows<E>& next_keys, index_t j0, index_t cnt, index_t bh,
                    index_t i, T* s, T* o, T& mx, double& sum) {
   const T inf = std::numeric_limits<T>::infinity();
-  const T fill = a.mask.seeds_fill ? T(-1e6) : -inf;
+  const T fill = a.mask.d2l_fill ? T(-1e6) : -inf;
   Dots(d, q, rounded, sigma, keys, a.q.C, cnt, s, NextRows<E>{vals, cnt, a.v.C});
   ScaleAndCap(d, s, cnt, a.scale, a.softcap);
   if (a.hook != nullptr) a.hook->modify(a.hook->ctx, s, 1, bh / a.q.H, bh % a.q.H, i, 1, j0, cnt);
@@ -513,8 +513,8 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t hea
       p.part_max[r] = -std::numeric_limits<T>::infinity();
       p.part_sum[r] = 0;
       const RowMask<T> rm = a.mask.row(b, h, i);
-      begin = std::min(begin, a.mask.seeds_fill ? k0 : std::max(k0, rm.begin));
-      end = std::max(end, a.mask.seeds_fill ? k1 : std::min(k1, rm.end));
+      begin = std::min(begin, a.mask.d2l_fill ? k0 : std::max(k0, rm.begin));
+      end = std::max(end, a.mask.d2l_fill ? k1 : std::min(k1, rm.end));
     }
   HWY_ALIGN T s[kDecodeTile];  // a row's scores of the tile, then its weights
   auto tile_size = [&](index_t j0) { return std::min({kDecodeTile, end - j0, run_of(ks, j0), run_of(vs, j0)}); };
@@ -531,7 +531,7 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t hea
       for (index_t h = hk * a.group; h < (hk + 1) * a.group; ++h)
         for (index_t i = 0; i < n; ++i) {
           const RowMask<T> rm = a.mask.row(b, h, i);
-          if (!a.mask.seeds_fill && (j0 >= rm.end || j0 + cnt <= rm.begin)) continue;
+          if (!a.mask.d2l_fill && (j0 >= rm.end || j0 + cnt <= rm.begin)) continue;
           const index_t r = slot(h, i);
           const index_t row = (b * H + h) * n + i;  // its rounding, for int8 keys
           DecodeTileRow(d, a, rm, a.q.row(b, h, i), p.rounded == nullptr ? nullptr : p.rounded + row * a.q.C,

@@ -109,7 +109,7 @@ struct BlockState : BlockArrays<T> {
   std::int64_t seg_lo = 0, seg_hi = 0;  // the block's query segment ids lie in [seg_lo, seg_hi]
   SegmentRow seg_k;          // the keys' segment ids
   T alibi = 0;               // the head's ALiBi slope, 0 for none
-  T fill = 0;                // what a masked score becomes: -inf, or -1e6 under the seeds' fill
+  T fill = 0;                // what a masked score becomes: -inf, or -1e6 under the d2l chapter's fill
   bool general = false;      // the current tile was masked element by element (mask_tile)
   const detail::ScoreHook<T>* hook = nullptr;  // the caller's score_mod and mask_mod; set by the caller
   index_t b = 0, h = 0, i0 = 0;                // the block: rows [i0, i0 + rows) of (b, h)
@@ -123,16 +123,16 @@ struct BlockState : BlockArrays<T> {
     has_keep = mask.keep != nullptr, has_bias = mask.bias != nullptr;
     keep_rows_shared = has_keep && mask.keep_s[2] == 0, bias_rows_shared = has_bias && mask.bias_s[2] == 0;
     keep_stride = mask.keep_s[3], bias_stride = mask.bias_s[3];
-    // The seeds' -1e6 fill gives masked keys a weight: element by element. So does a bias whose row
+    // The d2l chapter's -1e6 fill gives masked keys a weight: element by element. So does a bias whose row
     // offsets a gather's signed lanes cannot hold.
     constexpr index_t kMaxOffset = std::numeric_limits<std::make_signed_t<Word>>::max() / kBlockQ;
-    elementwise = (has_keep || has_bias) && (mask.seeds_fill || (has_bias && mask.bias_s[2] > kMaxOffset));
+    elementwise = (has_keep || has_bias) && (mask.d2l_fill || (has_bias && mask.bias_s[2] > kMaxOffset));
     for (index_t i = 0; i < kBlockQ; ++i)
       bias_rows[i] = static_cast<std::make_signed_t<Word>>(std::min(i, count - 1) * mask.bias_s[2]);
     segments = !mask.seg_q.empty();
     seg_k = mask.segments_k(b);
     alibi = mask.alibi_slope(b, h);
-    fill = mask.seeds_fill ? T(-1e6) : -std::numeric_limits<T>::infinity();
+    fill = mask.d2l_fill ? T(-1e6) : -std::numeric_limits<T>::infinity();
     min_end = mask.m, max_begin = 0, keys_m = mask.m;
     KeyRange range{mask.m, 0};
     for (index_t i = 0; i < kBlockQ; ++i) {
@@ -149,7 +149,7 @@ struct BlockState : BlockArrays<T> {
         seg_hi = i == 0 ? rm[i].seg : std::max(seg_hi, rm[i].seg);
       }
     }
-    if (mask.seeds_fill) range = {0, mask.m};  // every key takes part in every row
+    if (mask.d2l_fill) range = {0, mask.m};  // every key takes part in every row
     if (range.begin >= range.end) return {};
     range.begin = range.begin / kBlockK * kBlockK;
     return range;
@@ -227,7 +227,7 @@ struct BlockState : BlockArrays<T> {
   // Whether keys [j0, j0 + cnt) must be masked element by element: a keep or additive mask the SIMD
   // path cannot take (elementwise), or segment ids that differ within the block or the tile.
   bool tile_general(index_t j0, index_t cnt) const {
-    return elementwise || (segments && !uniform_segments(j0, cnt));  // under the seeds' fill too
+    return elementwise || (segments && !uniform_segments(j0, cnt));  // under the d2l chapter's fill too
   }
 
   // Lanes [i, i + Lanes) of key j = tile_j0 + jj's scores x (vj = j in every lane) on a tile that is

@@ -1,7 +1,7 @@
-"""The seeds' notebook "Attention Scoring Functions", cell by cell, with attn in place of torch.
+"""The d2l chapter's notebook "Attention Scoring Functions", cell by cell, with attn in place of torch.
 
-Run: /usr/bin/python3 examples/seeds_notebook.py [DIR]   (the heatmaps go to DIR, default ".")
-NumPy's generator stands in for torch's: random values differ from the seeds', all else is theirs.
+Run: /usr/bin/python3 examples/d2l_notebook.py [DIR]   (the heatmaps go to DIR, default ".")
+NumPy's generator stands in for torch's: random values differ from the d2l chapter's, all else is theirs.
 """
 import pathlib
 import sys
@@ -49,7 +49,7 @@ output = attention(queries, keys, values, valid_lens)
 print(f"Output shape: {output.shape}")  # Should be (2, 1, 4)
 print(attention.attention_weights)
 
-# What the seeds leave to autograd: the gradients of sum(output * grad_out), and training mode,
+# What the d2l chapter leave to autograd: the gradients of sum(output * grad_out), and training mode,
 # where dropout drops weights (a new mask each call; the seed decides it).
 grads = attention.backward(np.ones_like(output))
 print({name: g.shape for name, g in grads.items()})
