@@ -191,11 +191,17 @@ struct Call {
   }
 };
 
-// The unbroken call passes, so each failure below comes from the one part a test breaks.
+// The unbroken call passes, so each failure below comes from the one part a test breaks; and it
+// computes out, the weights and every gradient as the float64 reference does.
 TEST(BilinearAttentionBadInput, ValidCallPasses) {
+  ScopedBackend cpu(Backend::cpu);
   Call c;
+  c.dout = convert<float>(random_tensor<double>({2, 3, 2}, 701));
   c.fwd();
   c.bwd();
+  std::vector<Tensor<float>> tested{c.out, c.weights};
+  tested.insert(tested.end(), c.grads.begin(), c.grads.end());
+  testing::expect_call_matches_reference<Bilinear>(testing::kSmall3, c.in, c.dout, tested, kNames);
 }
 
 TEST(BilinearAttentionBadInput, RanksMustBe3Or4AndEqual) {

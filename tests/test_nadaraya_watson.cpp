@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "attn/config.hpp"
+#include "attn/diagnostics.hpp"
 #include "core/view4.hpp"
 #include "cpu/nw_windowed.hpp"
 #include "cpu/unfused.hpp"
@@ -25,6 +26,7 @@ namespace attn {
 namespace {
 
 using testing::convert;
+using testing::expect_error;
 using testing::max_abs_diff;
 using testing::random_tensor;
 
@@ -714,21 +716,42 @@ struct Call {
   }
 };
 
-// f() throws attn::Error whose message contains every one of `parts`.
-template <class F>
-void expect_error(F&& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no attn::Error was thrown";
-  } catch (const Error& e) {
-    for (const char* part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
-
+// The valid call computes what the Gaussian estimator's formula gives (the d2l chapter's softmax
+// form, written out here in float64): w_ij = softmax_j(-||q_i - k_j||^2 / (2 sigma^2)), out_i =
+// sum_j w_ij v_j, with sigma = 0.7; its gradients are the float64 reference's.
 TEST(NadarayaWatson, ValidCallPasses) {
+  const ScopedBackend cpu(Backend::cpu);
   Call c;
-  EXPECT_NO_THROW(c.forward());
-  EXPECT_NO_THROW(c.backward());
+  c.q = random_tensor<double>({2, 10, 2}, 730), c.k = random_tensor<double>({2, 10, 2}, 731);
+  c.v = random_tensor<double>({2, 10, 4}, 732), c.dout = random_tensor<double>({2, 10, 4}, 733);
+  c.sigma = 0.7;
+  c.forward();
+  for (index_t b = 0; b < 2; ++b)
+    for (index_t i = 0; i < 10; ++i) {
+      std::vector<double> s(10);
+      for (index_t j = 0; j < 10; ++j) {
+        const double d0 = c.q(b, i, 0) - c.k(b, j, 0), d1 = c.q(b, i, 1) - c.k(b, j, 1);
+        s[static_cast<std::size_t>(j)] = -(d0 * d0 + d1 * d1) / (2 * 0.7 * 0.7);
+      }
+      const double top = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - top));
+      for (index_t j = 0; j < 10; ++j) EXPECT_NEAR(c.w(b, i, j), s[static_cast<std::size_t>(j)] / sum, 1e-14) << b << "," << i << "," << j;
+      for (index_t e = 0; e < 4; ++e) {
+        double want = 0;
+        for (index_t j = 0; j < 10; ++j) want += s[static_cast<std::size_t>(j)] / sum * c.v(b, j, e);
+        EXPECT_NEAR(c.out(b, i, e), want, 1e-14) << b << "," << i << "," << e;
+      }
+    }
+  double ds = 0;
+  nadaraya_watson_backward<double>(c.dq.view(), c.dk.view(), c.dv.view(), &ds, c.dout.cview(), c.q.cview(),
+                                   c.k.cview(), c.v.cview(), c.kernel, c.sigma);
+  const Problem pr{{3, 2, 1, 10, 10, 2, 4}, c.q, c.k, c.v, c.dout};
+  const Result<double> want = run<double>(pr, Kernel::gaussian, 0.7, Backend::reference);
+  EXPECT_LE(max_abs_diff(c.dq, want.dq), 1e-12);
+  EXPECT_LE(max_abs_diff(c.dk, want.dk), 1e-12);
+  EXPECT_LE(max_abs_diff(c.dv, want.dv), 1e-12);
+  EXPECT_NEAR(ds, want.dsigma[0], 1e-12 * (1 + std::abs(want.dsigma[0])));
 }
 
 TEST(NadarayaWatson, RejectsZeroSigma) {

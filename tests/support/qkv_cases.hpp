@@ -135,6 +135,30 @@ void expect_op_matches_reference(const QkvSizes& s, const MaskCase& mc, const st
   expect_same_at_1_and_2_threads<float>([&] { return run.template operator()<float>(); });
 }
 
+// One float32 call without a mask or dropout, made with the current backend, against the reference
+// backend: `tested` is out, the weights, then one gradient per input (from `in` and `dout`); each
+// within the error budget of the reference in float32 against the reference in float64.
+template <class Op>
+void expect_call_matches_reference(const QkvSizes& s, const std::vector<Tensor<float>>& in, const Tensor<float>& dout,
+                                   const std::vector<Tensor<float>>& tested, const std::vector<std::string>& names) {
+  ScopedBackend reference(Backend::reference);
+  auto run = [&]<class T>() {
+    std::vector<Tensor<T>> x;
+    for (const Tensor<float>& t : in) x.push_back(convert<T>(t));
+    Tensor<T> weights(s.dims(s.n, s.m));
+    std::vector<Tensor<T>> r{Op::template forward<T>(x, s, Mask<T>{}, Dropout{}, &weights), weights};
+    for (Tensor<T>& g : Op::template backward<T>(x, convert<T>(dout), Mask<T>{}, Dropout{})) r.push_back(std::move(g));
+    return r;
+  };
+  const std::vector<Tensor<double>> oracle = run.template operator()<double>();
+  const std::vector<Tensor<float>> ref32 = run.template operator()<float>();
+  ASSERT_EQ(tested.size(), oracle.size());
+  for (std::size_t i = 0; i < oracle.size(); ++i) {
+    const std::string name = i == 0 ? "out" : i == 1 ? "weights" : "gradient of " + names[i - 2];
+    EXPECT_TRUE(within_error_budget(tested[i], ref32[i], oracle[i])) << name;
+  }
+}
+
 // The gradient of loss = sum(out * dout) with respect to every input and parameter, by both
 // backends, against central differences in float64: worst relative error below 1e-6.
 template <class Op>
