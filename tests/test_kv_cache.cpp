@@ -39,20 +39,40 @@ KvAttendOptions unmasked(std::optional<double> scale) {
   return o;
 }
 
-// What the cache stores for x, from the definitions in kv_cache.hpp.
+// q8_0 as kv_cache.hpp defines it, in float64: per 32 values a float32 scale s = max|x| / 127, the
+// integers r = round(x / s) (to nearest even, of the quotient rounded to float32 as the cache divides
+// in float32: a float64 quotient differs only within float32's rounding of a half-integer), and the
+// dequantised values r s, exact in float64.
+std::vector<double> q8_0(const float* x, index_t count) {
+  std::vector<double> out(static_cast<std::size_t>(count));
+  for (index_t g = 0; g < count; g += 32) {
+    double top = 0;
+    for (index_t c = g; c < g + 32; ++c) top = std::max(top, std::abs(static_cast<double>(x[c])));
+    const double s = static_cast<float>(top / 127);
+    for (index_t c = g; c < g + 32; ++c)
+      out[static_cast<std::size_t>(c)] = s == 0 ? 0.0 : std::nearbyint(static_cast<float>(x[c] / s)) * s;
+  }
+  return out;
+}
+
+// The dequantised values of a tensor whose rows of 32 are q8_0 groups, in float64.
+Tensor<double> dequantised(const Tensor<float>& x) {
+  const std::vector<double> d = q8_0(x.data(), x.numel());
+  return Tensor<double>(std::span<const index_t>(x.shape()), d);
+}
+
+// What the cache stores for x, from the definitions in kv_cache.hpp (int8: the q8_0 values rounded
+// to float32, as keys() and values() return them).
 std::vector<float> stored(KvDtype type, const float* x, index_t count) {
   std::vector<float> out(x, x + count);
   if (type == KvDtype::bfloat16)
     for (float& v : out) v = to_float(to_bfloat16(v));
   if (type == KvDtype::float16)
     for (float& v : out) v = to_float(to_float16(v));
-  if (type == KvDtype::int8)
-    for (index_t g = 0; g < count; g += 32) {
-      float top = 0;
-      for (index_t c = g; c < g + 32; ++c) top = std::max(top, std::abs(x[c]));
-      const float s = top / 127.0f;
-      for (index_t c = g; c < g + 32; ++c) out[static_cast<std::size_t>(c)] = s == 0 ? 0.0f : std::nearbyint(x[c] / s) * s;
-    }
+  if (type == KvDtype::int8) {
+    const std::vector<double> d = q8_0(x, count);
+    for (std::size_t c = 0; c < d.size(); ++c) out[c] = static_cast<float>(d[c]);
+  }
   return out;
 }
 
@@ -212,7 +232,7 @@ TEST(KvCacheInt8, QueriesRoundedToSixteenBitsAsStated) {
     KvCache cache(1, 1, d, {.dtype = KvDtype::int8, .block_size = 16});
     const Tensor<float> k = random_tensor<float>({1, 40, d}, 11, -3, 3), v = random_tensor<float>({1, 40, d}, 12);
     cache.append(0, k.view(), v.view());
-    const Tensor<float> ks = cache.keys(0), vs = cache.values(0);
+    const Tensor<double> ks = dequantised(k), vs = dequantised(v);  // as stored, from q8_0's definition
     for (const index_t n : {1, 6}) {
       Tensor<float> q = random_tensor<float>({2, n, d}, 13 + static_cast<std::uint64_t>(n), -4, 4);
       for (index_t c = 0; c < d; ++c) q(1, 0, c) *= 1e-31f;  // below 2^-100 ~ 7.9e-31: as given
@@ -271,10 +291,10 @@ TEST(KvCacheInt8, RoundsTiesToEvenAndHugeKeysStayFinite) {
   const Tensor<float> rounded = as_attended(KvDtype::int8, q);
   ASSERT_EQ(rounded(0, 0, 0), 2.0f);
   ASSERT_EQ(rounded(0, 0, 1), 4.0f);
-  // The float64 reference over keys and values as stored (both caches were given the values v).
+  // The float64 reference over keys and values as q8_0 stores them (both caches were given the values v).
   auto sdpa_of = [&](const Tensor<float>& query, const Tensor<float>& keys, index_t m, double scale) {
     Tensor<double> o({1, 1, 1, 32});
-    const Tensor<double> q64 = convert<double>(query), k64 = convert<double>(keys), v64 = convert<double>(cache.values(0));
+    const Tensor<double> q64 = convert<double>(query), k64 = dequantised(keys), v64 = dequantised(v);
     SdpaOptions so;
     so.scale = scale;
     sdpa_forward<double>(o.view(), {}, {}, TensorView<const double>(q64.data(), {1, 1, 1, 32}),
@@ -287,7 +307,7 @@ TEST(KvCacheInt8, RoundsTiesToEvenAndHugeKeysStayFinite) {
     for (index_t i = 0; i < n; ++i)
       for (index_t c = 0; c < 32; ++c) qn(0, i, c) = q(0, 0, c);
     cache.attend(out.view(), 0, qn.view(), unmasked(0.01));
-    const Tensor<double> want = sdpa_of(rounded, cache.keys(0), 2, 0.01);
+    const Tensor<double> want = sdpa_of(rounded, k, 2, 0.01);
     for (index_t i = 0; i < n; ++i)
       for (index_t c = 0; c < 32; ++c) EXPECT_NEAR(out(0, i, c), want(0, 0, 0, c), 1e-5) << "n " << n << ", i " << i;
   }
@@ -300,7 +320,7 @@ TEST(KvCacheInt8, RoundsTiesToEvenAndHugeKeysStayFinite) {
       Tensor<float> qn({1, n, 32}), out({1, n, 32});
       for (index_t i = 0; i < qn.numel(); ++i) qn[i] = scale_of_q;  // q . k = +-32e33 max|q|
       huge.attend(out.view(), 0, qn.view(), unmasked(1e-33));
-      const Tensor<double> want = sdpa_of(as_attended(KvDtype::int8, qn), huge.keys(0), 2, 1e-33);
+      const Tensor<double> want = sdpa_of(as_attended(KvDtype::int8, qn), big, 2, 1e-33);
       for (index_t c = 0; c < 32; ++c) {
         ASSERT_TRUE(std::isfinite(out(0, 0, c))) << "max|q| " << scale_of_q << ", n " << n;
         EXPECT_NEAR(out(0, 0, c), want(0, 0, 0, c), 1e-5) << "max|q| " << scale_of_q << ", n " << n;
