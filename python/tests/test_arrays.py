@@ -58,6 +58,13 @@ def test_c_ordered_arrays_are_used_without_a_copy_and_others_are_copied(rng):
 def test_lists_and_torch_tensors_are_arrays(rng):
     X = random(rng, 2, 2, 4)
     expected = attn.masked_softmax(X, np.array([2, 3]))
+    # The softmax over each batch element's first 2 and 3 keys, 0 beyond them, in float64.
+    x = X.astype(np.float64)
+    want = np.zeros_like(x)
+    for b, n in enumerate([2, 3]):
+        e = np.exp(x[b, :, :n] - x[b, :, :n].max(-1, keepdims=True))
+        want[b, :, :n] = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(expected, want, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(attn.masked_softmax(torch.from_numpy(X), torch.tensor([2, 3])), expected)
     np.testing.assert_array_equal(attn.masked_softmax(X.tolist(), [2, 3]), attn.masked_softmax(X.astype(np.float64), [2, 3]))
     assert attn.masked_softmax(X.tolist()).dtype == np.float64  # Python floats are float64

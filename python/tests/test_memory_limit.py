@@ -28,10 +28,21 @@ def test_weights_of_two_to_the_twenty_raise_memory_error_naming_the_bytes():
         attn.DotProductAttention(dropout=0.0)(q, q, q)  # the layer keeps its weights for backward
 
 
+def sdpa_formula(q, dt):
+    """Self-attention softmax(q q^T / sqrt(d)) q in dtype dt."""
+    x = q.astype(dt)
+    s = x @ x.swapaxes(-1, -2) / np.sqrt(dt(x.shape[-1]))
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)) @ x
+
+
 def test_a_set_limit_refuses_a_call_and_is_given_back(limit):
     rng = np.random.default_rng(0)
     q = rng.standard_normal((2, 300, 64), dtype=np.float32)
     expected = attn.scaled_dot_product_attention(q, q, q)
+    # softmax(q q^T / 8) q in float64, and in float32 for the error budget of STYLE.md.
+    exact, low = sdpa_formula(q, np.float64), sdpa_formula(q, np.float32)
+    assert np.abs(expected - exact).max() <= 2 * np.abs(low - exact).max() + 1e-6 * np.abs(exact).max()
     limit(attn.memory_in_use() + 1024)
     assert attn.memory_limit() == attn.memory_in_use() + 1024
     with pytest.raises(MemoryError, match=r"needs 153600 bytes .*than attn may use: .*\(set_memory_limit\)"):

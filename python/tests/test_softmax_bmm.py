@@ -134,7 +134,13 @@ def test_bmm_matches_torch(rng, heads, transpose, dtype):
     check(got, torch_both(run, {"a": a, "b": b}), f"bmm {lead} {transpose}")
 
 
-def test_bmm_is_torch_bmm_on_the_d2l_example():
-    # Seed 004: Q = d2l.ones((2, 3, 4)), K = d2l.ones((2, 4, 6)), torch.bmm(Q, K) is (2, 3, 6) of 4s.
-    out = attn.bmm(np.ones((2, 3, 4), np.float32), np.ones((2, 4, 6), np.float32))
-    assert out.shape == (2, 3, 6) and np.all(out == 4)
+def test_bmm_is_torch_bmm_on_the_d2l_example(rng):
+    # The d2l chapter's Q = d2l.ones((2, 3, 4)), K = d2l.ones((2, 4, 6)): torch.bmm(Q, K) is (2, 3, 6) of 4s.
+    ones = attn.bmm(np.ones((2, 3, 4), np.float32), np.ones((2, 4, 6), np.float32))
+    np.testing.assert_array_equal(ones, torch.bmm(torch.ones(2, 3, 4), torch.ones(2, 4, 6)).numpy())
+    # The same shapes with random values, against torch.bmm in float64 within the error budget
+    # (drawn in float32, as every test here: the float32 and float64 calls see the same values).
+    Q, K = scores(rng, (2, 3, 4), 1.0), scores(rng, (2, 4, 6), 1.0)
+    refs = torch_both(lambda t: {"out": torch.bmm(t["Q"], t["K"])}, {"Q": Q, "K": K})
+    for dtype in DTYPES:
+        check(attn.bmm(Q.astype(dtype), K.astype(dtype)), refs, f"bmm (2, 3, 4) @ (2, 4, 6) in {dtype.__name__}")

@@ -275,7 +275,9 @@ def test_no_grad_and_dtype_of_results():
     q, k, v = qkv(torch.float32, heads=(H, H))
     with torch.no_grad():
         out = at.scaled_dot_product_attention(q, k, v)
+        ref32, ref64 = reference_sdpa(q, k, v), reference_sdpa(*(x.double() for x in (q, k, v)))
     assert not out.requires_grad and out.dtype == torch.float32 and out.shape == (B, H, L, EV)
+    assert_within_budget(out.numpy(), ref32.numpy(), ref64.numpy(), "out under no_grad")
 
 
 # ---- additive attention and Nadaraya-Watson ------------------------------------------------------
