@@ -20,6 +20,7 @@
 #include "attn/sdpa.hpp"
 #include "core/buffer.hpp"
 #include "core/view4.hpp"
+#include "cpu/quant/q8_0.hpp"
 
 namespace attn {
 namespace {
@@ -48,8 +49,8 @@ KvType kv_type(KvDtype t) {
 }
 
 // Queries (1, heads, n, head_dim) as attend over an int8 cache uses them (kv_cache.hpp): each row
-// r sigma as the decode path rounds it (fused::round_query), or as given. For the queries of a
-// prompt, whose keys are gathered into float32.
+// rounded as the decode path rounds it (quant::rounded_query). For the queries of a prompt, whose
+// keys are gathered into float32.
 Tensor<float> rounded_queries(TensorView<const float> q) {
   Tensor<float> out(q.shape());
   const index_t d = q.dim(3);
@@ -59,9 +60,7 @@ Tensor<float> rounded_queries(TensorView<const float> q) {
   for (index_t h = 0; h < q.dim(1); ++h)
     for (index_t i = 0; i < q.dim(2); ++i, to += d) {
       for (index_t c = 0; c < d; ++c) row[static_cast<std::size_t>(c)] = q(0, h, i, c);
-      const float sigma = cpu::fused::round_query(cpu::simd::current(), row.data(), d, r.data());
-      for (index_t c = 0; c < d; ++c)
-        to[c] = sigma != 0 ? static_cast<float>(r[static_cast<std::size_t>(c)]) * sigma : row[static_cast<std::size_t>(c)];
+      cpu::quant::rounded_query(cpu::simd::current(), row.data(), d, r.data(), to);
     }
   return out;
 }
@@ -84,17 +83,7 @@ void store_row(KvDtype type, const float* from, index_t count, std::uint8_t* to,
     case KvDtype::float16:
       convert(std::span<const float>(from, n), std::span<float16>(reinterpret_cast<float16*>(to), n));
       return;
-    case KvDtype::int8:
-      for (index_t g = 0; g < count; g += 32) {
-        float top = 0;
-        for (index_t c = g; c < g + 32; ++c) top = std::max(top, std::abs(from[c]));
-        const float scale = top / 127.0f;
-        scales[g / 32] = scale;
-        for (index_t c = g; c < g + 32; ++c)
-          reinterpret_cast<std::int8_t*>(to)[c] =
-              scale == 0 ? std::int8_t(0) : static_cast<std::int8_t>(std::clamp(std::nearbyint(from[c] / scale), -127.0f, 127.0f));
-      }
-      return;
+    case KvDtype::int8: cpu::quant::q8_0_pack(from, count, reinterpret_cast<std::int8_t*>(to), scales); return;
   }
 }
 
@@ -109,9 +98,7 @@ void load_row(KvDtype type, const std::uint8_t* from, const float* scales, index
     case KvDtype::float16:
       convert(std::span<const float16>(reinterpret_cast<const float16*>(from), n), std::span<float>(to, n));
       return;
-    case KvDtype::int8:
-      for (index_t c = 0; c < count; ++c) to[c] = static_cast<float>(reinterpret_cast<const std::int8_t*>(from)[c]) * scales[c / 32];
-      return;
+    case KvDtype::int8: cpu::quant::q8_0_unpack(reinterpret_cast<const std::int8_t*>(from), scales, count, to); return;
   }
 }
 

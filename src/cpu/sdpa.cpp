@@ -11,6 +11,7 @@
 
 #include "attn/config.hpp"
 #include "cpu/bf16/dot_bf16.hpp"
+#include "cpu/quant/q8_0.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/key_padding.hpp"
 #include "cpu/scratch.hpp"
@@ -22,7 +23,7 @@ namespace attn::cpu {
 namespace {
 
 // The decode path's partial results of `parts` (row, chunk) pairs with value size v, and for int8
-// keys each of `rounded_rows` query rows of d elements rounded (fused::round_query).
+// keys each of `rounded_rows` query rows of d elements rounded (quant::round_query).
 template <class T>
 struct DecodeBuffers {
   T* part_out;       // (parts, v)
@@ -60,7 +61,7 @@ void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr,
   if constexpr (std::is_same_v<T, float>) {
     if (int8) {  // each query row rounded once, before the threads share it
       for (index_t r = 0; r < B * H * n; ++r)
-        buf->sigma[r] = fused::round_query(f.simd, a.q.row(r / n / H, r / n % H, r % n), a.q.C, buf->rounded + r * a.q.C);
+        buf->sigma[r] = quant::round_query(f.simd, a.q.row(r / n / H, r / n % H, r % n), a.q.C, buf->rounded + r * a.q.C);
       p.rounded = buf->rounded, p.sigma = buf->sigma;
     }
   }

@@ -220,13 +220,6 @@ struct KvRows {
   index_t run(index_t j) const { return blocks == nullptr ? std::numeric_limits<index_t>::max() : block_size - j % block_size; }
 };
 
-// A float query row of d elements (a multiple of 32) rounded for an int8 cache's keys
-// (attn/kv_cache.hpp states the rule): r = round(q / sigma) to nearest even with sigma = max|q| /
-// 32767, returning sigma; 0 (r untouched) where the row is used as given, its largest magnitude not
-// finite or below 2^-100. The decode path and the prompt path (api/kv_cache.cpp) both round
-// through it; every SIMD target rounds alike.
-float round_query(simd::Target target, const float* q, index_t d, std::int16_t* r);
-
 template <class T>
 struct SdpaDecode {
   SdpaForward<T> f;
@@ -236,7 +229,8 @@ struct SdpaDecode {
   double* part_sum;    // (B, H, n, chunks)
   const KvRows* keys = nullptr;    // when given (float only), read instead of the plan's k and v data
   const KvRows* values = nullptr;
-  // int8 keys: each query row rounded (B, H, n, d) and its sigma (B, H, n), 0 for a row used as given.
+  // int8 keys: each query row rounded (B, H, n, d) and its sigma (B, H, n), 0 for a row used as given
+  // (cpu/quant/q8_0.hpp: round_query).
   const std::int16_t* rounded = nullptr;
   const float* sigma = nullptr;
 };

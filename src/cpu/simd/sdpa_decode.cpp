@@ -107,26 +107,6 @@ HWY_INLINE hn::Vec<D> DotScaledLanes(D d, const float* HWY_RESTRICT q, const std
   return lanes[0];
 }
 
-// round_query (fused.hpp) on this target: every target rounds alike (the maximum is exact, and
-// NearestInt rounds to nearest even).
-float RoundQueryRow(const float* HWY_RESTRICT q, index_t dim, std::int16_t* HWY_RESTRICT rounded) {
-  const hn::ScalableTag<float> d;
-  const index_t L = static_cast<index_t>(hn::Lanes(d));
-  auto top = hn::Zero(d), poison = hn::Zero(d);  // poison: NaN where an element is not finite
-  for (index_t c = 0; c < dim; c += L) {  // dim a multiple of 32, so of L
-    const auto x = hn::LoadU(d, q + c);
-    top = hn::Max(top, hn::Abs(x));
-    poison = hn::Add(poison, hn::Mul(x, hn::Zero(d)));
-  }
-  const float m = hn::GetLane(hn::MaxOfLanes(d, top));
-  if (std::isnan(hn::GetLane(hn::SumOfLanes(d, poison))) || !(m >= 0x1p-100f)) return 0;
-  const auto inv = hn::Set(d, 32767.0f / m);  // |q inv| <= 32767 (1 + 2^-23): within int16
-  const hn::Rebind<std::int16_t, decltype(d)> dw;
-  for (index_t c = 0; c < dim; c += L)
-    hn::StoreU(hn::DemoteTo(dw, hn::NearestInt(hn::Mul(hn::LoadU(d, q + c), inv))), dw, rounded + c);
-  return m / 32767.0f;
-}
-
 // The lanes of rounded . k over R int8 rows at once, rows[r] scaled by scales[r] (dim a multiple of
 // 32): each 32 products summed in 32-bit integers (at most 32 * 127 * 32767 < 2^31; on AVX2 and
 // AVX-512 four or two a lane, under 2^24, so exact in float too), converted once, then scaled by
@@ -228,7 +208,7 @@ struct NextRows {
 // after another: reading four rows side by side was measured 40% slower (keys alone, one thread,
 // (32,1,8192,128): 14.2 ms against 10.1 ms). In float, the lanes of four rows are summed in one
 // reduction (SumOfLanes4) where d is a multiple of the lanes. An int8 cache's keys are multiplied
-// by the query rounded to integers (rounded, sigma: round_query) where sigma is not 0. (Rounded,
+// by the query rounded to integers (rounded, sigma: quant::round_query) where sigma is not 0. (Rounded,
 // the int8 decode (32,1,8192,128) took 5% to 10% less time on a Zen 5 with two threads, and 20%
 // less on its AVX2 path; with its data in the cache, one thread, 10.0-10.7 ns a token against
 // 12.3-13.0.)
@@ -242,7 +222,7 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
   };
   index_t j = 0;
   if constexpr (std::is_same_v<T, float> && std::is_same_v<E, std::int8_t>) {
-    if (sigma != 0) {  // an int8 cache's keys against the query rounded to integers (round_query)
+    if (sigma != 0) {  // an int8 cache's keys against the query rounded to integers (quant::round_query)
 #if HWY_TARGET != HWY_SCALAR
       for (; j + 4 <= cnt; j += 4) {
         for (int r = 0; r < 4; ++r) prefetch(j + r);
@@ -570,12 +550,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attn::cpu::fused {
 
-HWY_EXPORT(RoundQueryRow);
 HWY_EXPORT(DecodeChunkF32);
-
-float round_query(simd::Target target, const float* q, index_t d, std::int16_t* r) {
-  return ATTN_SIMD_CALL(target, RoundQueryRow)(q, d, r);
-}
 HWY_EXPORT(DecodeChunkF64);
 
 template <>
