@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Regenerates docs/performance.md's tables from one `attn bench --json` output.
+
+  scripts/perf_tables.py BENCH.json docs/performance.md README.md --machine "2-core Intel Xeon ..." \\
+      --command "OMP_WAIT_POLICY=passive build/release/attn bench --json --seconds 0.5" \\
+      [--save docs/performance.json]
+      rewrites each page between `<!-- perf_tables: begin -->` and `<!-- perf_tables: end -->`
+      (every case) and between `<!-- perf_tables: summary begin -->` and `... summary end -->`
+      (a few cases: SUMMARY); --save keeps the run (its JSON with the machine and the command)
+  scripts/perf_tables.py --check docs/performance.json docs/performance.md README.md
+      exits 1, printing the difference, when a page's tables are not those of the saved run
+      (the docs.perf_tables test)
+
+BENCH.json is either `attn bench --json`'s output (then --machine and --command say where and how it
+ran) or a saved run: {"machine": ..., "command": ..., "bench": <attn bench --json output>}.
+"""
+import argparse
+import difflib
+import json
+import pathlib
+import sys
+
+BEGIN = "<!-- perf_tables: begin -->"
+END = "<!-- perf_tables: end -->"
+SUMMARY_BEGIN = "<!-- perf_tables: summary begin -->"
+SUMMARY_END = "<!-- perf_tables: summary end -->"
+# The cases of the summary (README.md's "Speed"), those the run has.
+SUMMARY = ("sdpa forward (1,4096,4096,128)", "sdpa forward+backward (4,1024,1024,64)", "sdpa decode (32,1,8192,128)",
+           "sdpa forward bf16 (1,4096,4096,128)", "sdpa decode int8 (32,1,8192,128)",
+           "additive forward (2,512,512,128)")
+
+# The rate of each kind of case: JSON key, unit as printed.
+RATES = (("gflops", "GFLOP/s"), ("gbs", "GB/s"), ("gtanhs", "G tanh/s"), ("gpairs", "G pairs/s"))
+
+
+def figure(x):
+    """Three significant digits, no exponent for the magnitudes the tables hold."""
+    if x == 0:
+        return "0"
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    if abs(x) >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
+
+
+def time_text(seconds):
+    return f"{figure(seconds * 1e3)} ms" if seconds < 10 else f"{figure(seconds)} s"
+
+
+def rate_text(case):
+    for key, unit in RATES:
+        if key in case:
+            return f"{figure(case[key])} {unit}"
+    return "-"
+
+
+def tables(run):
+    bench = run["bench"]
+    lines = [
+        f"Machine: {run['machine']}. Command: `{run['command']}`.",
+        "",
+        "| threads | SIMD target asked | kernels ran | FMA peak | read bandwidth |",
+        "|---|---|---|---|---|",
+        f"| {bench['threads']} | {bench['simd_target']} | {bench['simd_ran']} | "
+        f"{figure(bench['fma_peak_gflops'])} GFLOP/s | {figure(bench['read_bandwidth_gbs'])} GB/s |",
+        "",
+        "| case | median | rate | of limit | extra MiB | baseline median | speed-up | counted |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for case in bench["cases"]:
+        limit = f"{case['fraction_of_limit'] * 100:.0f}%" if case.get("fraction_of_limit") else "-"
+        unfused = time_text(case["unfused_median_s"]) if case.get("unfused_median_s") else "-"
+        speedup = f"{figure(case['speedup'])}x" if case.get("speedup") else "-"
+        lines.append(f"| {case['name']} | {time_text(case['median_s'])} | {rate_text(case)} | {limit} | "
+                     f"{figure(case.get('extra_mib', 0))} | {unfused} | {speedup} | {case.get('counted', '')} |")
+    return "\n".join(lines)
+
+
+def summary(run):
+    bench = run["bench"]
+    lines = [f"{run['machine']}, target {bench['simd_ran']}, {bench['threads']} threads (`{run['command']}`):",
+             "",
+             "| case | median | rate | of limit | against its baseline |",
+             "|---|---|---|---|---|"]
+    for case in bench["cases"]:
+        if case["name"] in SUMMARY:
+            limit = f"{case['fraction_of_limit'] * 100:.0f}%" if case.get("fraction_of_limit") else "-"
+            speedup = f"{figure(case['speedup'])}x faster" if case.get("speedup") else "-"
+            lines.append(f"| {case['name']} | {time_text(case['median_s'])} | {rate_text(case)} | {limit} | {speedup} |")
+    return "\n".join(lines)
+
+
+def replace(text, begin, end, body):
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise SystemExit(f"the page must hold one {begin} and one {end}")
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
+def render(page_text, run):
+    """The page with its tables (BEGIN .. END) and its summary (SUMMARY_BEGIN .. SUMMARY_END) redone."""
+    if BEGIN not in page_text and SUMMARY_BEGIN not in page_text:
+        raise SystemExit(f"the page holds neither {BEGIN} nor {SUMMARY_BEGIN}")
+    if BEGIN in page_text:
+        page_text = replace(page_text, BEGIN, END, tables(run))
+    if SUMMARY_BEGIN in page_text:
+        page_text = replace(page_text, SUMMARY_BEGIN, SUMMARY_END, summary(run))
+    return page_text
+
+
+def load(path, machine, command):
+    data = json.loads(pathlib.Path(path).read_text())
+    if "bench" in data:
+        return data
+    if not machine or not command:
+        raise SystemExit("a raw `attn bench --json` output needs --machine and --command")
+    return {"machine": machine, "command": command, "bench": data}
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("json")
+    p.add_argument("pages", nargs="+", help="docs/performance.md, README.md, ...")
+    p.add_argument("--machine")
+    p.add_argument("--command")
+    p.add_argument("--save", help="write the run, with its machine and command, to this JSON file")
+    p.add_argument("--check", action="store_true", help="compare, do not write")
+    a = p.parse_args(argv)
+    run = load(a.json, a.machine, a.command)
+    failed = 0
+    for name in a.pages:
+        page = pathlib.Path(name)
+        old = page.read_text()
+        new = render(old, run)
+        if not a.check:
+            page.write_text(new)
+        elif new != old:
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True), name,
+                                                       f"{name} from {a.json}"))
+            print(f"{name}: its tables are not those of {a.json}; run scripts/perf_tables.py to regenerate them")
+            failed += 1
+        else:
+            print(f"{name}: the tables of {a.json} ({len(run['bench']['cases'])} cases)")
+    if a.save and not a.check:
+        pathlib.Path(a.save).write_text(json.dumps(run, indent=1) + "\n")
+    return 1 if failed else 0
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
