@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attn/additive.hpp"
+#include "attn/diagnostics.hpp"
 #include "attn/nadaraya_watson.hpp"
 #include "attn/machine.hpp"
 #include "attn/sdpa.hpp"

@@ -19,13 +19,13 @@
 namespace attn {
 
 // cpu: the production kernels (src/cpu). reference: the plain kernels written straight from the
-// formulas (src/ref), single-threaded, the oracle of the tests. unfused: the cpu backend with its
-// fused kernels left out, so that scores, softmax and pooling run as separate threaded passes over
-// an (n, m) buffer (the path calls asking for the weights take anyway): the baseline `attn bench`
-// measures the fused kernels against. The environment variable ATTN_BACKEND=reference (or unfused)
-// selects one at start-up, like ggml's switch that forces the reference path.
+// formulas (src/ref), single-threaded, the oracle of the tests. unfused: a diagnostic, not for
+// production and not stable (attn/diagnostics.hpp): the cpu backend without its fused kernels, the
+// baseline `attn bench` measures them against. The environment variable ATTN_BACKEND=reference (or
+// unfused) selects one at start-up, like ggml's switch that forces the reference path.
 enum class Backend { cpu, reference, unfused };
 
+/// The process's backend (a ScopedBackend overrides it on one thread); backend() is the calling thread's.
 void set_backend(Backend backend);
 Backend backend();
 
@@ -47,10 +47,7 @@ std::string simd_target();
 // ScopedSimdTarget's, else the process's.
 void set_simd_target(const std::string& name);
 
-// The targets the fused kernels actually ran on, on any thread, since the last call with
-// reset = true (best first; empty if none ran): recorded by the kernels themselves, for the tests
-// and benchmarks that must show which code ran, not only which was chosen.
-std::vector<std::string> simd_targets_ran(bool reset = false);
+// Which targets actually ran: simd_targets_ran, in attn/diagnostics.hpp.
 
 // The AVX512-BF16 kernel of bfloat16 attention (vdpbf16ps for Q K^T and P V, P rounded to bfloat16
 // as FlashAttention does in 16-bit): available when the CPU has AVX512-BF16, and run only on the
@@ -70,6 +67,7 @@ bool bf16_kernel_chosen();
 // one after it. Scopes nest.
 class ScopedBackend {
  public:
+  /// Sets the calling thread's backend to b until the scope ends.
   explicit ScopedBackend(Backend b);
   ~ScopedBackend();
   ScopedBackend(const ScopedBackend&) = delete;
@@ -83,6 +81,7 @@ class ScopedBackend {
 // attn::Error for an unknown one); the previous one after it. Scopes nest.
 class ScopedSimdTarget {
  public:
+  /// Sets the calling thread's SIMD target to `name` until the scope ends.
   explicit ScopedSimdTarget(const std::string& name);
   ~ScopedSimdTarget();
   ScopedSimdTarget(const ScopedSimdTarget&) = delete;
@@ -95,6 +94,7 @@ class ScopedSimdTarget {
 // The calling thread's number of threads (set_num_threads) for the lifetime of a scope.
 class ScopedThreads {
  public:
+  /// Sets the calling thread's number of threads until the scope ends.
   explicit ScopedThreads(int threads) : saved_(num_threads()) { set_num_threads(threads); }
   ~ScopedThreads() { set_num_threads(saved_); }
   ScopedThreads(const ScopedThreads&) = delete;

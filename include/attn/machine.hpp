@@ -18,19 +18,11 @@ double fma_peak_flops();
 // bound by memory, such as decoding from a KV cache.
 double read_bandwidth(std::size_t bytes);
 
-// Reads `count` floats from x once, split over the threads as read_bandwidth does, and returns their
-// sum: the plain read a memory-bound kernel is timed against, in turn with it and over as many
-// bytes, so that both see the same moments of a shared machine (read_bandwidth's best of a few runs
-// may land in a quiet one that the kernel's median never sees).
-float read_once(const float* x, std::size_t count);
-
-// The scratch memory attn's threads hold between calls (each thread keeps an arena that grows to
-// the largest call it ran, so that calls allocate nothing): the bytes of every thread's arena.
-std::size_t scratch_bytes();
-
-// Frees the calling thread's arena (run it inside `#pragma omp parallel` to free every thread's).
-// Call it only between attn calls of that thread; scratch_bytes() afterwards counts what the next
-// calls need, which is how `attn bench` reports each case's extra memory.
+// Frees the calling thread's scratch arena: each of attn's threads keeps one that grows to the
+// largest call it ran, so that calls allocate nothing (run it inside `#pragma omp parallel` to free
+// every thread's). Call it only between attn calls of that thread. memory_in_use (attn/memory.hpp)
+// counts the arenas; the probes `attn bench` reports memory with (read_once, scratch_bytes) are in
+// attn/diagnostics.hpp.
 void release_scratch();
 
 }  // namespace attn::machine

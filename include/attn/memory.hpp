@@ -89,4 +89,20 @@ struct CacheLineAllocator {
 };
 
 }  // namespace detail
+
+// Checks that an array of `shape` with elements of `element_bytes` fits in what attn may use now,
+// as every Tensor's elements are checked: attn::MemoryError naming `what`, the shape and the bytes
+// where it does not; attn::Error for a negative size or bytes that overflow 64 bits. Counts nothing
+// as held. For a front end that allocates on attn's behalf (the Python module's result arrays, which
+// NumPy owns).
+inline void check_allocation(std::span<const std::int64_t> shape, std::size_t element_bytes, const char* what) {
+  std::uint64_t bytes = element_bytes;
+  for (const std::int64_t s : shape) {
+    if (s < 0) detail::fail(what, ": a size of ", s, " is negative");
+    if (__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(s), &bytes))
+      detail::fail(what, ": the product of the sizes and ", element_bytes, " bytes per element overflows 64 bits");
+  }
+  detail::release_memory(detail::reserve_memory(static_cast<std::size_t>(bytes), what, shape));
+}
+
 }  // namespace attn

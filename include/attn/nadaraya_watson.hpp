@@ -29,8 +29,11 @@ enum class Kernel { gaussian, boxcar, epanechnikov, constant };
 
 // "gaussian" -> Kernel::gaussian, ...; attn::Error for an unknown name, listing the known ones.
 Kernel kernel_from_name(std::string_view name);
+/// The name kernel_from_name reads: "gaussian", "boxcar", "epanechnikov", "constant".
 const char* kernel_name(Kernel kernel);
 
+/// out (B, n, v) = sum_j w_ij values_j with w_ij = K(|q_i - k_j| / sigma) / sum_j' K(...) for queries
+/// (B, n, p) and keys (B, m, p); weights (B, n, m) when not empty.
 template <class T>
 void nadaraya_watson_forward(TensorView<T> out, TensorView<T> weights, TensorView<const T> queries,
                              TensorView<const T> keys, TensorView<const T> values, Kernel kernel, T sigma);
@@ -43,10 +46,6 @@ void nadaraya_watson_backward(TensorView<T> dqueries, TensorView<T> dkeys, Tenso
                               TensorView<const T> dout, TensorView<const T> queries, TensorView<const T> keys,
                               TensorView<const T> values, Kernel kernel, T sigma);
 
-// The (query, key) pairs the cpu backend's windowed path (1-D keys, above) visits for these inputs:
-// the work `attn bench` counts for that path. -1 where the path does not apply (keys of more than one
-// dimension, the constant kernel). Counted by the forward's own window search, computing no weight.
-template <class T>
-double nadaraya_watson_visited_pairs(TensorView<const T> queries, TensorView<const T> keys, Kernel kernel, T sigma);
+// The pairs the windowed path visits: nadaraya_watson_visited_pairs, in attn/diagnostics.hpp.
 
 }  // namespace attn

@@ -47,6 +47,10 @@ inline std::string dims_string(std::span<const index_t> dims) {
 
 }  // namespace detail
 
+// A shape as attn's messages write it: "(2,10,3)", "(5,)" with one dimension, "()" with none; for
+// front ends that word their own messages the library's way.
+inline std::string shape_string(std::span<const index_t> dims) { return detail::dims_string(dims); }
+
 template <class T>
 class TensorView {
  public:
@@ -73,10 +77,13 @@ class TensorView {
   TensorView(const TensorView<U>& other)  // NOLINT(google-explicit-constructor)
       : data_(other.data()), rank_(other.rank()), shape_(other.shape_array()), strides_(other.strides_array()) {}
 
+  /// The first element, the rank (number of dimensions).
   T* data() const { return data_; }
   int rank() const { return rank_; }
   // The view was default-constructed: an optional argument that was not given.
   bool empty() const { return data_ == nullptr && rank_ == 0; }
+  /// A size and a stride (negative i counts from the end), the shape and the strides (as spans or
+  /// arrays), the shape as messages write it.
   index_t dim(int i) const { return shape_[static_cast<std::size_t>(i < 0 ? i + rank_ : i)]; }
   index_t stride(int i) const { return strides_[static_cast<std::size_t>(i < 0 ? i + rank_ : i)]; }
   std::span<const index_t> shape() const { return {shape_.data(), static_cast<std::size_t>(rank_)}; }
@@ -85,6 +92,7 @@ class TensorView {
   const std::array<index_t, kMaxRank>& strides_array() const { return strides_; }
   std::string shape_string() const { return detail::dims_string(shape()); }
 
+  /// The number of elements (the product of the sizes).
   index_t numel() const {
     index_t n = 1;
     for (int i = 0; i < rank_; ++i) n = detail::checked_mul(n, shape_[i], "TensorView::numel");
@@ -153,6 +161,8 @@ class Tensor {
   using Storage = std::vector<typename detail::Stored<T>::type, detail::CacheLineAllocator<typename detail::Stored<T>::type>>;
 
   Tensor() = default;
+  /// A zero-filled tensor of this shape (attn::Error for a negative size, attn::MemoryError past the
+  /// memory limit); or filled with `values`, in C order, whose count must be the shape's.
   explicit Tensor(std::span<const index_t> shape) : shape_(shape.begin(), shape.end()) {
     index_t n = 1;
     for (index_t s : shape_) {
@@ -174,12 +184,15 @@ class Tensor {
   Tensor(std::initializer_list<index_t> shape, const std::vector<T>& values)
       : Tensor(std::span<const index_t>(shape.begin(), shape.size()), values) {}
 
+  /// Views of the whole tensor (cview(): a read-only one); a Tensor converts to its view.
   TensorView<T> view() { return {data(), shape_}; }
   TensorView<const T> view() const { return {data(), shape_}; }
   TensorView<const T> cview() const { return view(); }
   operator TensorView<T>() { return view(); }              // NOLINT(google-explicit-constructor)
   operator TensorView<const T>() const { return view(); }  // NOLINT(google-explicit-constructor)
 
+  /// The elements, the rank, a size (negative i counts from the end), the shape, the shape as messages
+  /// write it, the number of elements.
   T* data() { return reinterpret_cast<T*>(values_.data()); }
   const T* data() const { return reinterpret_cast<const T*>(values_.data()); }
   int rank() const { return static_cast<int>(shape_.size()); }

@@ -12,7 +12,7 @@ py::object numpy() { return py::module_::import("numpy"); }
 std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__name__")); }
 
 // "(2,10,3)", as attn's messages write shapes.
-std::string shape_text(const py::array& a) { return attn::detail::dims_string(dims(a)); }
+std::string shape_text(const py::array& a) { return attn::shape_string(dims(a)); }
 
 std::string dtype_text(const py::array& a) { return py::str(a.dtype()); }
 

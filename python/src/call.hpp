@@ -25,6 +25,7 @@
 
 #include "attn/error.hpp"
 #include "attn/mask.hpp"
+#include "attn/memory.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn_py {
@@ -147,10 +148,7 @@ attn::TensorView<const T> cview(const py::array& a) {
 // not count it as held.
 template <class T>
 py::array_t<T> new_array(const std::vector<index_t>& shape, const char* name = "a result array") {
-  index_t n = 1;
-  for (const index_t s : shape) n = attn::detail::checked_mul(n, s, "result array");
-  attn::detail::release_memory(attn::detail::reserve_memory(
-      static_cast<std::size_t>(attn::detail::checked_mul(n, sizeof(T), "result array bytes")), name, shape));
+  attn::check_allocation(shape, sizeof(T), name);
   return py::array_t<T>(std::vector<py::ssize_t>(shape.begin(), shape.end()));
 }
 

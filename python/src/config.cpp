@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "attn/config.hpp"
+#include "attn/diagnostics.hpp"
 #include "attn/memory.hpp"
 #include "bindings.hpp"
 

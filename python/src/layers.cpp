@@ -231,8 +231,8 @@ class AdditiveAttention : public Layer {
     if (dims(a) != expected) {
       const char* layout = name == "W_q" ? "(num_hiddens, query_size)" : name == "W_k" ? "(num_hiddens, key_size)"
                                                                                         : "(num_hiddens,)";
-      call.value_error(name + " has shape " + attn::detail::dims_string(dims(a)) + " but must be " + layout + " = " +
-                       attn::detail::dims_string(expected) + ", the sizes the layer was built with");
+      call.value_error(name + " has shape " + attn::shape_string(dims(a)) + " but must be " + layout + " = " +
+                       attn::shape_string(expected) + ", the sizes the layer was built with");
     }
     param(name) = a;
   }

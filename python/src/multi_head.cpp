@@ -169,8 +169,8 @@ class MultiHeadAttention : public LayerMode {
     if (!params_[i]) call.value_error(name + " does not exist: the layer was built with bias=False");
     py::array a = call.floating(value, name.c_str());
     if (dims(a) != dims(params_[i]))
-      call.value_error(name + " has shape " + attn::detail::dims_string(dims(a)) + " but must be " +
-                       attn::detail::dims_string(dims(params_[i])) + ", the sizes of the layer");
+      call.value_error(name + " has shape " + attn::shape_string(dims(a)) + " but must be " +
+                       attn::shape_string(dims(params_[i])) + ", the sizes of the layer");
     params_[i] = a;
   }
 

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "attn/diagnostics.hpp"
 #include "api/checks.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/nw_windowed.hpp"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attn/machine.hpp"
+#include "attn/diagnostics.hpp"
 #include "attn/memory.hpp"
 
 namespace attn::cpu {

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "attn/diagnostics.hpp"
+
 // ThreadSanitizer builds (ATTN_TSAN): the OpenMP runtime's own code is not instrumented; its
 // synchronisation reaches TSan through the Archer tool linked into the tests (tests/CMakeLists.txt),
 // and its internals are left out of the reports, as Archer asks.

@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <new>
 #include <iostream>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "attn/config.hpp"
+#include "attn/diagnostics.hpp"
 #include "attn/error.hpp"
 #include "attn/machine.hpp"
 #include "attn/memory.hpp"
@@ -78,9 +80,11 @@ std::pair<double, double> interleaved_medians(const std::function<void()>& fused
 // 64-byte aligned buffer of that size, touched first), timed in turn as interleaved_medians does.
 std::pair<double, double> medians_against_a_read(const std::function<void()>& kernel, double bytes, double budget) {
   const std::size_t count = static_cast<std::size_t>(bytes / sizeof(float));
-  attn::detail::CacheLineAllocator<float> lines;  // as a Tensor's elements; not zeroed: touched below
-  const auto release = [&](float* p) { lines.deallocate(p, count); };
-  const std::unique_ptr<float, decltype(release)> storage(lines.allocate(count), release);
+  // Aligned as a Tensor's elements are (attn/tensor.hpp); not zeroed: touched below.
+  constexpr std::align_val_t kLine{64};
+  const auto release = [&](float* p) { ::operator delete(p, kLine); };
+  const std::unique_ptr<float, decltype(release)> storage(
+      static_cast<float*>(::operator new(count * sizeof(float), kLine)), release);
   float* x = storage.get();
 #pragma omp parallel for schedule(static)
   for (std::size_t i = 0; i < count; ++i) x[i] = 1.0f;  // first touch, by the thread that will read
@@ -202,7 +206,7 @@ void run_bench(const Options& o) {
   // What ran, as the kernels recorded it: the chosen target alone, or the figures are not its.
   const std::vector<std::string> ran = attn::simd_targets_ran(true);
   if (ran != std::vector<std::string>{attn::simd_target()})
-    attn::detail::fail("bench: the kernels ran ", ran_string(ran), ", not the chosen target ", attn::simd_target());
+    throw attn::Error("bench: the kernels ran " + ran_string(ran) + ", not the chosen target " + attn::simd_target());
   if (o.json) {
     print_json(results, peak, bandwidth, threads, ran_string(ran));
   } else {
@@ -230,7 +234,7 @@ void run_bench(const Options& o) {
                       : "");
   }
   if (!mismatches.empty())
-    attn::detail::fail("bench: the fused and unfused results differ by more than the case allows (relative): ", mismatches);
+    throw attn::Error("bench: the fused and unfused results differ by more than the case allows (relative): " + mismatches);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "attn/attn.hpp"
+#include "attn/diagnostics.hpp"
 #include "bench.hpp"
 
 namespace attn_cli {

@@ -31,7 +31,7 @@ namespace attn_cli {
 #ifndef ATTN_HAVE_MPI
 
 void run_distributed_bench(const DistributedBenchOptions&) {
-  attn::detail::fail("bench --distributed: this attn was built without MPI (install libopenmpi-dev and rebuild)");
+  throw attn::Error("bench --distributed: this attn was built without MPI (install libopenmpi-dev and rebuild)");
 }
 
 #else

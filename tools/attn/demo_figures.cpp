@@ -106,7 +106,7 @@ void write_demo_figures(std::ostream& os, const std::string& dir, const attn::Te
                         const attn::Tensor<float>& dot_product_weights, const RegressionFigure& regression) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) attn::detail::fail(dir, ": cannot create the directory: ", error.message());
+  if (error) throw attn::Error(dir + ": cannot create the directory: " + error.message());
   os << "\nPictures (SVG and PNG) in " << dir << ":\n";
   write_weights_heatmap(os, dir, "attention-additive", additive_weights, "Additive attention weights");
   write_weights_heatmap(os, dir, "attention-dot-product", dot_product_weights, "Dot-product attention weights");

@@ -57,7 +57,7 @@ std::vector<index_t> points_shape(const NpyInput& x) {
   const auto& s = x.array.shape;
   if (s.size() == 1) return {1, s[0], 1};
   if (s.size() == 2) return {1, s[0], s[1]};
-  throw UsageError(x.where() + " has shape " + attn::detail::dims_string(s) + "; points must be (N,) or (N,p)");
+  throw UsageError(x.where() + " has shape " + attn::shape_string(s) + "; points must be (N,) or (N,p)");
 }
 
 // The training data, the fit at the queries (in increasing x) and the title.
@@ -90,7 +90,7 @@ void run_nw(const NwArgs& args) {
   const std::vector<index_t> keys_shape = points_shape(x), queries_shape = points_shape(xq);
   const index_t n_train = keys_shape[1], n_query = queries_shape[1], p = keys_shape[2];
   if (y.array.shape != std::vector<index_t>{n_train})
-    throw UsageError(y.where() + " has shape " + attn::detail::dims_string(y.array.shape) + " but must be (" +
+    throw UsageError(y.where() + " has shape " + attn::shape_string(y.array.shape) + " but must be (" +
                      std::to_string(n_train) + ",): one target for each point of " + x.where());
   if (queries_shape[2] != p)
     throw UsageError(xq.where() + " has points of dimension " + std::to_string(queries_shape[2]) + " but " +

@@ -93,7 +93,7 @@ void run_sdpa(const SdpaArgs& args) {
   // probing: 1-D queries were reported as "out has shape (24,)").
   for (const NpyInput* input : {&in.queries, &in.keys, &in.values})
     if (input->array.shape.size() != 3 && input->array.shape.size() != 4)
-      throw UsageError(input->where() + " has shape " + attn::detail::dims_string(input->array.shape) +
+      throw UsageError(input->where() + " has shape " + attn::shape_string(input->array.shape) +
                        "; queries, keys and values must be 3-D (batch, rows, features) or 4-D (batch, heads, rows, features)");
   const MaskInputs masks = args.mask.read();
   const std::optional<attn::Window> window =

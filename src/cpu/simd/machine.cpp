@@ -17,6 +17,7 @@
 
 #include "cpu/simd/dispatch.hpp"
 #include "attn/machine.hpp"
+#include "attn/diagnostics.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::machine::HWY_NAMESPACE {

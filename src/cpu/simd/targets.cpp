@@ -14,6 +14,7 @@
 #include <iostream>
 
 #include "attn/config.hpp"
+#include "attn/diagnostics.hpp"
 #include "attn/error.hpp"
 
 namespace attn {
