@@ -1,5 +1,6 @@
 // masked_softmax: the d2l chapter's examples, every mask kind against the float64 reference, empty rows,
 // NaN in masked positions, the d2l chapter's -1e6 fill, gradients by finite differences, bad input.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -12,17 +13,20 @@ namespace {
 using testing::convert;
 using testing::random_tensor;
 
-// Rows of a (B, n, m) weights tensor: each sums to 1 over its first len entries, 0 beyond.
-void expect_rows_follow_lengths(const Tensor<float>& w, const std::vector<std::vector<int>>& lens) {
+// Rows of the (B, n, m) weights w of scores x: each the softmax of x over its first len entries
+// (the formula in float64, to float32's rounding), 0 beyond.
+void expect_rows_follow_lengths(const Tensor<float>& w, const Tensor<float>& x, const std::vector<std::vector<int>>& lens) {
   for (index_t b = 0; b < w.dim(0); ++b)
     for (index_t i = 0; i < w.dim(1); ++i) {
-      double sum = 0;
+      const index_t len = lens[b][i];
+      double top = -INFINITY, sum = 0;
+      for (index_t j = 0; j < len; ++j) top = std::max(top, static_cast<double>(x(b, i, j)));
+      for (index_t j = 0; j < len; ++j) sum += std::exp(x(b, i, j) - top);
       for (index_t j = 0; j < w.dim(2); ++j) {
-        if (j >= lens[b][i]) EXPECT_EQ(w(b, i, j), 0.0f) << "b=" << b << " i=" << i << " j=" << j;
-        else EXPECT_GT(w(b, i, j), 0.0f);
-        sum += w(b, i, j);
+        const double want = j < len ? std::exp(x(b, i, j) - top) / sum : 0.0;
+        if (j >= len) EXPECT_EQ(w(b, i, j), 0.0f) << "b=" << b << " i=" << i << " j=" << j;
+        else EXPECT_NEAR(w(b, i, j), want, 1e-7) << "b=" << b << " i=" << i << " j=" << j;
       }
-      EXPECT_NEAR(sum, 1.0, 1e-6);
     }
 }
 
@@ -32,7 +36,7 @@ TEST(MaskedSoftmax, D2lExampleValidLensPerBatch) {
   const Tensor<std::int64_t> lens({2}, {2, 3});
   Mask<float> mask;
   mask.valid_lens = lens.view();
-  expect_rows_follow_lengths(masked_softmax<float>(x.view(), mask), {{2, 2}, {3, 3}});
+  expect_rows_follow_lengths(masked_softmax<float>(x.view(), mask), x, {{2, 2}, {3, 3}});
 }
 
 TEST(MaskedSoftmax, D2lExampleValidLensPerQuery) {
@@ -42,7 +46,7 @@ TEST(MaskedSoftmax, D2lExampleValidLensPerQuery) {
   Mask<float> mask;
   mask.valid_lens = lens.view();
   const Tensor<float> w = masked_softmax<float>(x.view(), mask);
-  expect_rows_follow_lengths(w, {{1, 3}, {2, 4}});
+  expect_rows_follow_lengths(w, x, {{1, 3}, {2, 4}});
   // The first row has one key: weight exactly 1.
   EXPECT_EQ(w(0, 0, 0), 1.0f);
   // Unmasked rows are an ordinary softmax.
