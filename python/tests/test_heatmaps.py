@@ -1,7 +1,10 @@
 """attn.show_heatmaps: d2l.show_heatmaps into SVG and PNG files, the same pictures as the
 command line draws (attn sdpa --heatmap), byte for byte."""
+import math
 import os
 import pathlib
+import re
+import struct
 import subprocess
 
 import numpy as np
@@ -26,7 +29,18 @@ def test_the_d2l_heatmap_cell(tmp_path):
     text = (tmp_path / "weights.svg").read_text()
     assert text.startswith("<svg") or text.startswith("<?xml")
     assert "Keys" in text and "Queries" in text
-    assert (tmp_path / "weights.png").read_bytes().startswith(PNG_SIGNATURE)
+    # The cells, one rect per run of equal values, 22 units a key: row 0 has 2 keys at the largest
+    # value (Reds' last stop) and 8 at 0 (its first); row 1 has 6 keys at 1/6, a third of the scale
+    # [0, 0.5]: 2/3 of the way from stop 2 (#fcbba1) to stop 3 (#fc9272) of 8, #fca082 to a rounding;
+    # then 4 keys at 0.
+    cells = text[text.index('<g shape-rendering="crispEdges">'):]
+    cells = re.findall(r'<rect [^>]*width="([0-9.]+)" [^>]*fill="(#[0-9a-f]{6})"', cells[:cells.index("</g>")])
+    assert cells == [("44", "#67000d"), ("176", "#fff5f0"), ("132", "#fca082"), ("88", "#fff5f0")], cells
+    # The PNG is the SVG's layout at twice its size (its IHDR's width and height).
+    png = (tmp_path / "weights.png").read_bytes()
+    assert png.startswith(PNG_SIGNATURE)
+    width, height = (float(x) for x in re.search(r'<svg [^>]*width="([0-9.]+)" height="([0-9.]+)"', text).groups())
+    assert struct.unpack(">II", png[16:24]) == (math.ceil(2 * width), math.ceil(2 * height))
 
 
 @pytest.mark.parametrize("shape", [(3, 4), (2, 3, 4), (2, 2, 3, 4)])
