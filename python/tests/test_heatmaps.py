@@ -88,6 +88,16 @@ def test_plot_draws_named_curves_and_names_bad_ones(tmp_path):
     text = pathlib.Path(path).read_text()
     for word in ("textbook", "attn", "training loss", "step", "loss"):
         assert word in text
+    # Each curve is a line through its 50 points in its colour of tab10's cycle, placed by one affine
+    # map of (step, loss) to the page (the coordinates written to 2 decimals).
+    lines = [re.search(rf'<polyline [^>]*stroke="{colour}"[^>]*points="([^"]*)"', text) for colour in ("#1f77b4", "#ff7f0e")]
+    points = [np.array([p.split(",") for p in line.group(1).split()], float) for line in lines]
+    assert [len(p) for p in points] == [50, 50]
+    x0, x1, y0 = points[0][0, 0], points[0][-1, 0], points[0][0, 1]
+    sx, sy = (x1 - x0) / 49, (points[0][-1, 1] - y0) / (np.exp(-4.9) - 1)
+    for loss, p in zip((np.exp(-steps / 10), np.exp(-steps / 12)), points):
+        np.testing.assert_allclose(p[:, 0], x0 + sx * steps, rtol=0, atol=0.011)
+        np.testing.assert_allclose(p[:, 1], y0 + sy * (loss - 1), rtol=0, atol=0.011)
     assert attn.plot(tmp_path / "loss.png", {"a": ([0, 1], [1, 0])}).endswith("loss.png")
     assert (tmp_path / "loss.png").read_bytes().startswith(PNG_SIGNATURE)
     with pytest.raises(ValueError, match=r"plot: .*\(\"a\"\) has 3 x values but 2"):
