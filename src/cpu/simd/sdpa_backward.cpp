@@ -104,14 +104,156 @@ void StatsBlock(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, void
   }
 }
 
+// Pass 2's steps for one query block and one key tile of a chunk (ChunkBlock below puts them in
+// order). Layouts as above: s, dst (kBlockK, kBlockQ); pm, dsm (kBlockQ, kBlockK).
+
+// Starts rows [i0, i0 + rows) of (b, h): the row maxima and 1/sums of pass 1 (in st.max and
+// st.alpha) and D (row_dot), queries and output gradients transposed (st.qt, st.ot). A row with no
+// key to attend (1/sum = 0) has dS = 0, but its query was never read by the forward and may hold
+// anything (NaN, Inf): zeroed in Q^T. Returns whether there is such a row (dK then takes Q^T from
+// st.qt rather than from the queries).
+template <class T>
+bool StartChunkRows(const SdpaBackward<T>& p, BlockState<T>& st, double* row_dot, index_t b, index_t h, index_t i0,
+                    index_t rows) {
+  const SdpaPlan<T>& a = *p.plan;
+  const index_t row0 = (b * a.q.H + h) * a.q.R + i0;
+  for (index_t i = 0; i < kBlockQ; ++i) {
+    st.max[i] = i < rows ? p.row_max[row0 + i] : T(0);
+    st.alpha[i] = i < rows ? p.row_inv[row0 + i] : T(0);
+    row_dot[i] = i < rows ? p.row_dot[row0 + i] : 0.0;
+  }
+  PackTransposed(st.qt, a.q, b, h, i0, rows);
+  PackTransposed(st.ot, p.dout, b, h, i0, rows);
+  bool dead_rows = false;
+  for (index_t i = 0; i < rows; ++i)
+    if (st.alpha[i] == T(0)) {
+      dead_rows = true;
+      for (index_t c = 0; c < a.q.C; ++c) st.qt[c * kBlockQ + i] = T(0);
+    }
+  return dead_rows;
+}
+
+// The tile's scores (raw dot products in st.s) -> P^T = exp(masked scores - max) / sum, exactly the
+// forward's weights: on a plain tile the scale is applied as they are taken, as the forward's
+// weigh_tile does; otherwise mask_tile (keeping the soft-capping's tanh and the scores before
+// score_mod where they are needed). Returns mask_tile's answer (false on a plain tile).
+template <class D, class T>
+bool RebuildWeights(D d, const SdpaPlan<T>& a, BlockState<T>& st, index_t j0, index_t cnt, T* tanh_tile,
+                    T* raw_tile) {
+  using V = hn::Vec<D>;
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  const bool plain = st.plain_tile(a.scale, a.softcap, j0, cnt);
+  bool partial = false;
+  if (plain) {
+    st.general = false;
+  } else {
+    partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt, a.softcap != T(0) ? tanh_tile : nullptr,
+                           a.hook != nullptr ? raw_tile : nullptr);
+  }
+  const V factor = hn::Set(d, plain ? a.scale : T(1));  // times 1: exact
+  for (index_t i = 0; i < kBlockQ; i += L) {
+    const V mx = hn::Load(d, st.max + i), inv = hn::Load(d, st.alpha + i);
+    const V shift = hn::IfThenZeroElse(hn::Eq(mx, hn::Set(d, -INFINITY)), mx);
+    for (index_t jj = 0; jj < cnt; ++jj) {
+      T* sj = st.s + jj * kBlockQ + i;
+      hn::Store(hn::Mul(ExpWeight(d, hn::Sub(hn::Mul(hn::Load(d, sj), factor), shift)), inv), d, sj);
+    }
+  }
+  return partial;
+}
+
+// dS = P (dP - D), in float64 as the unfused path (dP - D cancels in a peaked row), and W = P, on a
+// tile whose masks are key ranges only and with no dropout: the tile's lanes at once. 0 where the key
+// is masked (dP may be anything there, even NaN) or the weight is 0. dst holds dP^T on entry, dS^T
+// on return; pm receives W (query-major); keys past cnt are 0 in both.
+template <class D, class T>
+void RangeScoreGrads(D d, BlockState<T>& st, T* dst, T* pm, const double* row_dot, index_t j0, index_t cnt) {
+  using V = hn::Vec<D>;
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  for (index_t jj = 0; jj < kBlockK; ++jj) {
+    T* ds = dst + jj * kBlockQ;
+    if (jj >= cnt) {
+      std::fill(ds, ds + kBlockQ, T(0));
+      std::fill(st.s + jj * kBlockQ, st.s + (jj + 1) * kBlockQ, T(0));
+      continue;
+    }
+    const V vj = hn::Set(d, static_cast<T>(j0 + jj));
+    for (index_t i = 0; i < kBlockQ; i += L) {
+      const V w = hn::Load(d, st.s + jj * kBlockQ + i);
+      const auto in_range = hn::And(hn::Lt(vj, hn::Load(d, st.end + i)), hn::Ge(vj, hn::Load(d, st.begin + i)));
+      const auto keep = hn::And(in_range, hn::Ne(w, hn::Zero(d)));
+      hn::Store(hn::IfThenElseZero(keep, ScoreGrad(d, w, hn::Load(d, ds + i), row_dot + i)), d, ds + i);
+    }
+  }
+  Transpose(pm, st.s);
+}
+
+// The same element by element, for a tile masked element by element or under dropout: dS = P (drop
+// dP - D) and W = drop P, where drop is the dropout factor 1/(1-p) or 0 of each weight (bh = b H + h).
+template <class T>
+void ElementScoreGrads(const DropoutPlan& drop, const BlockState<T>& st, T* dst, T* pm, const double* row_dot,
+                       index_t bh, index_t i0, index_t rows, index_t j0, index_t cnt) {
+  const T keep_scale = static_cast<T>(drop.scale);
+  for (index_t i = 0; i < rows; ++i)
+    for (index_t jj = 0; jj < cnt; ++jj) {
+      const index_t j = j0 + jj;
+      const T w = st.s[jj * kBlockQ + i];
+      T& ds = dst[jj * kBlockQ + i];  // dP on entry
+      T factor = T(1);
+      if (drop.active) factor = drop.keep(bh, i0 + i, j) ? keep_scale : T(0);
+      ds = w != T(0) && st.allowed(i, j)
+               ? static_cast<T>(static_cast<double>(w) * (static_cast<double>(ds * factor) - row_dot[i]))
+               : T(0);
+      pm[i * kBlockK + jj] = w * factor;
+    }
+  for (index_t i = rows; i < kBlockQ; ++i)
+    for (index_t jj = 0; jj < cnt; ++jj) dst[jj * kBlockQ + i] = 0, pm[i * kBlockK + jj] = 0;
+  for (index_t jj = cnt; jj < kBlockK; ++jj)
+    for (index_t i = 0; i < kBlockQ; ++i) pm[i * kBlockK + jj] = 0, dst[jj * kBlockQ + i] = 0;
+}
+
+// Soft-capping: the score was softcap tanh(x / softcap) of x = scale q . k, so the gradient of x is
+// dS (1 - tanh^2), over the cnt keys of dst (kBlockK, kBlockQ) with the tile's tanh. Only where dS
+// is not 0: a masked key's tanh may be NaN.
+template <class D, class T>
+void SoftcapGrads(D d, T* dst, const T* tanh_tile, index_t cnt) {
+  using V = hn::Vec<D>;
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  for (index_t e = 0; e < cnt * kBlockQ; e += L) {
+    const V t = hn::Load(d, tanh_tile + e), ds = hn::Load(d, dst + e);
+    const V grad = hn::Mul(ds, hn::NegMulAdd(t, t, hn::Set(d, T(1))));
+    hn::Store(hn::IfThenElseZero(hn::Ne(ds, hn::Zero(d)), grad), d, dst + e);
+  }
+}
+
+// The chunk's dK and dV rows [k0, k1) of key head hk, from the tiles' transposed dK^T (times the
+// scale) and dV^T.
+template <class T>
+void StoreChunkGrads(const SdpaBackward<T>& p, index_t b, index_t hk, index_t k0, index_t k1, const T* dk_chunk,
+                     const T* dv_chunk) {
+  const SdpaPlan<T>& a = *p.plan;
+  const index_t dq = a.q.C, dv = a.v.C;
+  for (index_t j = k0; j < k1; ++j) {
+    const index_t jj = (j - k0) % kBlockK;
+    const T* dkt = dk_chunk + (j - k0 - jj) * dq;
+    const T* dvt = dv_chunk + (j - k0 - jj) * dv;
+    if (!p.dk.empty()) {
+      T* dk = p.dk.row(b, hk, j);
+      for (index_t c = 0; c < dq; ++c) dk[c] = a.scale * dkt[c * kBlockK + jj];
+    }
+    if (!p.dv.empty()) {
+      T* dvr = p.dv.row(b, hk, j);
+      for (index_t c = 0; c < dv; ++c) dvr[c] = dvt[c * kBlockK + jj];
+    }
+  }
+}
+
 // Pass 2 for the keys of one chunk of key head hk: see simd/fused.hpp.
 template <class T>
 void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, void* work) {
   simd::note_ran(HWY_TARGET);
   const SdpaPlan<T>& a = *p.plan;
   const hn::ScalableTag<T> d;
-  using V = hn::Vec<decltype(d)>;
-  const index_t L = static_cast<index_t>(hn::Lanes(d));
   const index_t n = a.q.R, m = a.k.R, dq = a.q.C, dv = a.v.C, H = a.q.H;
   const index_t blocks = (n + kBlockQ - 1) / kBlockQ;
   Carve carve(work);
@@ -120,14 +262,9 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
   st.hook = a.hook;
   double* row_dot = arrays.row_dot;
   T *pm = arrays.pm, *dst = arrays.dst, *dsm = arrays.dsm, *dk_chunk = arrays.dk_chunk, *dv_chunk = arrays.dv_chunk;
-  T* tanh_tile = arrays.softcap_tanh;  // (kBlockK, kBlockQ): the soft-capping's tanh of the tile
-  T* raw_tile = arrays.raw;            // (kBlockK, kBlockQ): the scores before score_mod
-  const bool softcapped = a.softcap != T(0);
   const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
   std::fill(dk_chunk, dk_chunk + dq * p.chunk_keys, T(0));
   std::fill(dv_chunk, dv_chunk + dv * p.chunk_keys, T(0));
-  const DropoutPlan& drop = a.dropout;
-  const T keep_scale = static_cast<T>(drop.scale);
 
   // The query heads of the group, then query blocks, then key tiles: a block's queries and output
   // gradients are transposed once per chunk. Every sum keeps its order (dK, dV over heads and blocks
@@ -142,22 +279,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
       const index_t keys_end = std::min(k1, keys.end);
       const index_t first = std::max(k0, keys.begin);
       if (keys_end <= first) continue;
-      const index_t row0 = (b * H + h) * n + i0;
-      for (index_t i = 0; i < kBlockQ; ++i) {
-        st.max[i] = i < rows ? p.row_max[row0 + i] : T(0);
-        st.alpha[i] = i < rows ? p.row_inv[row0 + i] : T(0);
-        row_dot[i] = i < rows ? p.row_dot[row0 + i] : 0.0;
-      }
-      PackTransposed(st.qt, a.q, b, h, i0, rows);
-      PackTransposed(st.ot, p.dout, b, h, i0, rows);
-      // A row with no key to attend (1/sum = 0) has dS = 0, but its query was never read by the
-      // forward and may hold anything (NaN, Inf): zeroed in Q^T, and dK takes Q^T from there.
-      bool dead_rows = false;
-      for (index_t i = 0; i < rows; ++i)
-        if (st.alpha[i] == T(0)) {
-          dead_rows = true;
-          for (index_t c = 0; c < dq; ++c) st.qt[c * kBlockQ + i] = T(0);
-        }
+      const bool dead_rows = StartChunkRows(p, st, row_dot, b, h, i0, rows);
       T* part_blk = part + blk * dq * kBlockQ;
       std::int64_t tiles = 0;  // simd::note_tiles
       for (index_t j0 = first; j0 < keys_end; j0 += kBlockK) {
@@ -168,81 +290,21 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         T* dvt = dv_chunk + (j0 - k0) * dv;
         const T* k_tile = a.k.row(b, hk, j0);
         const T* v_tile = a.v.row(b, hk, j0);
-        // P^T = exp(masked scores - max) / sum, exactly the forward's weights: on a plain tile the
-        // scale is applied as they are taken, as the forward's weigh_tile does.
         BlockGemm<false>(d, k_tile, a.k.sR, 1, st.qt, st.s, cnt, dq);
-        const bool plain = st.plain_tile(a.scale, a.softcap, j0, cnt);
-        bool partial = false;
-        if (plain) {
-          st.general = false;
-        } else {
-          partial = st.mask_tile(d, a.scale, a.softcap, j0, cnt, softcapped ? tanh_tile : nullptr,
-                                 a.hook != nullptr ? raw_tile : nullptr);
-        }
-        const V factor = hn::Set(d, plain ? a.scale : T(1));  // times 1: exact
-        // dP^T = V_tile dout^T.
+        const bool partial = RebuildWeights(d, a, st, j0, cnt, arrays.softcap_tanh, arrays.raw);
+        // dP^T = V_tile dout^T, then dS^T and W.
         BlockGemm<false>(d, v_tile, a.v.sR, 1, st.ot, dst, cnt, dv);
-        for (index_t i = 0; i < kBlockQ; i += L) {
-          const V mx = hn::Load(d, st.max + i), inv = hn::Load(d, st.alpha + i);
-          const V shift = hn::IfThenZeroElse(hn::Eq(mx, hn::Set(d, -INFINITY)), mx);
-          for (index_t jj = 0; jj < cnt; ++jj) {
-            T* sj = st.s + jj * kBlockQ + i;
-            hn::Store(hn::Mul(ExpWeight(d, hn::Sub(hn::Mul(hn::Load(d, sj), factor), shift)), inv), d, sj);
-          }
-        }
-        // dS = P (drop dP - D), in float64 as the unfused path (dP - D cancels in a peaked row), and
-        // W = drop P, where drop is the dropout factor 1/(1-p) or 0 of each weight. 0 where the key
-        // is masked (dP may be anything there, even NaN) or the weight is 0.
-        if (!drop.active && !st.general) {
-          // Masks are key ranges only: the tile's lanes at once, W = P.
-          for (index_t jj = 0; jj < kBlockK; ++jj) {
-            T* ds = dst + jj * kBlockQ;
-            if (jj >= cnt) {
-              std::fill(ds, ds + kBlockQ, T(0));
-              std::fill(st.s + jj * kBlockQ, st.s + (jj + 1) * kBlockQ, T(0));
-              continue;
-            }
-            const V vj = hn::Set(d, static_cast<T>(j0 + jj));
-            for (index_t i = 0; i < kBlockQ; i += L) {
-              const V w = hn::Load(d, st.s + jj * kBlockQ + i);
-              const auto in_range = hn::And(hn::Lt(vj, hn::Load(d, st.end + i)), hn::Ge(vj, hn::Load(d, st.begin + i)));
-              const auto keep = hn::And(in_range, hn::Ne(w, hn::Zero(d)));
-              hn::Store(hn::IfThenElseZero(keep, ScoreGrad(d, w, hn::Load(d, ds + i), row_dot + i)), d, ds + i);
-            }
-          }
-          Transpose(pm, st.s);
+        if (!a.dropout.active && !st.general) {
+          RangeScoreGrads(d, st, dst, pm, row_dot, j0, cnt);
         } else {
-          for (index_t i = 0; i < rows; ++i)
-            for (index_t jj = 0; jj < cnt; ++jj) {
-              const index_t j = j0 + jj;
-              const T w = st.s[jj * kBlockQ + i];
-              T& ds = dst[jj * kBlockQ + i];  // dP on entry
-              T factor = T(1);
-              if (drop.active) factor = drop.keep(b * H + h, i0 + i, j) ? keep_scale : T(0);
-              ds = w != T(0) && st.allowed(i, j)
-                       ? static_cast<T>(static_cast<double>(w) * (static_cast<double>(ds * factor) - row_dot[i]))
-                       : T(0);
-              pm[i * kBlockK + jj] = w * factor;
-            }
-          for (index_t i = rows; i < kBlockQ; ++i)
-            for (index_t jj = 0; jj < cnt; ++jj) dst[jj * kBlockQ + i] = 0, pm[i * kBlockK + jj] = 0;
-          for (index_t jj = cnt; jj < kBlockK; ++jj)
-            for (index_t i = 0; i < kBlockQ; ++i) pm[i * kBlockK + jj] = 0, dst[jj * kBlockQ + i] = 0;
+          ElementScoreGrads(a.dropout, st, dst, pm, row_dot, b * H + h, i0, rows, j0, cnt);
         }
         // score_mod: dS is the gradient of the modified score; the hook takes its share for score_mod's
         // parameters (this chunk task's part) and turns it into the gradient of the score before it.
         if (a.hook != nullptr)
-          a.hook->backward(a.hook->ctx, (b * a.k.H + hk) * p.chunks + chunk, dst, raw_tile, kBlockQ, b, h, i0, rows,
+          a.hook->backward(a.hook->ctx, (b * a.k.H + hk) * p.chunks + chunk, dst, arrays.raw, kBlockQ, b, h, i0, rows,
                            j0, cnt);
-        // Soft-capping: the score was softcap tanh(x / softcap) of x = scale q . k, so the gradient of x
-        // is dS (1 - tanh^2).
-        // Only where dS is not 0: a masked key's tanh may be NaN.
-        if (softcapped)
-          for (index_t e = 0; e < cnt * kBlockQ; e += L) {
-            const V t = hn::Load(d, tanh_tile + e), ds = hn::Load(d, dst + e);
-            const V grad = hn::Mul(ds, hn::NegMulAdd(t, t, hn::Set(d, T(1))));
-            hn::Store(hn::IfThenElseZero(hn::Ne(ds, hn::Zero(d)), grad), d, dst + e);
-          }
+        if (a.softcap != T(0)) SoftcapGrads(d, dst, arrays.softcap_tanh, cnt);
         Transpose(dsm, dst);
         // dV^T += dout^T W, dK^T += Q^T dS (scaled at the end), partial dQ^T += K_tile^T dS^T.
         BlockGemm<true>(d, p.dout.row(b, h, i0), 1, p.dout.sR, pm, dvt, dv, rows);
@@ -260,19 +322,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
       simd::note_tiles(tiles);
     }
   }
-  for (index_t j = k0; j < k1; ++j) {
-    const index_t jj = (j - k0) % kBlockK;
-    const T* dkt = dk_chunk + (j - k0 - jj) * dq;
-    const T* dvt = dv_chunk + (j - k0 - jj) * dv;
-    if (!p.dk.empty()) {
-      T* dk = p.dk.row(b, hk, j);
-      for (index_t c = 0; c < dq; ++c) dk[c] = a.scale * dkt[c * kBlockK + jj];
-    }
-    if (!p.dv.empty()) {
-      T* dvr = p.dv.row(b, hk, j);
-      for (index_t c = 0; c < dv; ++c) dvr[c] = dvt[c * kBlockK + jj];
-    }
-  }
+  StoreChunkGrads(p, b, hk, k0, k1, dk_chunk, dv_chunk);
 }
 
 void StatsBlockF32(const SdpaBackward<float>& p, index_t b, index_t h, index_t i0, void* w) { StatsBlock(p, b, h, i0, w); }
