@@ -8,7 +8,10 @@
 #   docs.perf_tables    scripts/perf_tables.py reproduces the tables of docs/performance.md and the
 #                       summary in README.md from the `attn bench --json` run kept in
 #                       docs/performance.json
+#   docs.undocumented   Doxygen over include/attn/*.hpp: no public function without a doc comment
 #   docs.python_docstrings  every public name of the Python package has a docstring
+# The `docs` target builds the API reference: Doxygen's HTML (build/docs/cpp/html) and pydoc's pages
+# of attn, attn.torch and attn.flash (build/docs/python).
 # tests/docs_check.py and tests/docs_api.py say what each check does.
 if(NOT EXISTS /usr/bin/python3 OR ATTN_SANITIZE OR ATTN_TSAN)
   return()
@@ -58,3 +61,35 @@ add_test(NAME docs.perf_tables
                  ${PROJECT_SOURCE_DIR}/docs/performance.json ${PROJECT_SOURCE_DIR}/docs/performance.md
                  ${PROJECT_SOURCE_DIR}/README.md)
 set_tests_properties(docs.perf_tables PROPERTIES LABELS docs TIMEOUT 60)
+
+# The API reference and its completeness check.
+find_program(ATTN_DOXYGEN doxygen)
+if(ATTN_DOXYGEN)
+  set(ATTN_DOXYGEN_OUT ${PROJECT_BINARY_DIR}/docs/cpp)
+  file(MAKE_DIRECTORY ${ATTN_DOXYGEN_OUT})
+  file(WRITE ${ATTN_DOXYGEN_OUT}/namespaces.dox
+       "/// @namespace attn\n/// attn's public API (include/attn): tensor views, masks, softmax, bmm, attention, Nadaraya-Watson, training.\n"
+       "/// @namespace attn::io\n/// .npy files, heatmaps and plots.\n")
+  configure_file(${PROJECT_SOURCE_DIR}/docs/Doxyfile.in ${ATTN_DOXYGEN_OUT}/Doxyfile @ONLY)
+  add_test(NAME docs.undocumented
+           COMMAND ${attn_doc_python} ${CMAKE_CURRENT_LIST_DIR}/docs_api.py doxygen ${ATTN_DOXYGEN}
+                   ${ATTN_DOXYGEN_OUT}/Doxyfile ${ATTN_DOXYGEN_OUT}/warnings.txt)
+  set_tests_properties(docs.undocumented PROPERTIES LABELS docs TIMEOUT 120)
+  set(attn_pydoc)
+  if(TARGET attn_python)
+    set(attn_pydoc COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/docs/python
+                   COMMAND ${CMAKE_COMMAND} -E chdir ${PROJECT_BINARY_DIR}/docs/python
+                           ${CMAKE_COMMAND} -E env PYTHONPATH=${PROJECT_BINARY_DIR}/python
+                           ${attn_doc_python} -m pydoc -w attn attn._attn attn.torch attn.flash)
+  endif()
+  add_custom_target(docs
+                    COMMAND ${ATTN_DOXYGEN} ${ATTN_DOXYGEN_OUT}/Doxyfile
+                    ${attn_pydoc}
+                    COMMENT "API reference: ${ATTN_DOXYGEN_OUT}/html, ${PROJECT_BINARY_DIR}/docs/python"
+                    VERBATIM)
+  if(TARGET attn_python)
+    add_dependencies(docs attn_python)
+  endif()
+else()
+  message(STATUS "doxygen not found: no `docs` target, no docs.undocumented test (scripts/setup.sh installs it)")
+endif()

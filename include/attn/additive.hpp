@@ -37,10 +37,14 @@ struct AdditiveGrads {
 template <class T>
 struct AdditiveWeights {
   Tensor<T> w_q, w_k, w_v;
+  /// W_q (h, q), W_k (h, k), w_v (h,) drawn from `seed` as nn.Linear initialises them.
   static AdditiveWeights init(index_t query_size, index_t key_size, index_t hidden_size, std::uint64_t seed);
+  /// Views of the three weights, for the forward and backward calls.
   AdditiveParams<T> params() const { return {w_q.view(), w_k.view(), w_v.view()}; }
 };
 
+/// out (B, n, v) = additive attention of queries (B, n, q) over keys (B, m, k) and values (B, m, v):
+/// scores w_v . tanh(W_q q_i + W_k k_j), masked softmax, dropout; weights (B, n, m) when not empty.
 template <class T>
 void additive_attention_forward(TensorView<T> out, TensorView<T> weights, TensorView<const T> queries,
                                 TensorView<const T> keys, TensorView<const T> values, const AdditiveParams<T>& params,

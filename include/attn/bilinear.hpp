@@ -14,6 +14,8 @@
 
 namespace attn {
 
+/// out (B, n, v) = bilinear attention: scores q_i^T W k_j with w (q, k), masked softmax, dropout,
+/// times values (B, m, v); weights (B, n, m) when not empty.
 template <class T>
 void bilinear_attention_forward(TensorView<T> out, TensorView<T> weights, TensorView<const T> queries,
                                 TensorView<const T> keys, TensorView<const T> values, TensorView<const T> w,

@@ -93,6 +93,7 @@ void ulysses_sdpa_forward(MPI_Comm comm, TensorView<T> out, TensorView<T> lse, T
                           TensorView<const T> keys, TensorView<const T> values, const Mask<T>& mask = {},
                           const SdpaOptions& options = {}, ShardLayout layout = ShardLayout::contiguous);
 
+/// The gradients of ulysses_sdpa_forward, as ring_sdpa_backward gives them.
 template <class T>
 void ulysses_sdpa_backward(MPI_Comm comm, TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues,
                            TensorView<const T> dout, TensorView<const T> queries, TensorView<const T> keys,
@@ -108,6 +109,7 @@ struct DistributedTimes {
   double compute_seconds = 0;
   double communicate_seconds = 0;
 };
+/// The calling thread's times of its last ring or all-to-all call.
 DistributedTimes last_distributed_times();
 
 }  // namespace attn

@@ -107,6 +107,8 @@ struct FlashPagedVarlenParams {
   FlashAttendOptions attend;
 };
 
+/// out (total_q, H, v) and lse (H, total_q) of packed queries q (total_q, H, d), each sequence over its
+/// own keys in the paged cache of params (flash_attn_varlen_func with block_table).
 template <class T>
 void flash_attn_varlen_paged(TensorView<T> out, TensorView<float> lse, TensorView<const T> q,
                              const FlashPagedVarlenParams<T>& params);

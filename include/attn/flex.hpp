@@ -48,9 +48,12 @@ template <class T>
 struct Dual {
   T v = 0, d = 0;
   Dual() = default;
+  /// A constant (derivative 0), or a value with its derivative.
   Dual(T value) : v(value) {}  // NOLINT(google-explicit-constructor): constants have derivative 0
   Dual(T value, T derivative) : v(value), d(derivative) {}
 };
+/// Arithmetic, comparisons and functions of dual numbers, each carrying its derivative by the chain
+/// rule, so that a score_mod written generic in its score type differentiates itself.
 template <class T> Dual<T> operator+(Dual<T> a, Dual<T> b) { return {a.v + b.v, a.d + b.d}; }
 template <class T> Dual<T> operator-(Dual<T> a, Dual<T> b) { return {a.v - b.v, a.d - b.d}; }
 template <class T> Dual<T> operator-(Dual<T> a) { return {-a.v, -a.d}; }
@@ -84,10 +87,12 @@ template <class T> Dual<T> max(Dual<T> a, Dual<T> b) { return a.v < b.v ? b : a;
 
 // No score_mod: the score unchanged. No mask_mod: every pair kept.
 struct IdentityScore {
+  /// The score unchanged.
   template <class S>
   S operator()(S score, index_t, index_t, index_t, index_t) const { return score; }
 };
 struct KeepAll {
+  /// Every (query, key) pair kept.
   bool operator()(index_t, index_t, index_t, index_t) const { return true; }
 };
 

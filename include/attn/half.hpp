@@ -17,12 +17,14 @@ namespace attn {
 
 struct bfloat16 {
   std::uint16_t bits = 0;
+  /// The bfloat16 of these 16 bits.
   static constexpr bfloat16 from_bits(std::uint16_t b) { return bfloat16{b}; }
   friend constexpr bool operator==(bfloat16, bfloat16) = default;  // bit equality
 };
 
 struct float16 {
   std::uint16_t bits = 0;
+  /// The float16 of these 16 bits.
   static constexpr float16 from_bits(std::uint16_t b) { return float16{b}; }
   friend constexpr bool operator==(float16, float16) = default;  // bit equality
 };

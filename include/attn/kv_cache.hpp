@@ -77,11 +77,15 @@ struct KvAttendOptions {
 
 class KvCache {
  public:
+  /// An empty cache of `batch` sequences, each kv_heads heads of head_dim; attn::Error for sizes below 1
+  /// or options out of range.
   KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCacheOptions& options = {});
   ~KvCache();
+  /// Movable, not copyable (the blocks move).
   KvCache(KvCache&&) noexcept;
   KvCache& operator=(KvCache&&) noexcept;
 
+  /// The sizes and storage type it was made with; length(seq): the tokens sequence seq holds.
   index_t batch() const;
   index_t kv_heads() const;
   index_t head_dim() const;

@@ -71,6 +71,7 @@ struct SegmentIds {
   TensorView<const std::int32_t> i32;
 
   SegmentIds() = default;
+  /// Segment ids from int64 or int32 tensors (either converts implicitly); empty() when none are given.
   SegmentIds(TensorView<const std::int64_t> ids) : i64(ids) {}  // NOLINT(google-explicit-constructor)
   SegmentIds(TensorView<const std::int32_t> ids) : i32(ids) {}  // NOLINT(google-explicit-constructor)
   SegmentIds(TensorView<std::int64_t> ids) : i64(ids) {}        // NOLINT(google-explicit-constructor)

@@ -48,8 +48,10 @@ struct MultiHeadGrads {
 template <class T>
 struct MultiHeadWeights {
   Tensor<T> w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o;
+  /// Weights (and biases when `bias`) drawn from `seed` as nn.Linear initialises them.
   static MultiHeadWeights init(index_t query_size, index_t key_size, index_t value_size, index_t num_hiddens,
                                const MultiHeadConfig& config, bool bias, std::uint64_t seed);
+  /// Views of the weights and biases, for the forward and backward calls; bias(): whether there are biases.
   MultiHeadParams<T> params() const;
   bool bias() const { return b_q.numel() > 0; }
 };

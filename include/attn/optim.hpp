@@ -50,12 +50,15 @@ template <class T>
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
+  /// One update of every parameter from its gradient; lr(): the rate the next step uses; steps(): the
+  /// steps taken so far.
   virtual void step() = 0;
   double lr() const { return lr_; }
   void set_lr(double lr);  // attn::Error when lr is negative or not finite
   long steps() const { return steps_; }  // steps taken so far
 
  protected:
+  /// name: the optimizer's, for messages; lr: the first learning rate (attn::Error when negative).
   Optimizer(const char* name, double lr);
   const char* name_;
   double lr_;
@@ -70,6 +73,7 @@ class Optimizer {
 template <class T>
 class Sgd final : public Optimizer<T> {
  public:
+  /// Stochastic gradient descent (PyTorch's torch.optim.SGD) over these parameters; step() updates them.
   Sgd(std::vector<ParamGrad<T>> params, const SgdOptions& options);
   void step() override;
 
@@ -82,6 +86,7 @@ class Sgd final : public Optimizer<T> {
 template <class T>
 class Adam final : public Optimizer<T> {
  public:
+  /// Adam (PyTorch's torch.optim.Adam) over these parameters; step() updates them.
   Adam(std::vector<ParamGrad<T>> params, const AdamOptions& options);
   void step() override;
 

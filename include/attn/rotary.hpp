@@ -37,6 +37,8 @@ namespace attn {
 class IndexVector {
  public:
   IndexVector() = default;
+  /// An int32 or int64 vector (either converts implicitly); its emptiness, rank, sizes, shape as
+  /// messages write it, and data.
   IndexVector(TensorView<const std::int32_t> v) : i32_(v) {}  // NOLINT(google-explicit-constructor)
   IndexVector(TensorView<const std::int64_t> v) : i64_(v) {}  // NOLINT(google-explicit-constructor)
   bool empty() const { return i32_.empty() && i64_.empty(); }
@@ -80,6 +82,7 @@ void apply_rotary(TensorView<T> out, TensorView<const T> x, TensorView<const Rot
 struct RotaryTables {
   TensorView<const float> cos = {}, sin = {};
   bool interleaved = false;
+  /// Whether no tables are given.
   bool empty() const { return cos.empty() && sin.empty(); }
 };
 

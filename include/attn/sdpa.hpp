@@ -66,6 +66,7 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
 template <class H>
 concept Half16 = std::is_same_v<H, bfloat16> || std::is_same_v<H, float16>;
 
+/// 16-bit queries, keys, values and out; lse float32.
 template <Half16 H>
 void sdpa_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
                   TensorView<const H> values, const Mask<float>& mask = {}, const SdpaOptions& options = {});
@@ -82,6 +83,7 @@ void sdpa_forward(TensorView<float> out, TensorView<float> lse, TensorView<const
                   TensorView<const H> keys, TensorView<const H> values, const Mask<float>& mask = {},
                   const SdpaOptions& options = {});
 
+/// The 16-bit backward: gradients in the 16-bit type, lse and dsinks float32.
 template <Half16 H>
 void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dvalues, TensorView<const H> dout,
                    TensorView<const H> queries, TensorView<const H> keys, TensorView<const H> values,

@@ -44,6 +44,7 @@ struct MatchingTask {
   double noise = 0.1;
   std::uint64_t seed = 0;  // draws the permutation of the query code and every episode
 
+  /// The sizes of a query and of a key: the classes' one-hot part and the noise dimensions.
   index_t query_size() const { return classes + query_noise; }
   index_t key_size() const { return classes + key_noise; }
 

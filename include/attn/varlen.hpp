@@ -70,6 +70,7 @@ void varlen_forward(TensorView<H> out, TensorView<float> lse, TensorView<const H
                     TensorView<const H> values, const VarlenSeqs& seqs, const Mask<float>& mask = {},
                     const SdpaOptions& options = {});
 
+/// The 16-bit backward: gradients in the 16-bit type, lse and dsinks float32.
 template <Half16 H>
 void varlen_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dvalues, TensorView<const H> dout,
                      TensorView<const H> queries, TensorView<const H> keys, TensorView<const H> values,
