@@ -3,7 +3,7 @@
 # through attn with tools/npy_copy.cpp, and asserts that np.load gives back the same array.
 # The test is skipped (exit code 77) when numpy cannot be imported.
 add_executable(npy_copy ${CMAKE_CURRENT_LIST_DIR}/tools/npy_copy.cpp)
-target_link_libraries(npy_copy PRIVATE attn)
+target_link_libraries(npy_copy PRIVATE attn_io)
 if(EXISTS /usr/bin/python3)
   add_test(NAME npy_numpy_roundtrip
            COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/npy_roundtrip.py $<TARGET_FILE:npy_copy>)
