@@ -244,6 +244,18 @@ struct BackwardArrays {
   static std::size_t count(index_t G, index_t n) { return static_cast<std::size_t>(G * n); }
 };
 
+// A thread's work memory: `count` doubles (the forward's accumulator of a row's v values; the
+// backward's per-row arrays, backward_row and backward_keys).
+struct WorkDoubles {
+  double* w;
+  WorkDoubles(Carve& c, std::size_t count) : w(c.take<double>(count)) {}
+  // Over the work memory run_tasks gives a task.
+  static double* in(void* work, std::size_t count) {
+    Carve c(work);
+    return WorkDoubles(c, count).w;
+  }
+};
+
 // One backward call: the arguments and the arrays.
 template <class T>
 struct Backward : BackwardArrays<T> {
@@ -374,22 +386,17 @@ bool nw_forward(View4<T> out, View4<const T> queries, View4<const T> keys, View4
   sorted->fill(keys, values);
   const T cutoff = static_cast<T>(gaussian_cutoff<T>(m));
   const index_t chunks = (n + kChunk - 1) / kChunk, tasks = G * chunks;
-  check_thread_scratch(static_cast<std::size_t>(v) * sizeof(double));
+  const auto acc_count = static_cast<std::size_t>(v);
   with_kernel(kernel, [&]<Kernel K>() {
-#pragma omp parallel if (tasks > 1 && worth_threads(G * n, m, v))
-    {
-      const ScratchFrame work(static_cast<std::size_t>(v) * sizeof(double));
-      auto* acc = static_cast<double*>(work.data());
-#pragma omp for schedule(dynamic, 1)
-      for (index_t t = 0; t < tasks; ++t) {
-        const index_t g = t / chunks, b = g / H, h = g % H, i0 = t % chunks * kChunk;
-        for (index_t i = i0; i < std::min(n, i0 + kChunk); ++i) {
-          const T q = queries.at(b, h, i, 0);
-          const Window<T> w = find_window<T>(s.k(g), m, q, K, sigma, cutoff);
-          forward_row<K>(out.row(b, h, i), acc, q, w, s, g, sigma, target);
-        }
+    run_tasks(tasks, layout_bytes<WorkDoubles>(acc_count), worth_threads(G * n, m, v), [&](index_t t, void* work) {
+      double* acc = WorkDoubles::in(work, acc_count);
+      const index_t g = t / chunks, b = g / H, h = g % H, i0 = t % chunks * kChunk;
+      for (index_t i = i0; i < std::min(n, i0 + kChunk); ++i) {
+        const T q = queries.at(b, h, i, 0);
+        const Window<T> w = find_window<T>(s.k(g), m, q, K, sigma, cutoff);
+        forward_row<K>(out.row(b, h, i), acc, q, w, s, g, sigma, target);
       }
-    }
+    });
   });
   return true;
 }
@@ -415,48 +422,41 @@ bool nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
   p.keys.fill(keys, values);
   const index_t q_chunks = (n + kChunk - 1) / kChunk, k_chunks = (m + kChunk - 1) / kChunk;
   const bool parallel = G * std::max(q_chunks, k_chunks) > 1 && worth_threads(G * n, m, v);
-  const std::size_t work = static_cast<std::size_t>(std::max(3 * m, kChunk * (1 + v)));
-  check_thread_scratch(work * sizeof(double));
+  const auto work_count = static_cast<std::size_t>(std::max(3 * m, kChunk * (1 + v)));
   with_kernel(kernel, [&]<Kernel K>() {
-#pragma omp parallel if (parallel)
-    {
-      const ScratchFrame frame(work * sizeof(double));
-      auto* w = static_cast<double*>(frame.data());
-      // Queries in ascending order per group, so that pass 2 finds a key chunk's queries together.
-#pragma omp for schedule(dynamic, 1)
-      for (index_t g = 0; g < G; ++g)
-        argsort(p.qperm + g * n, n, [&](index_t i) { return p.query(g, i); });
-      // Pass 1: chunks of sorted queries.
-#pragma omp for schedule(dynamic, 1)
-      for (index_t t = 0; t < G * q_chunks; ++t) {
-        const index_t g = t / q_chunks, s0 = t % q_chunks * kChunk;
-        for (index_t pos = s0; pos < std::min(n, s0 + kChunk); ++pos)
-          backward_row<K>(p, g, p.qperm[g * n + pos], w);
+    // Queries in ascending order per group, so that pass 2 finds a key chunk's queries together.
+    const auto sort_queries = [&](index_t g, void*) {
+      argsort(p.qperm + g * n, n, [&](index_t i) { return p.query(g, i); });
+    };
+    // Pass 1: chunks of sorted queries.
+    const auto pass1 = [&](index_t t, void* work) {
+      double* w = WorkDoubles::in(work, work_count);
+      const index_t g = t / q_chunks, s0 = t % q_chunks * kChunk;
+      for (index_t pos = s0; pos < std::min(n, s0 + kChunk); ++pos) backward_row<K>(p, g, p.qperm[g * n + pos], w);
+    };
+    // The reach arrays: running max of the windows' ends, running min of their starts from the end.
+    const auto reach = [&](index_t g, void*) {
+      index_t top = 0, bottom = m;
+      for (index_t pos = 0; pos < n; ++pos) {
+        const index_t at = g * n + p.qperm[g * n + pos];
+        top = std::max(top, p.hi[at] > p.lo[at] ? p.hi[at] : 0);
+        p.reach_hi[g * n + pos] = top;
       }
-      // The reach arrays: running max of the windows' ends, running min of their starts from the end.
-#pragma omp for schedule(static)
-      for (index_t g = 0; g < G; ++g) {
-        index_t top = 0, bottom = m;
-        for (index_t pos = 0; pos < n; ++pos) {
-          const index_t at = g * n + p.qperm[g * n + pos];
-          top = std::max(top, p.hi[at] > p.lo[at] ? p.hi[at] : 0);
-          p.reach_hi[g * n + pos] = top;
-        }
-        for (index_t pos = n - 1; pos >= 0; --pos) {
-          const index_t at = g * n + p.qperm[g * n + pos];
-          bottom = std::min(bottom, p.hi[at] > p.lo[at] ? p.lo[at] : m);
-          p.reach_lo[g * n + pos] = bottom;
-        }
+      for (index_t pos = n - 1; pos >= 0; --pos) {
+        const index_t at = g * n + p.qperm[g * n + pos];
+        bottom = std::min(bottom, p.hi[at] > p.lo[at] ? p.lo[at] : m);
+        p.reach_lo[g * n + pos] = bottom;
       }
-      // Pass 2: chunks of sorted keys.
-      if (!dkeys.empty() || !dvalues.empty()) {
-#pragma omp for schedule(dynamic, 1)
-        for (index_t t = 0; t < G * k_chunks; ++t) {
-          const index_t g = t / k_chunks, j0 = t % k_chunks * kChunk;
-          backward_keys<K>(p, g, j0, std::min(m, j0 + kChunk), w);
-        }
-      }
-    }
+    };
+    // Pass 2: chunks of sorted keys.
+    const auto pass2 = [&](index_t t, void* work) {
+      double* w = WorkDoubles::in(work, work_count);
+      const index_t g = t / k_chunks, j0 = t % k_chunks * kChunk;
+      backward_keys<K>(p, g, j0, std::min(m, j0 + kChunk), w);
+    };
+    run_phases(layout_bytes<WorkDoubles>(work_count), parallel, dynamic_phase(G, sort_queries),
+               dynamic_phase(G * q_chunks, pass1), static_phase(G, reach),
+               dynamic_phase(!dkeys.empty() || !dvalues.empty() ? G * k_chunks : 0, pass2));
   });
   if (need_a && dsigma != nullptr) {
     double s = 0;  // in row order: the same sum for any thread count

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -28,8 +29,8 @@ class Arena {
   ~Arena() { free_from(0); }
 
   // `bytes` (a multiple of Carve::kAlign) on top of the stack; `saved_*` receive the old top.
-  void* push(std::size_t bytes, std::size_t& saved_chunk, std::size_t& saved_top) {
-    saved_chunk = chunk_, saved_top = top_;
+  void* push(std::size_t bytes, std::size_t& saved_chunk, std::size_t& saved_top, std::size_t& saved_start) {
+    saved_chunk = chunk_, saved_top = top_, saved_start = top_frame_start_;
     std::size_t c = chunk_, at = top_;
     if (c >= chunks_.size() || chunks_[c].size - at < bytes) {
       // The next chunk: chunk c itself if nothing of it is in use (only at the very bottom).
@@ -40,16 +41,35 @@ class Arena {
     }
     ++depth_;
     chunk_ = c, top_ = at + bytes;
+    top_frame_start_ = at;
     std::byte* p = chunks_[c].data.get() + at;
     const int fill = fill_byte.load(std::memory_order_relaxed);
     if (fill >= 0) std::memset(p, fill, bytes);
     return p;
   }
 
-  // Back to the top before the matching push. When the last frame ends on an arena that grew past
-  // one chunk, its chunks become one of their total size, so the same calls fit in it next time.
-  void pop(std::size_t saved_chunk, std::size_t saved_top) {
-    chunk_ = saved_chunk, top_ = saved_top;
+  // The frames open now; the frame a push opens is the one of this depth.
+  int depth() const { return depth_; }
+
+  // The bytes from p to the end of the top frame, which must hold p.
+  std::size_t bytes_from(const void* p) const {
+    const auto* at = static_cast<const std::byte*>(p);
+    if (depth_ > 0 && chunk_ < chunks_.size()) {
+      const std::byte* base = chunks_[chunk_].data.get();
+      if (at >= base + top_frame_start_ && at <= base + top_) return static_cast<std::size_t>(base + top_ - at);
+    }
+    detail::fail("scratch memory: a Carve over work memory that is not in the calling thread's top scratch frame");
+  }
+
+  // Back to the top before the push that opened the frame of depth `depth`, which must be the top
+  // frame: ending another frame would hand memory its callee still uses to the next frame.
+  void pop(int depth, std::size_t saved_chunk, std::size_t saved_top, std::size_t saved_start) {
+    if (depth != depth_) {
+      std::fprintf(stderr, "attn: scratch frame %d of a thread ended while frame %d is its top one; frames end in "
+                           "the reverse order of their start\n", depth, depth_);
+      std::abort();
+    }
+    chunk_ = saved_chunk, top_ = saved_top, top_frame_start_ = saved_start;
     if (--depth_ > 0 || chunks_.size() <= 1) return;
     std::size_t total = 0;
     for (const Chunk& c : chunks_) total += c.size;
@@ -92,6 +112,8 @@ class Arena {
 
   std::vector<Chunk> chunks_;
   std::size_t chunk_ = 0, top_ = 0;
+  // Where the top frame starts in chunk_ (for Carve's capacity over work memory).
+  std::size_t top_frame_start_ = 0;
   int depth_ = 0;
 };
 
@@ -102,11 +124,22 @@ Arena& arena() {
 
 }  // namespace
 
-ScratchFrame::ScratchFrame(std::size_t bytes) {
-  data_ = arena().push(Carve::round_up(bytes), saved_chunk_, saved_top_);
+ScratchFrame::ScratchFrame(std::size_t bytes) : bytes_(Carve::round_up(bytes)) {
+  Arena& a = arena();
+  data_ = a.push(bytes_, saved_chunk_, saved_top_, saved_start_);
+  depth_ = a.depth(), arena_ = &a;
 }
 
-ScratchFrame::~ScratchFrame() { arena().pop(saved_chunk_, saved_top_); }
+ScratchFrame::~ScratchFrame() {
+  Arena& a = arena();
+  if (arena_ != &a) {
+    std::fputs("attn: a scratch frame ended on a thread other than the one that started it\n", stderr);
+    std::abort();
+  }
+  a.pop(depth_, saved_chunk_, saved_top_, saved_start_);
+}
+
+std::size_t Carve::top_frame_bytes_from(void* p) { return arena().bytes_from(p); }
 
 std::size_t ScratchFrame::held() { return total_held.load(); }
 void ScratchFrame::release() { arena().release(); }
