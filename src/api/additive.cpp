@@ -58,7 +58,8 @@ void additive_attention_forward(TensorView<T> out, TensorView<T> weights, Tensor
   detail::require_no_aliasing<T>(kForward, {{"out", out}, {"weights", weights}},
                                  {{"queries", queries}, {"keys", keys}, {"values", values}, {"w_q", params.w_q},
                                   {"w_k", params.w_k}, {"w_v", params.w_v}});
-  ATTN_DISPATCH(additive_forward, o, w, c.queries, c.keys, c.values, p.w_q, p.w_k, p.w_v, c.mask, c.dropout);
+  ATTN_DISPATCH_ON(c.mask.switches, additive_forward, o, w, c.queries, c.keys, c.values, p.w_q, p.w_k, p.w_v, c.mask,
+                   c.dropout);
 }
 
 // The forward's checks, plus dout and the gradients: those of queries, keys and values are optional
@@ -84,8 +85,8 @@ void additive_attention_backward(TensorView<T> dqueries, TensorView<T> dkeys, Te
                                   {"grads.w_q", grads.w_q}, {"grads.w_k", grads.w_k}, {"grads.w_v", grads.w_v}},
                                  {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values},
                                   {"w_q", params.w_q}, {"w_k", params.w_k}, {"w_v", params.w_v}});
-  ATTN_DISPATCH(additive_backward, dq, dk, dv, dw_q, dw_k, dw_v, go, c.queries, c.keys, c.values, p.w_q, p.w_k,
-                p.w_v, c.mask, c.dropout);
+  ATTN_DISPATCH_ON(c.mask.switches, additive_backward, dq, dk, dv, dw_q, dw_k, dw_v, go, c.queries, c.keys, c.values,
+                   p.w_q, p.w_k, p.w_v, c.mask, c.dropout);
 }
 
 // ---- initialisation ----------------------------------------------------------------------------

@@ -126,3 +126,9 @@ void refuse_sinks(const M& mask, const char* op) {
   (::attn::backend() == ::attn::Backend::reference    \
        ? ::attn::ref::kernel(__VA_ARGS__)             \
        : ::attn::cpu::kernel(__VA_ARGS__))
+// The same on the backend of a call's switches (core/switch_plan.hpp), read once with its plan, so
+// that the backend and the switches the kernels read are one reading.
+#define ATTN_DISPATCH_ON(switches, kernel, ...)                \
+  ((switches).backend == ::attn::Backend::reference            \
+       ? ::attn::ref::kernel(__VA_ARGS__)                      \
+       : ::attn::cpu::kernel(__VA_ARGS__))

@@ -99,7 +99,7 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
                           "(B, n, m) from queries and keys");
   detail::require_no_aliasing<T>(op, {{"out", out}, {"lse", lse}, {"weights", weights}},
                                  {{"queries", queries}, {"keys", keys}, {"values", values}});
-  ATTN_DISPATCH(sdpa_forward<T>, o, l, w, c.plan);
+  ATTN_DISPATCH_ON(c.plan.switches(), sdpa_forward<T>, o, l, w, c.plan);
 }
 
 template <class T>
@@ -129,11 +129,12 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
                                  {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"out", out},
                                   {"lse", lse}});
   if (c.plan.mask.sinks == nullptr) {
-    ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, g, o, l, c.plan);
+    ATTN_DISPATCH_ON(c.plan.switches(), sdpa_backward<T>, dq, dk, dv, g, o, l, c.plan);
     return;
   }
   // Sinks (api/sinks.hpp): the forward's out and lse' (run again when not given), then the keys'
   // gradients as a block of a longer attention whose other block is the sink.
+  const detail::PinSwitches pin(c.plan.switches());  // the forward below runs on this call's switches
   Tensor<T> own_out, own_lse;
   View4<const T> whole_out = o, whole_lse = l;
   if (o.empty() || l.empty()) {
@@ -150,7 +151,7 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
                          [&](index_t h) -> T& { return ds.at(0, 0, 0, h); }, !ds.empty());
   SdpaPlan<T> keys_only = c.plan;  // the kernels' weights over the keys alone, from lse_keys
   keys_only.mask.sinks = nullptr;
-  ATTN_DISPATCH(sdpa_backward<T>, dq, dk, dv, s, whole_out, lk, keys_only);
+  ATTN_DISPATCH_ON(keys_only.switches(), sdpa_backward<T>, dq, dk, dv, s, whole_out, lk, keys_only);
 }
 
 // ---- keys and values read in place as 16-bit or int8 rows (fused::KvRows) ------------------------

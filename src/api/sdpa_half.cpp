@@ -4,13 +4,14 @@
 // (SIMD conversions, attn/half.hpp), makes the float32 call and rounds its results once to the
 // 16-bit type. Every path checks its arguments as the float32 call does; the caller's 16-bit outputs
 // lend it their shapes, so a wrong one is named as in float32.
+#include <array>
 #include <vector>
 
 #include "api/checks.hpp"
 #include "api/decode_rows.hpp"
-#include "attn/config.hpp"
 #include "attn/error.hpp"
 #include "attn/sdpa.hpp"
+#include "core/switch_plan.hpp"
 #include "core/view4.hpp"
 #include "cpu/scratch.hpp"
 
@@ -40,43 +41,37 @@ void for_each_row(const TensorView<T>& t, F f) {
   }
 }
 
-// float32 copies of a call's 16-bit tensors and buffers for its float32 results, in one frame of the
-// calling thread's scratch arena (cpu/scratch.hpp): reused from call to call, so a call touches no
+// float32 copies of a call's 16-bit tensors and buffers for its float32 results: N arrays of the
+// given numbers of elements (0 for a tensor the call does not widen), laid out in one frame of the
+// calling thread's scratch arena (cpu/scratch.hpp), reused from call to call, so a call touches no
 // fresh pages (a fresh tensor's first touch cost a 16-bit forward a fifth of its time here).
-class Wide {
- public:
-  // The elements of every tensor the call widens or computes, in the order they are taken.
-  explicit Wide(std::initializer_list<index_t> sizes) : frame_(bytes(sizes)), carve_(frame_.data()) {}
-
-  // A contiguous float32 copy of t (empty for an empty view).
-  template <class H>
-  TensorView<const float> copy(TensorView<const H> t, const char* name) {
-    if (t.empty()) return {};
-    if (t.data() == nullptr && t.numel() > 0) detail::fail("sdpa (16-bit): ", name, " has shape ", t.shape_string(), " but no data");
-    float* wide = carve_.take<float>(static_cast<std::size_t>(t.numel()));
-    float* to = wide;
-    for_each_row(t, [&](const H* row, index_t width) {
-      convert(std::span<const H>(row, static_cast<std::size_t>(width)), std::span<float>(to, static_cast<std::size_t>(width)));
-      to += width;
-    });
-    return TensorView<const float>(wide, t.shape());
+template <std::size_t N>
+struct WideArrays {
+  std::array<float*, N> at{};
+  WideArrays(cpu::Carve& c, const std::array<index_t, N>& sizes) {
+    for (std::size_t i = 0; i < N; ++i) at[i] = c.take<float>(static_cast<std::size_t>(sizes[i]));
   }
-  // A float32 buffer of t's shape, for a result (empty for an empty view).
-  template <class H>
-  TensorView<float> like(const TensorView<H>& t) {
-    if (t.empty()) return {};
-    return TensorView<float>(carve_.take<float>(static_cast<std::size_t>(t.numel())), t.shape());
-  }
-
- private:
-  static std::size_t bytes(std::initializer_list<index_t> sizes) {
-    cpu::Carve measure;
-    for (const index_t n : sizes) measure.take<float>(static_cast<std::size_t>(n));
-    return measure.bytes();
-  }
-  cpu::ScratchFrame frame_;
-  cpu::Carve carve_;
 };
+
+// A contiguous float32 copy of t in `wide` (its elements; empty for an empty view).
+template <class H>
+TensorView<const float> widen(TensorView<const H> t, float* wide, const char* name) {
+  if (t.empty()) return {};
+  if (t.data() == nullptr && t.numel() > 0) detail::fail("sdpa (16-bit): ", name, " has shape ", t.shape_string(), " but no data");
+  float* to = wide;
+  for_each_row(t, [&](const H* row, index_t width) {
+    convert(std::span<const H>(row, static_cast<std::size_t>(width)), std::span<float>(to, static_cast<std::size_t>(width)));
+    to += width;
+  });
+  return TensorView<const float>(wide, t.shape());
+}
+
+// A float32 result of t's shape in `wide` (its elements; empty for an empty view).
+template <class H>
+TensorView<float> like(const TensorView<H>& t, float* wide) {
+  if (t.empty()) return {};
+  return TensorView<float>(wide, t.shape());
+}
 
 template <class V>
 index_t elements(const V& t) {
@@ -108,7 +103,9 @@ cpu::fused::KvRows rows_of(const TensorView<const H>& t) {
 
 // Whether the decode path reads the 16-bit keys and values in place: n queries per head, few, on the
 // cpu backend.
-bool decodes_in_place(index_t n) { return backend() == Backend::cpu && n > 0 && n <= cpu::fused::kDecodeRows; }
+bool decodes_in_place(index_t n, const detail::Switches& sw) {
+  return sw.backend == Backend::cpu && n > 0 && n <= cpu::fused::kDecodeRows;
+}
 
 // The layout checks of every tensor argument (core/view4.hpp: rank, non-negative strides that fit
 // in 64 bits, a contiguous last dimension) and of the outputs' memory (api/checks.hpp), made on the
@@ -127,6 +124,9 @@ template <Half16 H, class O>
 void forward_16(TensorView<O> out, TensorView<float> lse, TensorView<const H> queries, TensorView<const H> keys,
                 TensorView<const H> values, const Mask<float>& mask, const SdpaOptions& options) {
   constexpr bool kFloatOut = std::is_same_v<O, float>;
+  // The switches, read once: the float32 calls below (and their plans) run on the same ones.
+  const detail::Switches sw = detail::read_switches();
+  const detail::PinSwitches pin(sw);
   if constexpr (kFloatOut) {
     check_layouts<H>("sdpa_forward", {}, {{"queries", queries}, {"keys", keys}, {"values", values}});
     detail::to_view4(TensorView<const float>(out), "sdpa_forward", "out");
@@ -139,22 +139,24 @@ void forward_16(TensorView<O> out, TensorView<float> lse, TensorView<const H> qu
   // keys and values in place too (below). The unfused and reference backends, and more keys than the
   // fused kernels index, take the float32 call.
   const index_t n = queries.rank() >= 3 ? queries.dim(-2) : 0, m = keys.rank() >= 3 ? keys.dim(-2) : 0;
-  if (backend() == Backend::cpu && n > cpu::fused::kDecodeRows && m <= cpu::fused::kMaxKeys)
+  if (sw.backend == Backend::cpu && n > cpu::fused::kDecodeRows && m <= cpu::fused::kMaxKeys)
     return detail::sdpa_forward_half(out, lse, queries, keys, values, mask, options);
-  const bool in_place = decodes_in_place(n);
-  Wide wide({elements(queries), kFloatOut ? 0 : elements(out), in_place ? 0 : elements(keys),
-             in_place ? 0 : elements(values)});
-  const TensorView<const float> q = wide.copy(queries, "queries");
+  const bool in_place = decodes_in_place(n, sw);
+  // queries, out (a 16-bit out only), keys and values (unless read in place)
+  cpu::Scratch<WideArrays<4>> wide(std::array<index_t, 4>{elements(queries), kFloatOut ? 0 : elements(out),
+                                                          in_place ? 0 : elements(keys), in_place ? 0 : elements(values)});
+  const TensorView<const float> q = widen(queries, wide->at[0], "queries");
   TensorView<float> o;
   if constexpr (kFloatOut) {
     o = out;
   } else {
-    o = wide.like(out);
+    o = like(out, wide->at[1]);
   }
   if (in_place) {  // the queries widened, the keys and values read in place
     sdpa_forward<H>(o, lse, q, keys, values, mask, options);
   } else {
-    sdpa_forward<float>(o, lse, {}, q, wide.copy(keys, "keys"), wide.copy(values, "values"), mask, options);
+    sdpa_forward<float>(o, lse, {}, q, widen(keys, wide->at[2], "keys"), widen(values, wide->at[3], "values"), mask,
+                        options);
   }
   if constexpr (!kFloatOut) narrow(TensorView<const float>(o), out, "out");
 }
@@ -178,12 +180,15 @@ void sdpa_forward(TensorView<float> out, TensorView<float> lse, TensorView<const
                   TensorView<const H> keys, TensorView<const H> values, const Mask<float>& mask,
                   const SdpaOptions& options) {
   check_layouts<H>("sdpa_forward", {}, {{"keys", keys}, {"values", values}});
-  if (decodes_in_place(queries.rank() >= 3 ? queries.dim(-2) : 0) && !keys.empty() && !values.empty() && keys.rank() >= 3 &&
+  const detail::Switches sw = detail::read_switches();
+  const detail::PinSwitches pin(sw);
+  if (decodes_in_place(queries.rank() >= 3 ? queries.dim(-2) : 0, sw) && !keys.empty() && !values.empty() && keys.rank() >= 3 &&
       values.rank() >= 3)
     return detail::sdpa_decode_rows(out, lse, queries, detail::shape_view(keys), detail::shape_view(values), rows_of(keys),
                                     rows_of(values), mask, options, "sdpa_forward");
-  Wide wide({elements(keys), elements(values)});
-  sdpa_forward<float>(out, lse, {}, queries, wide.copy(keys, "keys"), wide.copy(values, "values"), mask, options);
+  cpu::Scratch<WideArrays<2>> wide(std::array<index_t, 2>{elements(keys), elements(values)});
+  sdpa_forward<float>(out, lse, {}, queries, widen(keys, wide->at[0], "keys"), widen(values, wide->at[1], "values"), mask,
+                      options);
 }
 
 template <Half16 H>
@@ -193,11 +198,16 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
                    const SdpaOptions& options, TensorView<float> dsinks) {
   check_layouts<H>("sdpa_backward", {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}},
                    {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"out", out}});
-  Wide wide({elements(dout), elements(queries), elements(keys), elements(values), elements(out), elements(dqueries),
-             elements(dkeys), elements(dvalues)});
-  const TensorView<const float> g = wide.copy(dout, "dout"), q = wide.copy(queries, "queries"), k = wide.copy(keys, "keys");
-  const TensorView<const float> v = wide.copy(values, "values"), o = wide.copy(out, "out");
-  const TensorView<float> dq = wide.like(dqueries), dk = wide.like(dkeys), dv = wide.like(dvalues);
+  const detail::PinSwitches pin(detail::read_switches());  // one setting for the float32 call
+  // dout, queries, keys, values, out, dqueries, dkeys, dvalues
+  cpu::Scratch<WideArrays<8>> wide(std::array<index_t, 8>{elements(dout), elements(queries), elements(keys),
+                                                          elements(values), elements(out), elements(dqueries),
+                                                          elements(dkeys), elements(dvalues)});
+  const std::array<float*, 8>& at = wide->at;
+  const TensorView<const float> g = widen(dout, at[0], "dout"), q = widen(queries, at[1], "queries");
+  const TensorView<const float> k = widen(keys, at[2], "keys"), v = widen(values, at[3], "values");
+  const TensorView<const float> o = widen(out, at[4], "out");
+  const TensorView<float> dq = like(dqueries, at[5]), dk = like(dkeys, at[6]), dv = like(dvalues, at[7]);
   sdpa_backward<float>(dq, dk, dv, g, q, k, v, o, lse, mask, options, dsinks);
   narrow(TensorView<const float>(dq), dqueries, "dqueries"), narrow(TensorView<const float>(dk), dkeys, "dkeys");
   narrow(TensorView<const float>(dv), dvalues, "dvalues");

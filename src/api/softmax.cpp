@@ -31,7 +31,7 @@ void masked_softmax_forward(TensorView<T> weights, TensorView<const T> scores, c
                                  {{"scores", same_view(weights, scores) ? TensorView<const T>{} : scores}});
   detail::refuse_sinks(mask, op);
   const MaskPlan<T> plan = plan_mask(mask, s.B, s.H, s.R, s.C, scores.rank(), op);
-  ATTN_DISPATCH(masked_softmax_forward<T>, w, s, plan);
+  ATTN_DISPATCH_ON(plan.switches, masked_softmax_forward<T>, w, s, plan);
 }
 
 template <class T>
@@ -50,7 +50,7 @@ void masked_softmax_backward(TensorView<T> dscores, TensorView<const T> dweights
       {{"dweights", same_view(dscores, dweights) ? TensorView<const T>{} : dweights}, {"weights", weights}});
   detail::refuse_sinks(mask, op);
   const MaskPlan<T> plan = plan_mask(mask, w.B, w.H, w.R, w.C, weights.rank(), op);
-  ATTN_DISPATCH(masked_softmax_backward<T>, ds, dw, w, plan);
+  ATTN_DISPATCH_ON(plan.switches, masked_softmax_backward<T>, ds, dw, w, plan);
 }
 
 template <class T>

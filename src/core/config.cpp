@@ -8,7 +8,7 @@
 
 #include "attn/error.hpp"
 #include "attn/version.hpp"
-#include "cpu/bf16/dot_bf16.hpp"
+#include "core/switch_plan.hpp"
 
 namespace attn {
 namespace {
@@ -47,14 +47,33 @@ int num_threads() { return omp_get_max_threads(); }
 namespace {
 std::atomic<Bf16Kernel> bf16_choice{Bf16Kernel::automatic};
 }
-bool bf16_kernel_available() { return cpu::bf16::has_avx512_bf16(); }
-bool bf16_kernel_pays() { return cpu::bf16::dot_pays(); }
+// bf16_kernel_available, bf16_kernel_pays and bf16_kernel_chosen ask the CPU: cpu/bf16/dot_bf16.cpp.
 void set_bf16_kernel(Bf16Kernel choice) { bf16_choice.store(choice); }
 Bf16Kernel bf16_kernel() { return bf16_choice.load(); }
-bool bf16_kernel_chosen() {
-  const Bf16Kernel choice = bf16_choice.load();
-  return choice != Bf16Kernel::off && bf16_kernel_available() && (choice == Bf16Kernel::on || bf16_kernel_pays());
+
+namespace detail {
+namespace {
+std::atomic<std::int64_t> process_simd_bit{0};
+thread_local std::int64_t simd_override = 0;
+thread_local const Switches* pinned = nullptr;
+}  // namespace
+
+void set_process_simd_bit(std::int64_t bit) { process_simd_bit.store(bit); }
+std::int64_t thread_simd_override() { return simd_override; }
+void set_thread_simd_override(std::int64_t bit) { simd_override = bit; }
+std::int64_t simd_bit_now() { return simd_override != 0 ? simd_override : process_simd_bit.load(std::memory_order_relaxed); }
+
+Switches read_switches() {
+  if (pinned != nullptr) return *pinned;
+  return {backend(), simd_bit_now(), bf16_choice.load(), omp_get_max_threads()};
 }
+
+PinSwitches::PinSwitches(const Switches& s) : saved_(pinned), own_(s) {
+  if (pinned == nullptr) pinned = &own_;
+}
+PinSwitches::~PinSwitches() { pinned = saved_; }
+
+}  // namespace detail
 
 const char* version() { return ATTN_VERSION_STRING; }
 

@@ -64,6 +64,7 @@ SegmentRow segment_rows(const SegmentIds& ids, index_t B, index_t len, const cha
 template <class T>
 MaskPlan<T> plan_mask(const Mask<T>& mask, index_t B, index_t H, index_t n, index_t m, int rank, const char* op) {
   MaskPlan<T> p;
+  p.switches = detail::read_switches();
   p.B = B, p.H = H, p.n = n, p.m = m;
   p.d2l_fill = mask.fill == MaskedFill::d2l_minus_1e6;
 

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "attn/mask.hpp"
+#include "core/switch_plan.hpp"
 
 namespace attn {
 
@@ -80,6 +81,9 @@ struct MaskPlan {
   bool d2l_fill = false;
   const T* sinks = nullptr;            // attention sinks' logits, sinks[h * sinks_stride]: each forward
   index_t sinks_stride = 0;            // kernel adds the row's to its softmax's sum (RowMask::sink)
+  // The call's run-time switches, read once by plan_mask at the API boundary: every kernel that
+  // takes a mask (or an SdpaPlan) runs on these, never on the global settings.
+  detail::Switches switches;
 
   // Keys [begin, end) the structure of the mask allows query i of batch b (valid lengths, causal
   // rule, window); other components may mask more of them.

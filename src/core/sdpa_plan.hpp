@@ -28,6 +28,8 @@ struct SdpaPlan {
   // The caller's score_mod and mask_mod (attn/flex.hpp), called on every tile; null for none.
   const detail::ScoreHook<T>* hook = nullptr;
 
+  // The call's run-time switches (read once at the API boundary, with the mask's plan).
+  const detail::Switches& switches() const { return mask.switches; }
   index_t kv_head(index_t h) const { return h / group; }
   // Whether the block mask of the hook leaves key tile j0 / kFlexBlock of query block i0 / kFlexBlock live.
   bool tile_live(index_t b, index_t h, index_t i0, index_t j0) const {

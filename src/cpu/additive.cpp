@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "attn/config.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/linear.hpp"
 #include "cpu/key_padding.hpp"
@@ -50,6 +49,14 @@ double terms(View4<const T> q, index_t m, index_t h) {
          static_cast<double>(h);
 }
 
+// The forward's array shared by its threads: the projected keys of G = B H heads, m keys, hidden size h.
+template <class T>
+struct ForwardBuffers {
+  T* kp;  // (G, m, h)
+  ForwardBuffers(Carve& c, index_t G, index_t m, index_t h)
+      : kp(c.take<T>(static_cast<std::size_t>(G) * static_cast<std::size_t>(m) * static_cast<std::size_t>(h))) {}
+};
+
 // The backward's arrays shared by its threads, for G = B H heads of n queries, m keys, hidden size
 // h, `blocks` query blocks and `chunks` key chunks per head.
 template <class T>
@@ -80,15 +87,15 @@ template <class T>
 void additive_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys,
                       View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
                       const MaskPlan<T>& given_mask, const DropoutPlan& dropout) {
-  if (!weights.empty() || keys.R > fused::kMaxKeys || backend() == Backend::unfused)
+  if (!weights.empty() || keys.R > fused::kMaxKeys || given_mask.switches.backend == Backend::unfused)
     return unfused::additive_forward<T>(out, weights, queries, keys, values, w_q, w_k, w_v, given_mask, dropout);
   MaskPlan<T> mask = given_mask;
   const KeyPaddingAsLengths<T> lengths(mask);
-  const simd::Target simd = simd::current();
+  const simd::Target simd = simd::target_of(mask.switches);
   const index_t B = queries.B, H = queries.H, m = keys.R, h = w_q.R;
   const bool threads = terms<T>(queries, m, h) >= kParallelTerms;
-  const ScratchFrame frame(static_cast<std::size_t>(B * H * m * h) * sizeof(T));
-  T* kp = static_cast<T*>(frame.data());  // (B, H, m, h)
+  Scratch<ForwardBuffers<T>> buf(B * H, m, h);
+  T* kp = buf->kp;  // (B, H, m, h)
   const std::size_t work = fused::additive_work_bytes<T>(h, queries.C, keys.C, values.C);
   project_keys<T>(kp, keys, w_k, work, threads, simd);
   const fused::AdditiveForward<T> p{out, queries, keys, values, w_q, w_v, kp, &mask, &dropout, simd, {}};
@@ -104,12 +111,12 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
                        View4<T> dw_v, View4<const T> dout, View4<const T> queries, View4<const T> keys,
                        View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
                        const MaskPlan<T>& given_mask, const DropoutPlan& dropout) {
-  if (keys.R > fused::kMaxKeys || backend() == Backend::unfused)
+  if (keys.R > fused::kMaxKeys || given_mask.switches.backend == Backend::unfused)
     return unfused::additive_backward<T>(dqueries, dkeys, dvalues, dw_q, dw_k, dw_v, dout, queries, keys, values, w_q,
                                          w_k, w_v, given_mask, dropout);
   MaskPlan<T> mask = given_mask;
   const KeyPaddingAsLengths<T> lengths(mask);
-  const simd::Target simd = simd::current();
+  const simd::Target simd = simd::target_of(mask.switches);
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, h = w_q.R;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tiles = std::max<index_t>(1, (m + fused::kBlockK - 1) / fused::kBlockK);
@@ -133,19 +140,14 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
                                      &dropout, kp,    qpt,     row_max, row_inv,     row_dot,     dkp,
                                      dqp_partial, dwv_partial, h, chunk_keys, chunks, simd};
   const index_t tasks = B * H * chunks;
-  check_thread_scratch(work);
-#pragma omp parallel if (threads && tasks > 1)
-  {
-    const ScratchFrame frame(work);
-    void* w = frame.data();
-#pragma omp for schedule(dynamic, 1)
-    for (index_t t = 0; t < tasks; ++t)
-      fused::additive_backward_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks, w);
-    // dqp (B, H, n, h) = the chunks' partials (transposed blocks) summed in chunk order.
-#pragma omp for schedule(static)
-    for (index_t r = 0; r < B * H * n; ++r)
-      fused::sum_chunk_partials<T>(dqp + r * h, dqp_partial, r / n, r % n, chunks, blocks, h, T(1));
-  }
+  const auto chunk = [&](index_t t, void* w) {
+    fused::additive_backward_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks, w);
+  };
+  // dqp (B, H, n, h) = the chunks' partials (transposed blocks) summed in chunk order.
+  const auto sum_dqp = [&](index_t r, void*) {
+    fused::sum_chunk_partials<T>(dqp + r * h, dqp_partial, r / n, r % n, chunks, blocks, h, T(1));
+  };
+  run_phases(work, threads && tasks > 1, dynamic_phase(tasks, chunk), static_phase(B * H * n, sum_dqp));
   // dw_v: every (b, h)'s chunks in order.
   T* dwv = dw_v.row(0, 0, 0);
   std::fill(dwv, dwv + h, T(0));

@@ -6,14 +6,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <type_traits>
 
-#include "attn/config.hpp"
 #include "cpu/bf16/dot_bf16.hpp"
-#include "cpu/quant/q8_0.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/key_padding.hpp"
+#include "cpu/quant/q8_0.hpp"
 #include "cpu/scratch.hpp"
 #include "cpu/simd/convert.hpp"
 #include "cpu/simd/fused.hpp"
@@ -107,6 +105,16 @@ struct BackwardBuffers {
         dq_partial(c.take<T>(partial)), out(c.take<T>(recompute ? out_size : 0)), lse(c.take<T>(recompute ? rows : 0)) {}
 };
 
+// The 16-bit forward's inputs prepared once per call: the values packed as V pairs per key tile
+// (bf16::pack_values, the AVX512-BF16 path), or the keys and values widened to float (the other).
+struct HalfInputs {
+  std::uint32_t* packed;  // (B, Hk, tiles, kBlockK / 2, v) words
+  float* keys;            // (B, Hk, m, d)
+  float* values;          // (B, Hk, m, v)
+  HalfInputs(Carve& c, std::size_t packed_words, std::size_t key_floats, std::size_t value_floats)
+      : packed(c.take<std::uint32_t>(packed_words)), keys(c.take<float>(key_floats)), values(c.take<float>(value_floats)) {}
+};
+
 }  // namespace
 
 // The decode path over keys and values read in place as 16-bit or int8 rows.
@@ -114,27 +122,30 @@ void sdpa_decode_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>&
                       const fused::KvRows& values) {
   SdpaPlan<float> plan = given;
   const KeyPaddingAsLengths<float> lengths(plan.mask);
-  decode(fused::SdpaForward<float>{out, lse, &plan, simd::current()}, &keys, &values);
+  decode(fused::SdpaForward<float>{out, lse, &plan, simd::target_of(plan.switches())}, &keys, &values);
 }
 
 // The 16-bit forward: blocks as sdpa_forward's, through the AVX512-BF16 products (bfloat16, when
-// bf16_kernel_chosen and the target is AVX-512), or the float kernel over keys and values widened
+// the call's switches choose the kernel (bf16::dot_chosen) and the target is AVX-512), or the float kernel over keys and values widened
 // once per call, queries and out converted by the blocks.
 void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& given, const fused::HalfViews& inputs) {
   SdpaPlan<float> plan = given;
   const KeyPaddingAsLengths<float> lengths(plan.mask);
-  const simd::Target target = simd::current();
-  const bool dot = inputs.type == fused::KvType::bf16 && bf16_kernel_chosen() && target.bit == HWY_AVX3;
+  const simd::Target target = simd::target_of(plan.switches());
+  const bool dot = inputs.type == fused::KvType::bf16 && bf16::dot_chosen(plan.switches().bf16) && target.bit == HWY_AVX3;
   fused::HalfViews x = inputs;
-  std::optional<ScratchFrame> pairs, wide;
+  const View4<const std::uint16_t>& k = x.k;
+  const View4<const std::uint16_t>& v = x.v;
+  const index_t value_tiles = (v.R + fused::kBlockK - 1) / fused::kBlockK;
+  const std::size_t tile_words = static_cast<std::size_t>(fused::kBlockK / 2 * v.C);
+  const auto size = [](const View4<const std::uint16_t>& t) { return static_cast<std::size_t>(t.B * t.H * t.R * t.C); };
+  Scratch<HalfInputs> in(dot ? static_cast<std::size_t>(v.B * v.H * value_tiles) * tile_words : 0, dot ? 0 : size(k),
+                         dot ? 0 : size(v));
   if (dot) {
     // The values packed as V pairs once, for every block of queries (each block packed them anew
     // before: 3% of the forward at n = 4096).
-    const View4<const std::uint16_t>& v = x.v;
-    x.tiles = (v.R + fused::kBlockK - 1) / fused::kBlockK;
-    const std::size_t tile_words = static_cast<std::size_t>(fused::kBlockK / 2 * v.C);
-    pairs.emplace(static_cast<std::size_t>(v.B * v.H * x.tiles) * tile_words * sizeof(std::uint32_t));
-    auto* packed = static_cast<std::uint32_t*>(pairs->data());
+    x.tiles = value_tiles;
+    std::uint32_t* packed = in->packed;
     run_tasks(v.B * v.H * x.tiles, 0, v.R * v.C >= (1 << 16), [&](index_t t, void*) {
       const index_t bh = t / x.tiles, j0 = t % x.tiles * fused::kBlockK;
       bf16::pack_values(v.row(bh / v.H, bh % v.H, j0), v.sR, std::min(fused::kBlockK, v.R - j0), v.C,
@@ -145,12 +156,7 @@ void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& given, const fus
     // The keys and values widened to float once, for every block of queries, into dense (B, Hk, m, *)
     // arrays the plan then reads; threaded over tiles of rows. (Widening each tile in every block
     // instead cost the (1,4096,4096,128) float16 forward 2% to 4%.)
-    const View4<const std::uint16_t>& k = x.k;
-    const View4<const std::uint16_t>& v = x.v;
-    const std::size_t key_floats = static_cast<std::size_t>(k.B * k.H * k.R * k.C);
-    wide.emplace((key_floats + static_cast<std::size_t>(v.B * v.H * v.R * v.C)) * sizeof(float));
-    auto* wk = static_cast<float*>(wide->data());
-    float* wv = wk + key_floats;
+    float *wk = in->keys, *wv = in->values;
     const auto widen = inputs.type == fused::KvType::bf16 ? simd::bfloat16_to_float : simd::float16_to_float;
     const index_t tiles = (k.R + fused::kBlockK - 1) / fused::kBlockK;
     run_tasks(k.B * k.H * tiles, 0, k.R * (k.C + v.C) >= (1 << 16), [&](index_t t, void*) {
@@ -178,11 +184,12 @@ void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& given, const fus
 // on the thread count.
 template <class T>
 void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T>& given) {
-  if (given.hook == nullptr && (!weights.empty() || given.k.R > fused::kMaxKeys || backend() == Backend::unfused))
+  if (given.hook == nullptr &&
+      (!weights.empty() || given.k.R > fused::kMaxKeys || given.switches().backend == Backend::unfused))
     return unfused::sdpa_forward<T>(out, lse, weights, given);
   SdpaPlan<T> plan = given;
   const KeyPaddingAsLengths<T> lengths(plan.mask);
-  const fused::SdpaForward<T> p{out, lse, &plan, simd::current()};
+  const fused::SdpaForward<T> p{out, lse, &plan, simd::target_of(plan.switches())};
   if (plan.q.R <= fused::kDecodeRows) return decode(p);
   const index_t B = plan.q.B, H = plan.q.H, n = plan.q.R;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
@@ -200,7 +207,7 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T
 template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> out,
                    View4<const T> lse, const SdpaPlan<T>& given) {
-  if (given.hook == nullptr && (given.k.R > fused::kMaxKeys || backend() == Backend::unfused))
+  if (given.hook == nullptr && (given.k.R > fused::kMaxKeys || given.switches().backend == Backend::unfused))
     return unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, out, lse, given);
   SdpaPlan<T> plan = given;
   const KeyPaddingAsLengths<T> lengths(plan.mask);
@@ -215,7 +222,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
                                   out.empty(), static_cast<std::size_t>(B * H * n * dv));
   fused::SdpaBackward<T> p{dqueries,    dkeys,         dvalues,          dout,       out,   lse,
                            &plan,       buf->row_max,  buf->row_inv,     buf->row_dot, buf->dq_partial,
-                           chunk_keys,  chunks,        simd::current()};
+                           chunk_keys,  chunks,        simd::target_of(plan.switches())};
   if (plan.hook != nullptr && plan.hook->begin_parts != nullptr) plan.hook->begin_parts(plan.hook->ctx, B * Hk * chunks);
   if (out.empty()) {  // D_i = dout_i . out_i needs the forward's output: recompute it, and lse with it
     const View4<T> o = dense_view4(buf->out, B, H, n, dv);
@@ -224,26 +231,18 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
     p.out = o, p.lse = l;
   }
   const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv, chunk_keys);
-  check_thread_scratch(work);
-#pragma omp parallel
-  {
-    const ScratchFrame frame(work);
-    void* w = frame.data();
-#pragma omp for schedule(dynamic, 1)
-    for (index_t t = 0; t < B * H * blocks; ++t)
-      fused::sdpa_backward_stats<T>(p, t / blocks / H, t / blocks % H, (t % blocks) * fused::kBlockQ, w);
-#pragma omp for schedule(dynamic, 1)
-    for (index_t t = 0; t < B * Hk * chunks; ++t)
-      fused::sdpa_backward_chunk<T>(p, t / chunks / Hk, t / chunks % Hk, t % chunks, w);
-    if (!dqueries.empty()) {
-#pragma omp for schedule(static)
-      for (index_t r = 0; r < B * H * n; ++r) {
-        const index_t bh = r / n, i = r % n;
-        fused::sum_chunk_partials<T>(dqueries.row(bh / H, bh % H, i), p.dq_partial, bh, i, chunks, blocks, d,
-                                     plan.scale);
-      }
-    }
-  }
+  const auto stats = [&](index_t t, void* w) {
+    fused::sdpa_backward_stats<T>(p, t / blocks / H, t / blocks % H, (t % blocks) * fused::kBlockQ, w);
+  };
+  const auto chunk = [&](index_t t, void* w) {
+    fused::sdpa_backward_chunk<T>(p, t / chunks / Hk, t / chunks % Hk, t % chunks, w);
+  };
+  const auto sum_dq = [&](index_t r, void*) {
+    const index_t bh = r / n, i = r % n;
+    fused::sum_chunk_partials<T>(dqueries.row(bh / H, bh % H, i), p.dq_partial, bh, i, chunks, blocks, d, plan.scale);
+  };
+  run_phases(work, true, dynamic_phase(B * H * blocks, stats), dynamic_phase(B * Hk * chunks, chunk),
+             static_phase(dqueries.empty() ? 0 : B * H * n, sum_dq));
 }
 
 #define ATTN_INSTANTIATE(T)                                                                          \

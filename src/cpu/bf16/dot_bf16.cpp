@@ -201,3 +201,16 @@ void accumulate(const std::uint32_t* vp, const std::uint32_t* pp, index_t cnt, i
 }
 
 }  // namespace attn::cpu::bf16
+
+namespace attn {
+
+// The public questions of attn/config.hpp about the kernel, answered here, where the CPU is known.
+bool bf16_kernel_available() { return cpu::bf16::has_avx512_bf16(); }
+bool bf16_kernel_pays() { return cpu::bf16::dot_pays(); }
+bool bf16_kernel_chosen() { return cpu::bf16::dot_chosen(bf16_kernel()); }
+
+bool cpu::bf16::dot_chosen(Bf16Kernel choice) {
+  return choice != Bf16Kernel::off && has_avx512_bf16() && (choice == Bf16Kernel::on || dot_pays());
+}
+
+}  // namespace attn

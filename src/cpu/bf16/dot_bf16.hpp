@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "attn/config.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::cpu::bf16 {
@@ -28,6 +29,9 @@ bool has_avx512_bf16();
 // where float32 took 43 to 47 and the portable bfloat16 path 47 to 48. A fixed rule, so that one
 // machine always takes one path (a timing could flip between runs, and so would the results' bits).
 bool dot_pays();
+// Whether a bfloat16 forward under the setting `choice` runs the kernel on this CPU (given the
+// AVX-512 target): not off, the CPU has it, and on or paying.
+bool dot_chosen(Bf16Kernel choice);
 
 // qp = the q pairs of `rows` query rows (row stride qs elements) of d elements.
 void pack_queries(const std::uint16_t* q, index_t qs, index_t rows, index_t d, std::uint32_t* qp);

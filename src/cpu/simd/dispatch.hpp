@@ -16,6 +16,10 @@
 
 #include <hwy/highway.h>
 
+namespace attn::detail {
+struct Switches;
+}
+
 namespace attn::cpu::simd {
 
 // A compiled target this CPU runs: Highway's bit (HWY_AVX3, ..., HWY_EMU128) and the position of its
@@ -25,8 +29,11 @@ struct Target {
   std::size_t index = 0;
 };
 
-// The target chosen now (the best one unless set_simd_target or ATTN_SIMD_TARGET chose another).
+// The target chosen now on the calling thread (the best one unless set_simd_target, ScopedSimdTarget
+// or ATTN_SIMD_TARGET chose another): for the helpers not yet handed a call's target.
 Target current();
+// The target of a call's switches (core/switch_plan.hpp), read at the API boundary.
+Target target_of(const detail::Switches& switches);
 
 // Our name of a target bit: Highway's in lower case ("avx3", "avx2", "sse4"), and "scalar" for the
 // portable fallback (EMU128, or SCALAR where a compiler gets that one).

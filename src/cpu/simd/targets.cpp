@@ -16,6 +16,7 @@
 #include "attn/config.hpp"
 #include "attn/diagnostics.hpp"
 #include "attn/error.hpp"
+#include "core/switch_plan.hpp"
 
 namespace attn {
 namespace cpu::simd {
@@ -56,9 +57,9 @@ std::string known() {
   return s;
 }
 
-// The chosen bit: ATTN_SIMD_TARGET's when it names an available target, else the best.
-std::atomic<std::int64_t>& chosen() {
-  static std::atomic<std::int64_t> bit{[] {
+// The default bit: ATTN_SIMD_TARGET's when it names an available target, else the best; read once.
+std::int64_t default_bit() {
+  static const std::int64_t bit = [] {
     const char* env = std::getenv("ATTN_SIMD_TARGET");
     if (env == nullptr || *env == '\0') return best();
     const std::int64_t b = named(lower(env));
@@ -66,17 +67,15 @@ std::atomic<std::int64_t>& chosen() {
     std::cerr << "attn: ATTN_SIMD_TARGET=" << env << " is not a target this build and CPU can run (" << known()
               << "); using the best\n";
     return best();
-  }()};
+  }();
   return bit;
 }
 
-// The calling thread's ScopedSimdTarget's bit, 0 for none.
-thread_local std::int64_t target_override = 0;
+// A stored bit (core/switch_plan.hpp: 0 for the default) as the target's bit.
+std::int64_t resolve(std::int64_t bit) { return bit != 0 ? bit : default_bit(); }
 
-// The calling thread's bit: its ScopedSimdTarget's, else the process's.
-std::int64_t thread_bit() {
-  return target_override != 0 ? target_override : chosen().load(std::memory_order_relaxed);
-}
+// The calling thread's bit now: its ScopedSimdTarget's, else the process's.
+std::int64_t thread_bit() { return resolve(detail::simd_bit_now()); }
 
 // name's bit, or an attn::Error naming `who` and the targets there are.
 std::int64_t checked_bit(const char* who, const std::string& name) {
@@ -103,6 +102,11 @@ std::string name(std::int64_t bit) {
 
 Target current() {
   const std::int64_t bit = thread_bit();
+  return {bit, table_index(bit)};
+}
+
+Target target_of(const detail::Switches& switches) {
+  const std::int64_t bit = resolve(switches.simd_bit);
   return {bit, table_index(bit)};
 }
 
@@ -154,11 +158,13 @@ std::vector<std::string> simd_targets_ran(bool reset) {
   return names;
 }
 
-void set_simd_target(const std::string& name) { cpu::simd::chosen().store(cpu::simd::checked_bit("set_simd_target", name)); }
-
-ScopedSimdTarget::ScopedSimdTarget(const std::string& name) : saved_(cpu::simd::target_override) {
-  cpu::simd::target_override = cpu::simd::checked_bit("ScopedSimdTarget", name);
+void set_simd_target(const std::string& name) {
+  detail::set_process_simd_bit(cpu::simd::checked_bit("set_simd_target", name));
 }
-ScopedSimdTarget::~ScopedSimdTarget() { cpu::simd::target_override = saved_; }
+
+ScopedSimdTarget::ScopedSimdTarget(const std::string& name) : saved_(detail::thread_simd_override()) {
+  detail::set_thread_simd_override(cpu::simd::checked_bit("ScopedSimdTarget", name));
+}
+ScopedSimdTarget::~ScopedSimdTarget() { detail::set_thread_simd_override(saved_); }
 
 }  // namespace attn
