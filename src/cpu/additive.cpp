@@ -157,15 +157,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
                           queries, keys, w_q, w_k);
 }
 
-#define ATTN_INSTANTIATE(T)                                                                                     \
-  template void additive_forward(View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>,             \
-                                 View4<const T>, View4<const T>, View4<const T>, const MaskPlan<T>&,             \
-                                 const DropoutPlan&);                                                           \
-  template void additive_backward(View4<T>, View4<T>, View4<T>, View4<T>, View4<T>, View4<T>, View4<const T>,   \
-                                  View4<const T>, View4<const T>, View4<const T>, View4<const T>, View4<const T>, \
-                                  View4<const T>, const MaskPlan<T>&, const DropoutPlan&);
-ATTN_INSTANTIATE(float)
-ATTN_INSTANTIATE(double)
-#undef ATTN_INSTANTIATE
+// core/kernels.inc's additive kernels, for float and double.
+ATTN_KERNELS_ADDITIVE(ATTN_INSTANTIATE_KERNEL)
 
 }  // namespace attn::cpu

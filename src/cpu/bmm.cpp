@@ -88,11 +88,7 @@ void bmm_backward(View4<T> da, View4<T> db, View4<const T> dout, View4<const T> 
   }
 }
 
-template void bmm_forward(View4<float>, View4<const float>, View4<const float>, bool, bool);
-template void bmm_forward(View4<double>, View4<const double>, View4<const double>, bool, bool);
-template void bmm_backward(View4<float>, View4<float>, View4<const float>, View4<const float>, View4<const float>,
-                           bool, bool);
-template void bmm_backward(View4<double>, View4<double>, View4<const double>, View4<const double>,
-                           View4<const double>, bool, bool);
+// core/kernels.inc's bmm kernels, for float and double.
+ATTN_KERNELS_BMM(ATTN_INSTANTIATE_KERNEL)
 
 }  // namespace attn::cpu

@@ -35,11 +35,7 @@ void linear_backward(View4<T> dx, View4<T> dw, View4<T> db, View4<const T> dy, V
       }
 }
 
-#define ATTN_INSTANTIATE(T)                                                                              \
-  template void linear_forward(View4<T>, View4<const T>, View4<const T>, View4<const T>);               \
-  template void linear_backward(View4<T>, View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>);
-ATTN_INSTANTIATE(float)
-ATTN_INSTANTIATE(double)
-#undef ATTN_INSTANTIATE
+// core/kernels.inc's linear kernels, for float and double.
+ATTN_KERNELS_LINEAR(ATTN_INSTANTIATE_KERNEL)
 
 }  // namespace attn::cpu

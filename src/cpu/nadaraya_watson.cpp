@@ -262,12 +262,7 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
   }
 }
 
-#define ATTN_INSTANTIATE(T)                                                                                      \
-  template void nw_forward<T>(View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>, Kernel, T); \
-  template void nw_backward<T>(View4<T>, View4<T>, View4<T>, T*, View4<const T>, View4<const T>, View4<const T>, \
-                               View4<const T>, Kernel, T);
-ATTN_INSTANTIATE(float)
-ATTN_INSTANTIATE(double)
-#undef ATTN_INSTANTIATE
+// core/kernels.inc's nw kernels, for float and double.
+ATTN_KERNELS_NW(ATTN_INSTANTIATE_KERNEL)
 
 }  // namespace attn::cpu::dense

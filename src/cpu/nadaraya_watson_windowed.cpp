@@ -505,11 +505,11 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
   dense::nw_backward<T>(dqueries, dkeys, dvalues, dsigma, dout, queries, keys, values, kernel, sigma);
 }
 
-#define ATTN_INSTANTIATE(T)                                                                                      \
-  template void nw_forward<T>(View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>, Kernel, T); \
-  template void nw_backward<T>(View4<T>, View4<T>, View4<T>, T*, View4<const T>, View4<const T>, View4<const T>, \
-                               View4<const T>, Kernel, T);                                                     \
-  template double windowed::gaussian_cutoff<T>(index_t);                                                       \
+// core/kernels.inc's nw kernels, for float and double.
+ATTN_KERNELS_NW(ATTN_INSTANTIATE_KERNEL)
+// The windowed path's estimates (cpu/nw_windowed.hpp).
+#define ATTN_INSTANTIATE(T)                              \
+  template double windowed::gaussian_cutoff<T>(index_t); \
   template double windowed::visited_pairs<T>(View4<const T>, View4<const T>, Kernel, T);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)

@@ -119,15 +119,8 @@ void pool_backward(View4<T> dscores, View4<T> dvalues, View4<const T> dout, View
   }
 }
 
-#define ATTN_INSTANTIATE(T)                                                                                        \
-  template void masked_softmax_forward(View4<T>, View4<const T>, const MaskPlan<T>&);                               \
-  template void masked_softmax_backward(View4<T>, View4<const T>, View4<const T>, const MaskPlan<T>&);              \
-  template void pool_forward(View4<T>, View4<T>, View4<T>, View4<const T>, View4<const T>, const MaskPlan<T>&,      \
-                             const DropoutPlan&, index_t);                                                          \
-  template void pool_backward(View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>, const MaskPlan<T>&, \
-                              const DropoutPlan&, index_t, View4<const T>);
-ATTN_INSTANTIATE(float)
-ATTN_INSTANTIATE(double)
-#undef ATTN_INSTANTIATE
+// core/kernels.inc's softmax and pool kernels, for float and double.
+ATTN_KERNELS_SOFTMAX(ATTN_INSTANTIATE_KERNEL)
+ATTN_KERNELS_POOL(ATTN_INSTANTIATE_KERNEL)
 
 }  // namespace attn::cpu

@@ -9,21 +9,8 @@
 
 namespace attn::cpu::unfused {
 
-template <class T>
-void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T>& plan);
-template <class T>
-void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> out,
-                   View4<const T> lse, const SdpaPlan<T>& plan);
-
-template <class T>
-void additive_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys,
-                      View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
-                      const MaskPlan<T>& mask, const DropoutPlan& dropout);
-template <class T>
-void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<T> dw_q, View4<T> dw_k,
-                       View4<T> dw_v, View4<const T> dout, View4<const T> queries, View4<const T> keys,
-                       View4<const T> values, View4<const T> w_q, View4<const T> w_k, View4<const T> w_v,
-                       const MaskPlan<T>& mask, const DropoutPlan& dropout);
+ATTN_KERNELS_SDPA(ATTN_DECLARE_KERNEL)      // sdpa_forward, sdpa_backward
+ATTN_KERNELS_ADDITIVE(ATTN_DECLARE_KERNEL)  // additive_forward, additive_backward
 
 }  // namespace attn::cpu::unfused
 
@@ -33,11 +20,6 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
 // (cpu/nw_windowed.hpp) does not apply; `attn bench` times the windowed path against it.
 namespace attn::cpu::dense {
 
-template <class T>
-void nw_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys, View4<const T> values,
-                Kernel kernel, T sigma);
-template <class T>
-void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma, View4<const T> dout,
-                 View4<const T> queries, View4<const T> keys, View4<const T> values, Kernel kernel, T sigma);
+ATTN_KERNELS_NW(ATTN_DECLARE_KERNEL)  // nw_forward, nw_backward
 
 }  // namespace attn::cpu::dense

@@ -103,15 +103,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   if (!dkeys.empty()) rows_times<T>(dkeys, dkp, w_k, false);
 }
 
-#define ATTN_INSTANTIATE(T)                                                                                     \
-  template void additive_forward(View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>,             \
-                                 View4<const T>, View4<const T>, View4<const T>, const MaskPlan<T>&,             \
-                                 const DropoutPlan&);                                                           \
-  template void additive_backward(View4<T>, View4<T>, View4<T>, View4<T>, View4<T>, View4<T>, View4<const T>,   \
-                                  View4<const T>, View4<const T>, View4<const T>, View4<const T>, View4<const T>, \
-                                  View4<const T>, const MaskPlan<T>&, const DropoutPlan&);
-ATTN_INSTANTIATE(float)
-ATTN_INSTANTIATE(double)
-#undef ATTN_INSTANTIATE
+// core/kernels.inc's additive kernels, for float and double.
+ATTN_KERNELS_ADDITIVE(ATTN_INSTANTIATE_KERNEL)
 
 }  // namespace attn::ref

@@ -87,14 +87,7 @@ void bilinear_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   if (!dqueries.empty()) rows_times<T>(dqueries, g, w, true);
 }
 
-#define ATTN_INSTANTIATE(T)                                                                                          \
-  template void bilinear_forward(View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>, View4<const T>, \
-                                 const MaskPlan<T>&, const DropoutPlan&);                                           \
-  template void bilinear_backward(View4<T>, View4<T>, View4<T>, View4<T>, View4<const T>, View4<const T>,            \
-                                  View4<const T>, View4<const T>, View4<const T>, const MaskPlan<T>&,               \
-                                  const DropoutPlan&);
-ATTN_INSTANTIATE(float)
-ATTN_INSTANTIATE(double)
-#undef ATTN_INSTANTIATE
+// core/kernels.inc's bilinear kernels, for float and double.
+ATTN_KERNELS_BILINEAR(ATTN_INSTANTIATE_KERNEL)
 
 }  // namespace attn::ref

@@ -92,12 +92,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   }
 }
 
-#define ATTN_INSTANTIATE(T)                                                                          \
-  template void sdpa_forward(View4<T>, View4<T>, View4<T>, const SdpaPlan<T>&);                      \
-  template void sdpa_backward(View4<T>, View4<T>, View4<T>, View4<const T>, View4<const T>, View4<const T>, \
-                              const SdpaPlan<T>&);
-ATTN_INSTANTIATE(float)
-ATTN_INSTANTIATE(double)
-#undef ATTN_INSTANTIATE
+// core/kernels.inc's sdpa kernels, for float and double.
+ATTN_KERNELS_SDPA(ATTN_INSTANTIATE_KERNEL)
 
 }  // namespace attn::ref
