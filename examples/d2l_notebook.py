@@ -42,8 +42,8 @@ print(attention(queries, keys, values, valid_lens))  # the same: every valid key
 print(attn.show_heatmaps(attention.attention_weights.reshape((1, 1, 2, 10)), xlabel="Keys", ylabel="Queries",
                          path=out_dir / "dot_product_attention.svg"))
 
-# Seed 004's test: random keys and values; "the attention weights should be zero beyond the valid
-# lengths (2 for the first sequence, 6 for the second)".
+# The d2l practical guide's test: random keys and values; "the attention weights should be zero
+# beyond the valid lengths (2 for the first sequence, 6 for the second)".
 keys, values = rng.normal(0, 1, (2, 10, 2)).astype(np.float32), rng.normal(0, 1, (2, 10, 4)).astype(np.float32)
 output = attention(queries, keys, values, valid_lens)
 print(f"Output shape: {output.shape}")  # Should be (2, 1, 4)
@@ -56,7 +56,7 @@ print({name: g.shape for name, g in grads.items()})
 attention.train()
 print(attention(queries, keys, values, valid_lens))
 
-# Nadaraya-Watson regression (seed 001): f(x) = sum_i softmax(-1/2 ((x - x_i) / width)^2) y_i on
+# Nadaraya-Watson regression (the d2l chapter): f(x) = sum_i softmax(-1/2 ((x - x_i) / width)^2) y_i on
 # d2l's toy data; narrower kernels follow the noise more closely.
 x_train = np.sort(rng.random(50) * 5)
 y_train = 2 * np.sin(x_train) + x_train**0.8 + rng.normal(0.0, 0.5, 50)

@@ -1,4 +1,4 @@
-// Bilinear (multiplicative, Luong "general") attention: a(q, k) = q^T W k, the q^T M k that seed 001
+// Bilinear (multiplicative, Luong "general") attention: a(q, k) = q^T W k, the q^T M k that the d2l chapter
 // names for queries and keys of different sizes; then masked softmax, dropout and a weighted average.
 //
 //   queries (B, n, q) or (B, H, n, q)     keys (B, m, k) / (B, H, m, k)

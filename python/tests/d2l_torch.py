@@ -5,7 +5,7 @@ AdditiveAttention, DotProductAttention), verbatim but for comments. It has one h
 tests/torch/make_cases.py, the C++ parity tests' oracle, and is imported from there. Then torch
 versions, in the d2l chapter's style, of what attn adds to it: the other masks (bool, float, causal) and
 attn's default treatment of a row with no key ("exclude": weights 0). The Nadaraya-Watson estimator
-of seed 001 comes from make_cases.py too. Everything runs in float32 or float64, as the inputs.
+of the d2l chapter comes from make_cases.py too. Everything runs in float32 or float64, as the inputs.
 """
 import math
 import pathlib
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 # The d2l chapter's code (d2l): masked_softmax (with d2l.sequence_mask), AdditiveAttention, DotProductAttention;
-# and seed 001's Nadaraya-Watson estimator, nadaraya_watson(queries, keys, values, kernel, sigma) on
+# and the d2l chapter's Nadaraya-Watson estimator, nadaraya_watson(queries, keys, values, kernel, sigma) on
 # (B, n, p), (B, m, p), (B, m, v), returning (out, weights).
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "torch"))
 from make_cases import (AdditiveAttention, DotProductAttention, MultiHeadAttention, masked_softmax,  # noqa: E402,F401

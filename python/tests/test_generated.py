@@ -708,7 +708,7 @@ KERNELS = ["gaussian", "boxcar", "epanechnikov", "constant"]
 
 
 def nadaraya_watson(x_train, y_train, x_query, kernel, width, dt):
-    """seed 001's estimator in dtype dt on (B, m, p), (B, m, v), (B, n, p): y_hat (B, n, v), and the
+    """the d2l chapter's estimator in dtype dt on (B, m, p), (B, m, v), (B, n, p): y_hat (B, n, v), and the
     largest u = |x - x_i| / width; a query no point supports predicts 0."""
     xt, yt, xq = (np.asarray(x, dt) for x in (x_train, y_train, x_query))
     u = np.sqrt(((xq[:, :, None, :] - xt[:, None, :, :]) ** 2).sum(-1)) / dt(width)

@@ -1,4 +1,4 @@
-"""attn.nadaraya_watson against seed 001's estimator written in torch (d2l_torch.nadaraya_watson):
+"""attn.nadaraya_watson against the d2l chapter's estimator written in torch (d2l_torch.nadaraya_watson):
 the d2l chapter's 1-D regression, vectors, batches, every kernel and width."""
 import numpy as np
 import pytest
@@ -29,7 +29,7 @@ def away_from_edges(x_train, x_query, width):
 
 
 def torch_results(x_train, y_train, x_query, kernel, width):
-    """torch float32 and float64 of seed 001's estimator, on the arrays as (B, len, features) (heads
+    """torch float32 and float64 of the d2l chapter's estimator, on the arrays as (B, len, features) (heads
     folded into the batch)."""
     def batch(a):
         return a.reshape(1, -1, 1) if a.ndim == 1 else a[None] if a.ndim == 2 else a.reshape(-1, *a.shape[-2:])
@@ -89,7 +89,7 @@ def test_a_query_outside_every_support_predicts_zero():
     assert y_hat[0] == 6.0 and y_hat[1] == 0.0 and np.all(weights[1] == 0)
 
 
-def test_the_gaussian_is_seed_001s_softmax_formula(rng):
+def test_the_gaussian_is_the_d2l_softmax_formula(rng):
     # f(x) = sum_i softmax(-1/2 (x - x_i)^2) y_i, in NumPy, in float64.
     x_train, y_train, x_query = (a.astype(np.float64) for a in regression(rng))
     s = -0.5 * (x_query[:, None] - x_train[None, :]) ** 2

@@ -66,8 +66,8 @@ def test_dot_product_attention_cells(rng):
     out = attention(queries, KEYS, VALUES, VALID_LENS)
     np.testing.assert_allclose(out, EXPECTED_OUT, rtol=1e-6)
     np.testing.assert_allclose(attention.attention_weights, EXPECTED_WEIGHTS, rtol=1e-6)
-    # Seed 004's variant: keys and values drawn from normal(0, 1); "the attention weights should be
-    # zero beyond the valid lengths (2 for the first sequence, 6 for the second)".
+    # The d2l practical guide's variant: keys and values drawn from normal(0, 1); "the attention
+    # weights should be zero beyond the valid lengths (2 for the first sequence, 6 for the second)".
     keys = rng.standard_normal((2, 10, 2)).astype(np.float32)
     values = rng.standard_normal((2, 10, 4)).astype(np.float32)
     output = attention(queries, keys, values, VALID_LENS)
@@ -79,7 +79,7 @@ def test_dot_product_attention_cells(rng):
 
 
 def test_nadaraya_watson_cell(rng):
-    # Seed 001: f(x) = sum_i softmax(-1/2 (x - x_i)^2) y_i, on d2l's toy regression. It beats the
+    # The d2l chapter: f(x) = sum_i softmax(-1/2 (x - x_i)^2) y_i, on d2l's toy regression. It beats the
     # plain average; the narrower the kernel, the closer the fit follows the training points.
     x_train = np.sort(rng.random(50) * 5)
     y_train = 2 * np.sin(x_train) + x_train**0.8 + rng.normal(0.0, 0.5, 50)

@@ -136,7 +136,7 @@ class MultiHeadAttention(nn.Module):
 
 
 class BilinearAttention(nn.Module):
-    """a(q, k) = q^T W k (seed 001's q^T M k), then the d2l chapter's masked softmax and bmm."""
+    """a(q, k) = q^T W k (the d2l chapter's q^T M k), then the d2l chapter's masked softmax and bmm."""
 
     def __init__(self, W, dropout):
         super().__init__()

@@ -77,7 +77,7 @@ void show(std::ostream& os, std::string_view name, const Tensor<T>& t) {
 // The examples, in the order of the chapter
 
 void masked_softmax_example(std::ostream& os) {
-  heading(os, "1. Masked softmax (the d2l chapter)",
+  heading(os, "1. Masked softmax",
           {"masked_softmax(torch.rand(2, 2, 4), torch.tensor([2, 3]))",
            "masked_softmax(torch.rand(2, 2, 4), torch.tensor([[1, 3], [2, 4]]))"});
   os << "Each row is a softmax over its first valid_lens entries; the entries after them get weight 0.\n"
@@ -96,7 +96,7 @@ void masked_softmax_example(std::ostream& os) {
 }
 
 void bmm_example(std::ostream& os) {
-  heading(os, "2. Batch matrix multiplication (seed 004)",
+  heading(os, "2. Batch matrix multiplication",
           {"Q = d2l.ones((2, 3, 4))", "K = d2l.ones((2, 4, 6))", "torch.bmm(Q, K)  # Result: (2, 3, 6)"});
   const Tensor<float> q = ones({2, 3, 4}), k = ones({2, 4, 6});
   show(os, "torch.bmm(Q, K)", attn::bmm<float>(q.cview(), k.cview()));
@@ -124,7 +124,7 @@ void explain_uniform_weights(std::ostream& os) {
 
 // Returns the attention weights, for the demo's heatmap.
 Tensor<float> additive_example(std::ostream& os, const SharedInputs& in) {
-  heading(os, "3. Additive attention (seed 002)",
+  heading(os, "3. Additive attention",
           {"queries, keys = torch.normal(0, 1, (2, 1, 20)), torch.ones((2, 10, 2))",
            "values = torch.arange(40, dtype=torch.float32).reshape(1, 10, 4).repeat(2, 1, 1)",
            "valid_lens = torch.tensor([2, 6])",
@@ -147,7 +147,7 @@ Tensor<float> additive_example(std::ostream& os, const SharedInputs& in) {
 
 // Returns the attention weights, for the demo's heatmap.
 Tensor<float> dot_product_example(std::ostream& os, const SharedInputs& in) {
-  heading(os, "4. Scaled dot-product attention (the d2l chapter)",
+  heading(os, "4. Scaled dot-product attention",
           {"queries = torch.normal(0, 1, (2, 1, 2))", "attention = DotProductAttention(dropout=0.5)",
            "attention.eval()", "attention(queries, keys, values, valid_lens)"});
   std::mt19937_64 rng(4);
@@ -156,7 +156,7 @@ Tensor<float> dot_product_example(std::ostream& os, const SharedInputs& in) {
   Tensor<float> weights;
   const Tensor<float> out = attn::scaled_dot_product_attention<float>(
       queries.cview(), in.keys.cview(), in.values.cview(), valid_lens_mask(in.valid_lens), {}, &weights);
-  os << "keys, values and valid_lens as in example 3 (seed 002; seed 004 draws them from normal(0, 1)).\n\n";
+  os << "keys, values and valid_lens as in example 3 (the d2l practical guide draws them from normal(0, 1)).\n\n";
   show(os, "queries = torch.normal(0, 1, (2, 1, 2))", queries);
   show(os, "attention(queries, keys, values, valid_lens)", out);
   show(os, "attention.attention_weights", weights);
@@ -240,10 +240,10 @@ void print_fits(std::ostream& os, const Regression& data,
 }
 
 void nadaraya_watson_example(std::ostream& os, const Regression& data) {
-  heading(os, "5. Nadaraya-Watson kernel regression (seed 001)",
+  heading(os, "5. Nadaraya-Watson kernel regression",
           {"f(x) = sum_i softmax(-1/2 (x - x_i)^2) y_i", "kernels: Gaussian, boxcar, Epanechnikov"},
-          "seed 001: ");
-  os << "The seed gives the estimator but no code; the data are the usual toy regression:\n"
+          "d2l: ");
+  os << "The d2l chapter gives the estimator but no code; the data are the usual toy regression:\n"
         "  x_i: 50 sorted uniform(0, 5) draws, y_i = 2 sin(x_i) + x_i^0.8 + normal(0, 0.5) noise,\n"
         "  queries x = 0, 0.1, ..., 4.9 (torch.arange(0, 5, 0.1)); MSE against the noiseless curve.\n"
         "attn::nadaraya_watson_forward with (1, 50, 1) queries, keys and values.\n\n";
