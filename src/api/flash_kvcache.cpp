@@ -113,7 +113,7 @@ Mask<float> sequence_mask(const FlashAttendOptions& o, index_t b) {
   mask.window = window_of(o);
   const auto& a = o.alibi_slopes;
   if (a.rank() == 1) mask.alibi_slopes = a;
-  if (a.rank() == 2) mask.alibi_slopes = TensorView<const float>(a.data() + b * a.stride(0), {a.dim(1)}, {a.stride(1)});
+  if (a.rank() == 2) mask.alibi_slopes = detail::step(a, b, "flash_attn", "alibi_slopes");
   mask.sinks = o.sinks;
   return mask;
 }
@@ -174,10 +174,16 @@ void decode(TensorView<float> out, TensorView<float> lse, TensorView<const float
     auto [k, v] = s.rows(g);
     k.table_stride = v.table_stride = 0;
     const TensorView<const float> shape(&never_read, {1, Hk, s.m[static_cast<std::size_t>(g)], d}, {0, 0, 0, 1});
-    const TensorView<const float> qg(q.data() + g * q.stride(0), {1, H, n, d}, {0, q.stride(1), q.stride(2), q.stride(3)});
-    const TensorView<float> og(out.data() + g * out.stride(0), {1, H, n, d}, {0, out.stride(1), out.stride(2), out.stride(3)});
-    const TensorView<float> lg =
-        lse.empty() ? TensorView<float>() : TensorView<float>(lse.data() + g * lse.stride(0), {1, H, n}, {0, lse.stride(1), lse.stride(2)});
+    // Group g's rows as a batch of one.
+    const TensorView<const float> qs = detail::step(q, g, op, "q");
+    const TensorView<float> os = detail::step(out, g, op, "out");
+    const TensorView<const float> qg(qs.data(), {1, H, n, d}, {0, qs.stride(0), qs.stride(1), qs.stride(2)});
+    const TensorView<float> og(os.data(), {1, H, n, d}, {0, os.stride(0), os.stride(1), os.stride(2)});
+    TensorView<float> lg;
+    if (!lse.empty()) {
+      const TensorView<float> ls = detail::step(lse, g, op, "lse");
+      lg = TensorView<float>(ls.data(), {1, H, n}, {0, ls.stride(0), ls.stride(1)});
+    }
     detail::sdpa_decode_rows(og, lg, qg, shape, shape, k, v, sequence_mask(o, s.batch[static_cast<std::size_t>(g)]), sdpa, op);
   }
 }

@@ -260,8 +260,8 @@ void check_tokens(const char* op, index_t batch, index_t kv_heads, index_t head_
 }
 
 // Sequence b's (kv_heads, t, head_dim) of a (batch, kv_heads, t, head_dim) array.
-TensorView<const float> sequence_of(const TensorView<const float>& t, index_t b) {
-  return TensorView<const float>(t.data() + b * t.stride(0), {t.dim(1), t.dim(2), t.dim(3)}, {t.stride(1), t.stride(2), t.stride(3)});
+TensorView<const float> sequence_of(const TensorView<const float>& t, index_t b, const char* name) {
+  return detail::step(t, b, "KvCache::append", name);
 }
 
 }  // namespace
@@ -348,9 +348,9 @@ void KvCache::append(TensorView<const float> keys, TensorView<const float> value
   const char* op = "KvCache::append";
   State& s = *s_;
   check_tokens(op, s.batch, s.kv_heads, s.head_dim, keys, values, true);
-  for (index_t b = 0; b < s.batch; ++b) s.check_append(op, b, sequence_of(keys, b), sequence_of(values, b));
+  for (index_t b = 0; b < s.batch; ++b) s.check_append(op, b, sequence_of(keys, b, "keys"), sequence_of(values, b, "values"));
   for (index_t b = 0; b < s.batch; ++b) s.hold(b, s.lengths[static_cast<std::size_t>(b)] + keys.dim(2));
-  for (index_t b = 0; b < s.batch; ++b) s.store(b, sequence_of(keys, b), sequence_of(values, b));
+  for (index_t b = 0; b < s.batch; ++b) s.store(b, sequence_of(keys, b, "keys"), sequence_of(values, b, "values"));
 }
 
 namespace {
@@ -479,13 +479,9 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
     detail::fail(op, ": alibi_slopes has shape ", slopes.shape_string(), "; it must be (heads,) = (", H,
                  ",) or (batch, heads) = (", s.batch, ",", H, ") for queries of shape ", queries.shape_string());
   for (index_t b = 0; b < s_->batch; ++b) {
-    const TensorView<const float> q(rq.data() + b * rq.stride(0), {rq.dim(1), rq.dim(2), rq.dim(3)},
-                                    {rq.stride(1), rq.stride(2), rq.stride(3)});
-    const TensorView<float> o(out.data() + b * out.stride(0), {out.dim(1), out.dim(2), out.dim(3)},
-                              {out.stride(1), out.stride(2), out.stride(3)});
     KvAttendOptions one = options;
-    if (slopes.rank() == 2) one.alibi_slopes = TensorView<const float>(slopes.data() + b * slopes.stride(0), {H}, {slopes.stride(1)});
-    attend_sequence(o, b, q, one, rotary);
+    if (slopes.rank() == 2) one.alibi_slopes = detail::step(slopes, b, op, "alibi_slopes");
+    attend_sequence(detail::step(out, b, op, "out"), b, detail::step(rq, b, op, "queries"), one, rotary);
   }
 }
 

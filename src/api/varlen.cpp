@@ -172,8 +172,7 @@ Mask<W> sequence_mask(const Mask<W>& mask, index_t b) {
   Mask<W> m = mask;
   const auto& a = mask.alibi_slopes;
   if (!a.empty() && a.rank() == 2) {
-    const index_t shape[] = {a.dim(1)}, strides[] = {a.stride(1)};
-    m.alibi_slopes = TensorView<const W>(a.data() + b * a.stride(0), shape, strides);
+    m.alibi_slopes = detail::step(a, b, "varlen", "alibi_slopes");
   }
   return m;
 }
@@ -247,9 +246,10 @@ void forward(TensorView<E> out, TensorView<W> lse, TensorView<W> weights, Tensor
       } else {
         TensorView<W> wb;
         if (!weights.empty()) {
+          const TensorView<W> ws = detail::step(weights, b, op, "weights");
           const index_t shape[] = {1, p.H, n, m};
-          const index_t strides[] = {0, weights.stride(1), weights.stride(2), 1};
-          wb = TensorView<W>(weights.data() + b * weights.stride(0), shape, strides);
+          const index_t strides[] = {0, ws.stride(0), ws.stride(1), 1};
+          wb = TensorView<W>(ws.data(), shape, strides);
         }
         sdpa_forward<E>(ob, lb, wb, qb, kb, vb, mb, obo);
       }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <span>
 
 #include "attn/tensor.hpp"
 
@@ -38,19 +39,11 @@ void fill_zero(View4<T> x) {
 
 namespace detail {
 
-// The checks every tensor argument passes: a rank in [min_rank, max_rank], non-negative strides,
-// a contiguous last dimension (unless `any_last_stride`: masks are read through every stride), and
-// offsets that fit in index_t. Throws attn::Error naming `op` and `name`. Returns the canonical
-// view (nullptr data for an empty optional argument; its last stride is 1 whatever t's).
+// The checks every stride passes before an address is formed from it: none negative, and the
+// farthest element's offset (the sum of (dim - 1) * stride) fits in index_t. Throws attn::Error
+// naming `op` and `name`.
 template <class T>
-View4<T> to_view4(const TensorView<T>& t, const char* op, const char* name, int min_rank = 3, int max_rank = 4,
-                  bool any_last_stride = false) {
-  if (t.empty()) return {};
-  if (t.rank() < min_rank || t.rank() > max_rank) {
-    if (min_rank == max_rank) fail(op, ": ", name, " has shape ", t.shape_string(), "; it must have ", min_rank, " dimensions");
-    fail(op, ": ", name, " has shape ", t.shape_string(), "; it must have ", min_rank, " to ", max_rank, " dimensions");
-  }
-  if (t.data() == nullptr && t.numel() > 0) fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
+void check_strides(const TensorView<T>& t, const char* op, const char* name) {
   index_t extent = 0;
   for (int i = 0; i < t.rank(); ++i) {
     if (t.stride(i) < 0)
@@ -61,6 +54,39 @@ View4<T> to_view4(const TensorView<T>& t, const char* op, const char* name, int 
         fail(op, ": ", name, " with shape ", t.shape_string(), " spans more elements than a 64-bit index holds");
     }
   }
+}
+
+// Index i of t's first dimension, as a view of its other dimensions: t.data() + i * t.stride(0).
+// The one way src/ steps a TensorView by an index, so that no address is formed from a stride
+// nobody checked (found by fuzzing: KvCache::attend formed the row of (batch, heads) ALiBi slopes
+// through a negative batch stride). t's strides pass check_strides here, and i must lie in
+// [0, t.dim(0)). A tensor of no element has no memory to bound its strides (any value is valid):
+// its sub-view keeps t.data() (and t's other strides, which to_view4 sets to 0).
+template <class T>
+TensorView<T> step(const TensorView<T>& t, index_t i, const char* op, const char* name) {
+  if (t.rank() < 1 || i < 0 || i >= t.dim(0))
+    fail(op, ": ", name, " has shape ", t.shape_string(), "; index ", i, " of its first dimension does not exist");
+  check_strides(t, op, name);
+  return TensorView<T>(t.numel() == 0 ? t.data() : t.data() + i * t.stride(0), t.shape().subspan(1), t.strides().subspan(1));
+}
+
+// The checks every tensor argument passes: a rank in [min_rank, max_rank], check_strides, and a
+// contiguous last dimension (unless `any_last_stride`: masks are read through every stride).
+// Throws attn::Error naming `op` and `name`. Returns the canonical view (nullptr data for an empty
+// optional argument; its last stride is 1 whatever t's). A tensor of no element gets strides 0, so
+// that every row of it is its data pointer: nothing bounds the strides it came with, and a kernel
+// may form the address of one of its rows (a row of no column: values of width 0), which must not
+// overflow (clang's UBSan reported one, reached from the additive attention's row statistics).
+template <class T>
+View4<T> to_view4(const TensorView<T>& t, const char* op, const char* name, int min_rank = 3, int max_rank = 4,
+                  bool any_last_stride = false) {
+  if (t.empty()) return {};
+  if (t.rank() < min_rank || t.rank() > max_rank) {
+    if (min_rank == max_rank) fail(op, ": ", name, " has shape ", t.shape_string(), "; it must have ", min_rank, " dimensions");
+    fail(op, ": ", name, " has shape ", t.shape_string(), "; it must have ", min_rank, " to ", max_rank, " dimensions");
+  }
+  if (t.data() == nullptr && t.numel() > 0) fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
+  check_strides(t, op, name);
   if (!any_last_stride && t.rank() > 0 && t.dim(-1) > 1 && t.stride(-1) != 1)
     fail(op, ": ", name, " has stride ", t.stride(-1), " in its last dimension; it must be 1 (contiguous)");
   View4<T> v;
@@ -77,6 +103,7 @@ View4<T> to_view4(const TensorView<T>& t, const char* op, const char* name, int 
   }
   v.B = dims[0], v.H = dims[1], v.R = dims[2], v.C = dims[3];
   v.sB = strides[0], v.sH = strides[1], v.sR = strides[2];
+  if (t.numel() == 0) v.sB = v.sH = v.sR = 0;
   return v;
 }
 
