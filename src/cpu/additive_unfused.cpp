@@ -11,28 +11,16 @@
 #include "core/buffer.hpp"
 #include "cpu/linear.hpp"
 #include "cpu/unfused.hpp"
+#include "ref/additive.hpp"
 
 namespace attn::cpu::unfused {
 namespace {
 
-// The forward's intermediates, recomputed by the backward: qp (B, H, n, h), kp (B, H, m, h) and
-// the raw scores (B, H, n, m).
-template <class T>
-struct AdditiveScores {
-  index_t B, H, n, m, h;
-  detail::Buffer<T> qp, kp, scores;
-  View4<T> qp_view() { return dense_view4(qp.data(), B, H, n, h); }
-  View4<T> kp_view() { return dense_view4(kp.data(), B, H, m, h); }
-  View4<T> scores_view() { return dense_view4(scores.data(), B, H, n, m); }
-};
-
-// w_v . tanh(qi + kj) over the hidden size h.
-template <class T>
-T additive_score(const T* qi, const T* kj, const T* w_v, index_t h) {
-  T acc = 0;
-  for (index_t p = 0; p < h; ++p) acc += w_v[p] * std::tanh(qi[p] + kj[p]);
-  return acc;
-}
+// The score of a pair and its gradient are the reference's formula (ref/additive.hpp); this file
+// adds the threading, the schedules and the skipping of masked keys.
+using ref::additive_score;
+using ref::additive_score_backward;
+using ref::AdditiveScores;
 
 // queries (B, H, n, q), keys (B, H, m, k), w_q (1, 1, h, q), w_k (1, 1, h, k), w_v (1, 1, 1, h).
 // Rows in parallel. Only keys before the row's mask limit are scored (the others are never read);
@@ -62,18 +50,6 @@ AdditiveScores<T> additive_scores(View4<const T> queries, View4<const T> keys, V
   return a;
 }
 
-// One term (i, j) of the backward of scores[i, j] = sum_p w_v[p] t_p, t = tanh(qi + kj), with
-// g = dscores[i, j]: dt = g w_v (1 - t^2) is added to dq and g t to dv (Row), dt to dk (Col).
-template <bool Row, bool Col, class T>
-void pair_backward(T g, const T* qi, const T* kj, const T* wv, index_t h, T* dq, T* dv, T* dk) {
-  for (index_t p = 0; p < h; ++p) {
-    const T t = std::tanh(qi[p] + kj[p]);
-    const T dt = g * wv[p] * (T(1) - t * t);
-    if constexpr (Row) dv[p] += g * t, dq[p] += dt;
-    if constexpr (Col) dk[p] += dt;
-  }
-}
-
 // dqp (B, H, n, h) = sum_j dt_ij, dkp (B, H, m, h) = sum_i dt_ij and dwv_row (B, H, n, h), each
 // row's share of dw_v, from ds = dscores (B, H, n, m); all three zero on entry. Two schedules
 // with the same sums in the same order (over j ascending for a row, over i ascending for a key):
@@ -94,8 +70,8 @@ void projection_grads(View4<T> dqp, View4<T> dkp, View4<T> dwv_row, View4<const 
           for (index_t j = 0; j < m; ++j) {
             const T g = ds.at(b, hd, i, j);
             if (g != T(0))
-              pair_backward<true, true, T>(g, qp.row(b, hd, i), kp.row(b, hd, j), wv, h, dqp.row(b, hd, i),
-                                        dwv_row.row(b, hd, i), dkp.row(b, hd, j));
+              additive_score_backward<true, true, T>(g, qp.row(b, hd, i), kp.row(b, hd, j), wv, h, dqp.row(b, hd, i),
+                                                  dwv_row.row(b, hd, i), dkp.row(b, hd, j));
           }
     return;
   }
@@ -106,8 +82,8 @@ void projection_grads(View4<T> dqp, View4<T> dkp, View4<T> dwv_row, View4<const 
         for (index_t j = 0; j < m; ++j) {
           const T g = ds.at(b, hd, i, j);
           if (g != T(0))
-            pair_backward<true, false, T>(g, qp.row(b, hd, i), kp.row(b, hd, j), wv, h, dqp.row(b, hd, i),
-                                       dwv_row.row(b, hd, i), nullptr);
+            additive_score_backward<true, false, T>(g, qp.row(b, hd, i), kp.row(b, hd, j), wv, h, dqp.row(b, hd, i),
+                                                    dwv_row.row(b, hd, i), nullptr);
         }
 #pragma omp parallel for collapse(3) schedule(static)
   for (index_t b = 0; b < B; ++b)
@@ -116,8 +92,8 @@ void projection_grads(View4<T> dqp, View4<T> dkp, View4<T> dwv_row, View4<const 
         for (index_t i = 0; i < n; ++i) {
           const T g = ds.at(b, hd, i, j);
           if (g != T(0))
-            pair_backward<false, true, T>(g, qp.row(b, hd, i), kp.row(b, hd, j), wv, h, nullptr, nullptr,
-                                       dkp.row(b, hd, j));
+            additive_score_backward<false, true, T>(g, qp.row(b, hd, i), kp.row(b, hd, j), wv, h, nullptr, nullptr,
+                                                    dkp.row(b, hd, j));
         }
 }
 

@@ -2,26 +2,18 @@
 //   queries, keys = W_q(queries), W_k(keys)
 //   scores[i, j]  = w_v . tanh(queries[i] + keys[j])
 //   out           = dropout(masked_softmax(scores)) @ values
+// A pair's score and its gradient are ref/additive.hpp's, which the cpu backend's unfused path
+// calls too.
 #include <cmath>
 #include <vector>
 
 #include "core/buffer.hpp"
+#include "ref/additive.hpp"
 #include "ref/linear.hpp"
 #include "ref/ref.hpp"
 
 namespace attn::ref {
 namespace {
-
-// The forward's intermediates, recomputed by the backward: the projections qp (B, H, n, h) and
-// kp (B, H, m, h) and the raw scores (B, H, n, m).
-template <class T>
-struct AdditiveScores {
-  index_t B, H, n, m, h;
-  detail::Buffer<T> qp, kp, scores;
-  View4<T> qp_view() { return dense_view4(qp.data(), B, H, n, h); }
-  View4<T> kp_view() { return dense_view4(kp.data(), B, H, m, h); }
-  View4<T> scores_view() { return dense_view4(scores.data(), B, H, n, m); }
-};
 
 // queries (B, H, n, q), keys (B, H, m, k), w_q (1, 1, h, q), w_k (1, 1, h, k), w_v (1, 1, 1, h).
 template <class T>
@@ -37,11 +29,8 @@ AdditiveScores<T> additive_scores(View4<const T> queries, View4<const T> keys, V
   for (index_t b = 0; b < a.B; ++b)
     for (index_t hd = 0; hd < a.H; ++hd)
       for (index_t i = 0; i < a.n; ++i)
-        for (index_t j = 0; j < a.m; ++j) {
-          T acc = 0;
-          for (index_t p = 0; p < a.h; ++p) acc += w_v.at(0, 0, 0, p) * std::tanh(qp.at(b, hd, i, p) + kp.at(b, hd, j, p));
-          s.at(b, hd, i, j) = acc;
-        }
+        for (index_t j = 0; j < a.m; ++j)
+          s.at(b, hd, i, j) = additive_score(qp.row(b, hd, i), kp.row(b, hd, j), w_v.row(0, 0, 0), a.h);
   return a;
 }
 
@@ -86,14 +75,8 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
         const RowMask<T> row = mask.row(b, hd, i);
         for (index_t j = 0; j < m; ++j) {
           if (!row.allowed(j)) continue;
-          const T g = ds.at(b, hd, i, j);
-          for (index_t p = 0; p < h; ++p) {
-            const T t = std::tanh(qp.at(b, hd, i, p) + kp.at(b, hd, j, p));
-            const T dt = g * w_v.at(0, 0, 0, p) * (T(1) - t * t);
-            dw_v.at(0, 0, 0, p) += g * t;
-            dqp.at(b, hd, i, p) += dt;
-            dkp.at(b, hd, j, p) += dt;
-          }
+          additive_score_backward<true, true, T>(ds.at(b, hd, i, j), qp.row(b, hd, i), kp.row(b, hd, j), w_v.row(0, 0, 0),
+                                                 h, dqp.row(b, hd, i), dw_v.row(0, 0, 0), dkp.row(b, hd, j));
         }
       }
   // queries = W_q(queries): dW_q = sum over rows of dqp^T queries, dqueries = dqp W_q; keys alike.
