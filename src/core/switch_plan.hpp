@@ -1,8 +1,10 @@
 // The run-time switches one call runs under (attn/config.hpp: backend, SIMD target, bfloat16 kernel,
 // threads), read once, on the calling thread, at the API boundary (src/api) into the call's plan
-// (MaskPlan::switches, and SdpaPlan through its mask) and handed down. No kernel reads a global
-// switch, so a set_backend or set_simd_target on another thread cannot split one call between two
-// settings.
+// (MaskPlan::switches, and SdpaPlan through its mask) and handed down, so a set_backend or
+// set_simd_target on another thread cannot split one call between two settings. The attention,
+// masked softmax and additive kernels take them from the plan; the Nadaraya-Watson kernels, the KV
+// cache's decode dispatch and the SIMD helpers of the unfused passes (matmul_abt, simd_tanh,
+// simd_exp_weight) still read the backend or the target themselves, each once per call.
 #pragma once
 
 #include <cstdint>
