@@ -16,8 +16,13 @@ def f32(rng, *shape):
 
 
 def check(got, refs, what):
+    # A gradient's floor is scaled by the call's largest result: where a row has one valid key, the
+    # gradients through its softmax are 0 in real arithmetic, attn's float32 dS = P (dP - rowsum(dO O))
+    # keeps the roundoff of two equal dot products (as FlashAttention's backward does), while torch's
+    # softmax backward, w (g - w g) with w = 1, cancels exactly.
+    largest = max(float(np.abs(r64).max()) for _, r64 in refs.values() if np.asarray(r64).size)
     for name, (r32, r64) in refs.items():
-        assert_within_budget(got[name], r32, r64, f"{what}: {name}")
+        assert_within_budget(got[name], r32, r64, f"{what}: {name}", scale=largest if name.startswith("d") else None)
 
 
 def attn_results(attention, arrays, dtype):
