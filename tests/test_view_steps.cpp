@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "attn/additive.hpp"
+#include "attn/config.hpp"
 #include "attn/kv_cache.hpp"
 #include "core/view4.hpp"
 #include "support/testing.hpp"
@@ -93,6 +94,27 @@ TEST(EmptyTensorStrides, AdditiveBackwardWithValuesOfWidthZeroComputes) {
                                       queries.view(), keys.view(), values, w.params());
   for (index_t i = 0; i < dq.numel(); ++i) EXPECT_EQ(dq.data()[i], 0.0);
   for (index_t i = 0; i < gv.numel(); ++i) EXPECT_EQ(gv.data()[i], 0.0);
+}
+
+// An owning Tensor of no element has no storage (a null data pointer); given as out, it is an output
+// of no element, not an output left out: additive attention with values of width 0 computes its
+// weights (those of the reference) and writes nothing to out.
+TEST(EmptyTensorStrides, AnOwningOutputOfNoElementIsGiven) {
+  const index_t B = 2, n = 3, m = 4, q = 2, k = 3, h = 5;
+  const Tensor<double> queries = random_tensor<double>({B, n, q}, 6), keys = random_tensor<double>({B, m, k}, 7);
+  const Tensor<double> values({B, m, 0});
+  const AdditiveWeights<double> w = AdditiveWeights<double>::init(q, k, h, 8);
+  Tensor<double> out({B, n, 0}), weights({B, n, m}), want({B, n, m}), want_out({B, n, 0});
+  EXPECT_EQ(out.data(), nullptr);
+  additive_attention_forward<double>(out.view(), weights.view(), queries.view(), keys.view(), values.view(),
+                                     w.params());
+  {
+    const ScopedBackend reference(Backend::reference);
+    additive_attention_forward<double>(want_out.view(), want.view(), queries.view(), keys.view(), values.view(),
+                                       w.params());
+  }
+  for (index_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(weights.data()[i], want.data()[i], 1e-14);
+  EXPECT_NEAR(weights.data()[0] + weights.data()[1] + weights.data()[2] + weights.data()[3], 1.0, 1e-14);
 }
 
 // The fault api_fuzz found (fuzz/corpus/api/finding7_*): KvCache::attend over every sequence formed

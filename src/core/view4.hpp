@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <span>
+#include <type_traits>
 
 #include "attn/tensor.hpp"
 
@@ -70,6 +71,15 @@ TensorView<T> step(const TensorView<T>& t, index_t i, const char* op, const char
   return TensorView<T>(t.numel() == 0 ? t.data() : t.data() + i * t.stride(0), t.shape().subspan(1), t.strides().subspan(1));
 }
 
+// The data pointer of a given tensor of no element whose storage is null (an owning Tensor of no
+// element): an address that is never read or written (there is no element), so that the view is not
+// taken for an optional argument that was not given (View4::empty, a null data pointer).
+template <class T>
+T* no_element_address() {
+  alignas(64) static std::remove_const_t<T> none{};
+  return &none;
+}
+
 // The checks every tensor argument passes: a rank in [min_rank, max_rank], check_strides, and a
 // contiguous last dimension (unless `any_last_stride`: masks are read through every stride).
 // Throws attn::Error naming `op` and `name`. Returns the canonical view (nullptr data for an empty
@@ -104,6 +114,7 @@ View4<T> to_view4(const TensorView<T>& t, const char* op, const char* name, int 
   v.B = dims[0], v.H = dims[1], v.R = dims[2], v.C = dims[3];
   v.sB = strides[0], v.sH = strides[1], v.sR = strides[2];
   if (t.numel() == 0) v.sB = v.sH = v.sR = 0;
+  if (v.data == nullptr) v.data = no_element_address<T>();
   return v;
 }
 
