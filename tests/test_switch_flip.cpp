@@ -1,9 +1,9 @@
 // The run-time switches are read once per call (core/switch_plan.hpp): while another thread flips
 // set_backend (cpu, reference) and set_simd_target (two supported targets) as fast as it can, every
-// call made on the main thread (SDPA forward and backward, additive attention, Nadaraya-Watson,
-// masked softmax) returns, bit for bit, the result of the same call made beforehand under one fixed
-// setting: no call runs part of its work on one setting and part on another. Also run under
-// ThreadSanitizer (tests/CMakeLists.txt, threaded_tests).
+// call made on the main thread (SDPA forward and backward, additive attention forward and backward,
+// Nadaraya-Watson, masked softmax) returns, bit for bit, the result of the same call made beforehand
+// under one fixed setting: no call runs part of its work on one setting and part on another. Also
+// run under ThreadSanitizer (tests/CMakeLists.txt, threaded_tests).
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -71,6 +71,13 @@ std::vector<Call> calls() {
                  Tensor<float> out({2, 20, 5});
                  additive_attention_forward<float>(out.view(), {}, aq->view(), ak->view(), av->view(), w->params());
                  return values_of<float>({&out});
+               }});
+  c.push_back({"additive_attention_backward", [=] {  // its projections' products as well as its chunks
+                 Tensor<float> dq({2, 20, 8}), dk({2, 30, 6}), dv({2, 30, 5}), gq({7, 8}), gk({7, 6}), gv({7});
+                 const Tensor<float> dout = random_tensor<float>({2, 20, 5}, 13);
+                 additive_attention_backward<float>(dq.view(), dk.view(), dv.view(), {gq.view(), gk.view(), gv.view()},
+                                                    dout.view(), aq->view(), ak->view(), av->view(), w->params());
+                 return values_of<float>({&dq, &dk, &dv, &gq, &gk, &gv});
                }});
   c.push_back({"nadaraya_watson_forward", [=] {
                  Tensor<float> out({2, 40, 3});

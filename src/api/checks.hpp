@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attn/config.hpp"
+#include "core/switch_plan.hpp"
 #include "core/view4.hpp"
 
 namespace attn::detail {
@@ -120,15 +121,24 @@ void refuse_sinks(const M& mask, const char* op) {
 
 }  // namespace attn::detail
 
-// Runs the kernel of the current backend: ref::kernel or cpu::kernel (which takes its unfused path
-// under Backend::unfused).
-#define ATTN_DISPATCH(kernel, ...)                    \
-  (::attn::backend() == ::attn::Backend::reference    \
-       ? ::attn::ref::kernel(__VA_ARGS__)             \
-       : ::attn::cpu::kernel(__VA_ARGS__))
-// The same on the backend of a call's switches (core/switch_plan.hpp), read once with its plan, so
-// that the backend and the switches the kernels read are one reading.
-#define ATTN_DISPATCH_ON(switches, kernel, ...)                \
-  ((switches).backend == ::attn::Backend::reference            \
-       ? ::attn::ref::kernel(__VA_ARGS__)                      \
-       : ::attn::cpu::kernel(__VA_ARGS__))
+namespace attn::detail {
+
+// f(s) with `s` pinned on the calling thread for the call (core/switch_plan.hpp): every switch read
+// under it (read_switches, cpu::simd::current) gives this one reading.
+template <class F>
+decltype(auto) run_pinned(const Switches& s, F&& f) {
+  const PinSwitches pin(s);
+  return f(s);
+}
+
+}  // namespace attn::detail
+
+// Runs ref::kernel or cpu::kernel (which takes its unfused path under Backend::unfused) on the
+// backend of a call's switches, read once (with its plan where it has one), pinned for the kernel.
+#define ATTN_DISPATCH_ON(switches, kernel, ...)                                                  \
+  ::attn::detail::run_pinned((switches), [&](const ::attn::detail::Switches& attn_switches_) -> decltype(auto) { \
+    return attn_switches_.backend == ::attn::Backend::reference ? ::attn::ref::kernel(__VA_ARGS__)               \
+                                                                : ::attn::cpu::kernel(__VA_ARGS__);              \
+  })
+// The same on the calling thread's switches now.
+#define ATTN_DISPATCH(kernel, ...) ATTN_DISPATCH_ON(::attn::detail::read_switches(), kernel, __VA_ARGS__)

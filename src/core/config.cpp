@@ -61,11 +61,14 @@ thread_local const Switches* pinned = nullptr;
 void set_process_simd_bit(std::int64_t bit) { process_simd_bit.store(bit); }
 std::int64_t thread_simd_override() { return simd_override; }
 void set_thread_simd_override(std::int64_t bit) { simd_override = bit; }
-std::int64_t simd_bit_now() { return simd_override != 0 ? simd_override : process_simd_bit.load(std::memory_order_relaxed); }
+std::int64_t simd_bit_now() {
+  if (pinned != nullptr) return pinned->simd_bit;
+  return simd_override != 0 ? simd_override : process_simd_bit.load(std::memory_order_relaxed);
+}
 
 Switches read_switches() {
   if (pinned != nullptr) return *pinned;
-  return {backend(), simd_bit_now(), bf16_choice.load(), omp_get_max_threads()};
+  return {backend(), simd_bit_now(), bf16_choice.load()};
 }
 
 PinSwitches::PinSwitches(const Switches& s) : saved_(pinned), own_(s) {

@@ -1,10 +1,10 @@
-// The run-time switches one call runs under (attn/config.hpp: backend, SIMD target, bfloat16 kernel,
-// threads), read once, on the calling thread, at the API boundary (src/api) into the call's plan
-// (MaskPlan::switches, and SdpaPlan through its mask) and handed down, so a set_backend or
-// set_simd_target on another thread cannot split one call between two settings. The attention,
-// masked softmax and additive kernels take them from the plan; the Nadaraya-Watson kernels, the KV
-// cache's decode dispatch and the SIMD helpers of the unfused passes (matmul_abt, simd_tanh,
-// simd_exp_weight) still read the backend or the target themselves, each once per call.
+// The run-time switches one call runs under (attn/config.hpp: backend, SIMD target, bfloat16 kernel),
+// read once, on the calling thread, at the API boundary (src/api): into the call's plan where it has
+// one (MaskPlan::switches, and SdpaPlan through its mask), and pinned on the calling thread while its
+// kernels run (ATTN_DISPATCH_ON in api/checks.hpp), so that every later read of a switch in the call
+// (read_switches, cpu::simd::current) gives the same reading and a set_backend or set_simd_target on
+// another thread cannot split one call between two settings. The thread count is not among them: it
+// is the calling thread's own OpenMP setting (set_num_threads), which no other thread changes.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +20,6 @@ struct Switches {
   std::int64_t simd_bit = 0;
   // The bfloat16 kernel's setting; whether it runs also depends on the CPU (cpu::bf16::dot_chosen).
   Bf16Kernel bf16 = Bf16Kernel::automatic;
-  // OpenMP threads of the calling thread (set_num_threads).
-  int threads = 1;
 };
 
 // The calling thread's switches now: its ScopedBackend and ScopedSimdTarget over the process's
@@ -48,7 +46,8 @@ class PinSwitches {
 void set_process_simd_bit(std::int64_t bit);  // set_simd_target
 std::int64_t thread_simd_override();           // ScopedSimdTarget's bit, 0 for none
 void set_thread_simd_override(std::int64_t bit);
-// The calling thread's SIMD bit: its ScopedSimdTarget's, else the process's (0: the default).
+// The calling thread's SIMD bit: the pinned one inside a PinSwitches scope, else its
+// ScopedSimdTarget's, else the process's (0: the default).
 std::int64_t simd_bit_now();
 
 }  // namespace attn::detail

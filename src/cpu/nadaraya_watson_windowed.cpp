@@ -44,6 +44,7 @@
 #include <numeric>
 
 #include "attn/config.hpp"
+#include "core/switch_plan.hpp"
 #include "cpu/nw_windowed.hpp"
 #include "cpu/scratch.hpp"
 #include "cpu/simd/fused.hpp"
@@ -486,11 +487,11 @@ double visited_pairs(View4<const T> queries, View4<const T> keys, Kernel kernel,
 }  // namespace windowed
 
 // The cpu backend's entry points (core/kernels.inc): the windowed path where it applies (and the
-// backend is not Backend::unfused), else dense.
+// call's backend, pinned by its dispatch, is not Backend::unfused), else dense.
 template <class T>
 void nw_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<const T> keys, View4<const T> values,
                 Kernel kernel, T sigma) {
-  if (weights.empty() && backend() != Backend::unfused &&
+  if (weights.empty() && detail::read_switches().backend != Backend::unfused &&
       windowed::nw_forward<T>(out, queries, keys, values, kernel, sigma))
     return;
   dense::nw_forward<T>(out, weights, queries, keys, values, kernel, sigma);
@@ -499,7 +500,7 @@ void nw_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<co
 template <class T>
 void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma, View4<const T> dout,
                  View4<const T> queries, View4<const T> keys, View4<const T> values, Kernel kernel, T sigma) {
-  if (backend() != Backend::unfused &&
+  if (detail::read_switches().backend != Backend::unfused &&
       windowed::nw_backward<T>(dqueries, dkeys, dvalues, dsigma, dout, queries, keys, values, kernel, sigma))
     return;
   dense::nw_backward<T>(dqueries, dkeys, dvalues, dsigma, dout, queries, keys, values, kernel, sigma);

@@ -29,8 +29,9 @@ struct Target {
   std::size_t index = 0;
 };
 
-// The target chosen now on the calling thread (the best one unless set_simd_target, ScopedSimdTarget
-// or ATTN_SIMD_TARGET chose another): for the helpers not yet handed a call's target.
+// The target chosen now on the calling thread: inside a call's kernels the call's pinned reading
+// (core/switch_plan.hpp), else the best one unless set_simd_target, ScopedSimdTarget or
+// ATTN_SIMD_TARGET chose another. For helpers not handed a call's target.
 Target current();
 // The target of a call's switches (core/switch_plan.hpp), read at the API boundary.
 Target target_of(const detail::Switches& switches);
