@@ -98,7 +98,7 @@ void ChunkBlock(const AdditiveBackward<T>& p, index_t b, index_t h, index_t chun
       // common segment).
       if (j0 >= keys.end || j0 + cnt <= keys.begin || !st.may_attend(j0, cnt)) continue;
       st.general = st.tile_general(j0, cnt);
-      const bool bounded = st.max_begin > j0;
+      const bool bounded = st.cuts_left(j0);
       const index_t row0 = bh * n + i0;
       for (index_t i = 0; i < kBlockQ; ++i) {
         st.max[i] = i < rows ? p.row_max[row0 + i] : T(0);

@@ -21,7 +21,7 @@
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/gemm-inl.h"
 #include "cpu/simd/half-inl.h"
-#include "cpu/simd/tanh-inl.h"
+#include "cpu/simd/score_mods-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::fused::HWY_NAMESPACE {
@@ -376,7 +376,7 @@ void AccumulateValues(D d, const T* w, const TileRows<E>& vals, index_t cnt, T* 
         for (index_t c = dv / L * L; c < dv; ++c) o[c] += w[jj] * Wide(vals.row(jj)[c]);
 }
 
-// s[0, cnt) = cap(scale s), with cap(x) = softcap TanhAccurate(x / softcap), or x when softcap is 0.
+// s[0, cnt) = cap(scale s), with cap(x) = softcap CapTanh(x, 1 / softcap) (the prefill's), or x when softcap is 0.
 template <class D, class T>
 void ScaleAndCap(D d, T* s, index_t cnt, T scale, T softcap) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
@@ -385,7 +385,7 @@ void ScaleAndCap(D d, T* s, index_t cnt, T scale, T softcap) {
   index_t jj = 0;
   for (; jj + L <= cnt; jj += L) {
     auto x = hn::Mul(hn::LoadU(d, s + jj), vscale);
-    if (softcap != T(0)) x = hn::Mul(vcap, TanhAccurate(d, hn::Mul(x, vinv)));
+    if (softcap != T(0)) x = hn::Mul(vcap, CapTanh(d, x, vinv));
     hn::StoreU(x, d, s + jj);
   }
   if (jj < cnt) {  // the tail through a zero-padded vector

@@ -89,7 +89,7 @@ struct BlockState : BlockArrays<T>, TilePlan<T>, KeepBits<T>, BiasTile<T> {
   // window), as T for lane compares; pos: the queries' positions p(i) (ALiBi); rm: the row masks.
   using BlockArrays<T>::qt, BlockArrays<T>::s, BlockArrays<T>::ot, BlockArrays<T>::max, BlockArrays<T>::alpha,
       BlockArrays<T>::begin, BlockArrays<T>::end, BlockArrays<T>::pos, BlockArrays<T>::sum, BlockArrays<T>::rm;
-  using TilePlan<T>::rows, TilePlan<T>::max_begin, TilePlan<T>::keys_m, TilePlan<T>::segments;
+  using TilePlan<T>::rows, TilePlan<T>::keys_m, TilePlan<T>::segments;
   using KeepBits<T>::has_keep, KeepBits<T>::tile_keep;
   using BiasTile<T>::has_bias, BiasTile<T>::bias_stride, BiasTile<T>::tile_bias, BiasTile<T>::tile_bias_masks;
   OnlineSoftmax<T> online;
@@ -188,9 +188,9 @@ struct BlockState : BlockArrays<T>, TilePlan<T>, KeepBits<T>, BiasTile<T> {
         const index_t j = j0 + jj;
         for (index_t i = 0; i < kBlockQ; ++i) sj[i] = i < rows && rm[i].allowed(j) ? sj[i] + rm[i].bias_at(j) : fill;
       }
-      return fill != T(-1e6) || hook_masks;
+      return !this->d2l_fill || hook_masks;
     }
-    return (fill != T(-1e6) && (this->cuts(j0, cnt) || tile_keep || tile_bias_masks)) || hook_masks;
+    return (!this->d2l_fill && (this->cuts(j0, cnt) || tile_keep || tile_bias_masks)) || hook_masks;
   }
 
   // Whether keys [j0, j0 + cnt) must be masked element by element: a keep or additive mask the SIMD
