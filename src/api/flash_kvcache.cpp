@@ -49,15 +49,14 @@ void narrow_row(const float* from, T* to, index_t d) {
   else convert(std::span<const float>(from, static_cast<std::size_t>(d)), std::span<T>(to, static_cast<std::size_t>(d)));
 }
 
-// A tensor argument of rank `rank` with its last dimension contiguous and no negative stride.
+// A tensor argument of rank `rank` with its last dimension contiguous and strides detail::check_strides takes.
 template <class T>
 void require_layout(const char* op, const char* name, const TensorView<T>& t, int rank, const char* shape) {
   if (t.rank() != rank) detail::fail(op, ": ", name, " has shape ", t.shape_string(), "; it must be ", shape);
   if (t.data() == nullptr && t.numel() > 0) detail::fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
   if (t.dim(rank - 1) > 1 && t.stride(rank - 1) != 1)
     detail::fail(op, ": ", name, " has stride ", t.stride(rank - 1), " in its last dimension; it must be 1 (contiguous)");
-  for (int i = 0; i < rank; ++i)
-    if (t.stride(i) < 0) detail::fail(op, ": ", name, " has stride ", t.stride(i), " in dimension ", i, "; strides must not be negative");
+  detail::check_strides(t, op, name);
 }
 // An int32 vector argument (n,) read as a contiguous or strided vector; empty when not given.
 std::vector<index_t> read_ints(const char* op, const char* name, const TensorView<const std::int32_t>& t, index_t n) {
@@ -75,8 +74,7 @@ void check_attend(const char* op, const FlashAttendOptions& o, index_t B, index_
                  ", ", H, ")");
   // Their values too, here: the attention's own checks come after the append has written the cache.
   if (!a.empty()) {
-    for (int i = 0; i < a.rank(); ++i)
-      if (a.stride(i) < 0) detail::fail(op, ": alibi_slopes has stride ", a.stride(i), "; strides must not be negative");
+    detail::check_strides(a, op, "alibi_slopes");
     if (a.data() == nullptr && a.numel() > 0) detail::fail(op, ": alibi_slopes has no data");
     for (index_t e = 0; e < a.numel(); ++e) {
       const float slope = a.rank() == 1 ? a(e) : a(e / H, e % H);
@@ -106,14 +104,14 @@ std::optional<Window> window_of(const FlashAttendOptions& o) {
 }
 
 // The mask of sequence b (batch row b of the slopes) for a per-sequence call, queries bottom-right.
-Mask<float> sequence_mask(const FlashAttendOptions& o, index_t b) {
+Mask<float> sequence_mask(const FlashAttendOptions& o, index_t b, const char* op) {
   Mask<float> mask;
   mask.causal = o.causal ? Causal::bottom_right : Causal::none;
   mask.align = Align::bottom_right;
   mask.window = window_of(o);
   const auto& a = o.alibi_slopes;
   if (a.rank() == 1) mask.alibi_slopes = a;
-  if (a.rank() == 2) mask.alibi_slopes = detail::step(a, b, "flash_attn", "alibi_slopes");
+  if (a.rank() == 2) mask.alibi_slopes = detail::step(a, b, op, "alibi_slopes");
   mask.sinks = o.sinks;
   return mask;
 }
@@ -148,7 +146,7 @@ struct Sequences {
 // (per-query valid lengths), else one per sequence.
 void decode(TensorView<float> out, TensorView<float> lse, TensorView<const float> q, const Sequences& s, index_t Hk,
             const FlashAttendOptions& o, const char* op) {
-  const index_t G = q.dim(0), H = q.dim(1), n = q.dim(2), d = q.dim(3);
+  const index_t G = q.dim(0), n = q.dim(2), d = q.dim(3);
   if (G == 0) return;
   static const float never_read = 0;
   const SdpaOptions sdpa = sdpa_options(o);
@@ -175,16 +173,11 @@ void decode(TensorView<float> out, TensorView<float> lse, TensorView<const float
     k.table_stride = v.table_stride = 0;
     const TensorView<const float> shape(&never_read, {1, Hk, s.m[static_cast<std::size_t>(g)], d}, {0, 0, 0, 1});
     // Group g's rows as a batch of one.
-    const TensorView<const float> qs = detail::step(q, g, op, "q");
-    const TensorView<float> os = detail::step(out, g, op, "out");
-    const TensorView<const float> qg(qs.data(), {1, H, n, d}, {0, qs.stride(0), qs.stride(1), qs.stride(2)});
-    const TensorView<float> og(os.data(), {1, H, n, d}, {0, os.stride(0), os.stride(1), os.stride(2)});
-    TensorView<float> lg;
-    if (!lse.empty()) {
-      const TensorView<float> ls = detail::step(lse, g, op, "lse");
-      lg = TensorView<float>(ls.data(), {1, H, n}, {0, ls.stride(0), ls.stride(1)});
-    }
-    detail::sdpa_decode_rows(og, lg, qg, shape, shape, k, v, sequence_mask(o, s.batch[static_cast<std::size_t>(g)]), sdpa, op);
+    const TensorView<const float> qg = detail::with_batch_of_one(detail::step(q, g, op, "q"));
+    const TensorView<float> og = detail::with_batch_of_one(detail::step(out, g, op, "out"));
+    const TensorView<float> lg =
+        lse.empty() ? TensorView<float>() : detail::with_batch_of_one(detail::step(lse, g, op, "lse"));
+    detail::sdpa_decode_rows(og, lg, qg, shape, shape, k, v, sequence_mask(o, s.batch[static_cast<std::size_t>(g)], op), sdpa, op);
   }
 }
 
@@ -450,7 +443,7 @@ void flash_attn_with_kvcache(TensorView<T> out, TensorView<float> lse, TensorVie
     const TensorView<const T> qb(&qs(b, 0, 0, 0), {1, H, n, d}, {0, qs.stride(2), qs.stride(1), 1});
     const TensorView<T> ob(&out(b, 0, 0, 0), {1, H, n, d}, {0, out.stride(2), out.stride(1), 1});
     const TensorView<float> lb = lse.empty() ? TensorView<float>() : TensorView<float>(&lse(b, 0, 0), {1, H, n}, {0, lse.stride(1), lse.stride(2)});
-    prompt<T>(ob, lb, qb, k, v, sequence_mask(p.attend, b), sdpa);
+    prompt<T>(ob, lb, qb, k, v, sequence_mask(p.attend, b, op), sdpa);
   }
 }
 
@@ -564,7 +557,7 @@ void flash_attn_varlen_paged(TensorView<T> out, TensorView<float> lse, TensorVie
     const TensorView<const T> qb(&q(cq[u], 0, 0), {1, H, n, d}, {0, q.stride(1), q.stride(0), 1});
     const TensorView<T> ob(&out(cq[u], 0, 0), {1, H, n, d}, {0, out.stride(1), out.stride(0), 1});
     const TensorView<float> lb = lse.empty() ? TensorView<float>() : TensorView<float>(&lse(0, cq[u]), {1, H, n}, {0, lse.stride(0), lse.stride(1)});
-    prompt<T>(ob, lb, qb, k, v, sequence_mask(p.attend, b), sdpa);
+    prompt<T>(ob, lb, qb, k, v, sequence_mask(p.attend, b, op), sdpa);
   }
 }
 

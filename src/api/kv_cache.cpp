@@ -102,12 +102,6 @@ void load_row(KvDtype type, const std::uint8_t* from, const float* scales, index
   }
 }
 
-// A view of a 3-D tensor (A, R, C) as (1, A, R, C).
-template <class T>
-TensorView<T> with_batch_of_one(const TensorView<T>& t) {
-  return TensorView<T>(t.data(), {1, t.dim(0), t.dim(1), t.dim(2)}, {0, t.stride(0), t.stride(1), t.stride(2)});
-}
-
 }  // namespace
 
 struct KvCache::State {
@@ -252,8 +246,7 @@ void check_tokens(const char* op, index_t batch, index_t kv_heads, index_t head_
     if (t.data() == nullptr && t.numel() > 0) detail::fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
     if (t.dim(rank - 1) > 1 && t.stride(rank - 1) != 1)
       detail::fail(op, ": ", name, " has stride ", t.stride(rank - 1), " in its last dimension; it must be 1");
-    for (int i = 0; i < rank - 1; ++i)
-      if (t.stride(i) < 0) detail::fail(op, ": ", name, " has stride ", t.stride(i), " in dimension ", i, "; strides must not be negative");
+    detail::check_strides(t, op, name);
   }
   if (keys.dim(lead + 1) != values.dim(lead + 1))
     detail::fail(op, ": keys has shape ", keys.shape_string(), " but values ", values.shape_string(), "; they must hold the same tokens");
@@ -298,7 +291,7 @@ void KvCache::State::store(index_t seq, const TensorView<const float>& given_key
   // With rotary tables, the keys rotated at their positions length + r (checked in check_append).
   const std::int64_t first[] = {length};
   const Tensor<float> rotated = options.rotary.empty() || t == 0 ? Tensor<float>()
-                                : detail::rotated_rows(options.rotary, with_batch_of_one(given_keys), first);
+                                : detail::rotated_rows(options.rotary, detail::with_batch_of_one(given_keys), first);
   const TensorView<const float> keys =
       rotated.numel() > 0 ? TensorView<const float>(rotated.data(), {kv_heads, t, head_dim}) : given_keys;
   const bool int8 = options.dtype == KvDtype::int8;  // other caches have no scales (found by fuzzing)
@@ -378,12 +371,12 @@ void KvCache::attend_sequence(TensorView<float> out, index_t seq, TensorView<con
                  s.head_dim);
   if (out.rank() != queries.rank() || !std::equal(out.shape().begin(), out.shape().end(), queries.shape().begin()))
     detail::fail(op, ": out has shape ", out.shape_string(), "; it must be the shape of queries ", queries.shape_string());
-  const TensorView<const float> given = batched ? queries : with_batch_of_one(queries);
+  const TensorView<const float> given = batched ? queries : detail::with_batch_of_one(queries);
   // With rotary tables, a copy of the queries rotated at their positions (once: the batched attend
   // hands its sequences rotated ones).
   const Tensor<float> rotated_q = rotated ? Tensor<float>() : s.rotated_queries(op, given, seq);
   const TensorView<const float> q = rotated_q.numel() > 0 ? rotated_q.view() : given;
-  const TensorView<float> o = batched ? out : with_batch_of_one(out);
+  const TensorView<float> o = batched ? out : detail::with_batch_of_one(out);
   const index_t H = q.dim(1), n = q.dim(2), L = s.lengths[static_cast<std::size_t>(seq)];
   if (H % s.kv_heads != 0)
     detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", H, " heads; the cache has ", s.kv_heads,
@@ -412,8 +405,8 @@ void KvCache::attend_sequence(TensorView<float> out, index_t seq, TensorView<con
   }
   const Tensor<float> keys = s.gather(seq, false), values = s.gather(seq, true);
   const Tensor<float> rounded = s.options.dtype == KvDtype::int8 ? rounded_queries(q) : Tensor<float>();
-  sdpa_forward<float>(o, {}, {}, rounded.numel() > 0 ? rounded.view() : q, with_batch_of_one(keys.view()),
-                      with_batch_of_one(values.view()), mask, sdpa);
+  sdpa_forward<float>(o, {}, {}, rounded.numel() > 0 ? rounded.view() : q, detail::with_batch_of_one(keys.view()),
+                      detail::with_batch_of_one(values.view()), mask, sdpa);
 }
 
 void KvCache::attend(TensorView<float> out, TensorView<const float> queries, const KvAttendOptions& options) const {

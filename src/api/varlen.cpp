@@ -115,8 +115,7 @@ Packed check_packed(const char* op, const TensorView<const E>& q, const TensorVi
     if (!per_head && !per_seq)
       detail::fail(op, ": alibi_slopes has shape ", a.shape_string(), "; it must be (H,) = (", p.H, ",) or (B, H) = (",
                    p.B, ",", p.H, ")");
-    for (int i = 0; i < a.rank(); ++i)
-      if (a.stride(i) < 0) detail::fail(op, ": alibi_slopes has stride ", a.stride(i), "; strides must not be negative");
+    detail::check_strides(a, op, "alibi_slopes");
   }
   if (!mask.sinks.empty() && (mask.sinks.rank() != 1 || mask.sinks.dim(0) != p.H))
     detail::fail(op, ": sinks has shape ", mask.sinks.shape_string(), "; it must be (H,) = (", p.H, ",)");
@@ -168,11 +167,11 @@ void zero_rows(const TensorView<E>& t, index_t start, index_t count) {
 
 // Sequence b's mask and options: its row of (B, H) slopes, its place in the packed dropout pattern.
 template <class W>
-Mask<W> sequence_mask(const Mask<W>& mask, index_t b) {
+Mask<W> sequence_mask(const Mask<W>& mask, index_t b, const char* op) {
   Mask<W> m = mask;
   const auto& a = mask.alibi_slopes;
   if (!a.empty() && a.rank() == 2) {
-    m.alibi_slopes = detail::step(a, b, "varlen", "alibi_slopes");
+    m.alibi_slopes = detail::step(a, b, op, "alibi_slopes");
   }
   return m;
 }
@@ -237,7 +236,7 @@ void forward(TensorView<E> out, TensorView<W> lse, TensorView<W> weights, Tensor
           lb(0, h, i) = mask.sinks.empty() ? -std::numeric_limits<W>::infinity() : mask.sinks(h);
       continue;
     }
-    const Mask<W> mb = sequence_mask(mask, b);
+    const Mask<W> mb = sequence_mask(mask, b, op);
     const SdpaOptions obo = sequence_options(o, p, b);
     const TensorView<const E> qb = rows(q, p.cq[b], n), kb = rows(k, p.ck[b], m), vb = rows(v, p.ck[b], m);
     per_sequence(op, p, b, [&] {
@@ -290,7 +289,7 @@ void backward(TensorView<E> dq, TensorView<E> dk, TensorView<E> dv, TensorView<c
       zero_rows(dq, p.cq[b], n), zero_rows(dk, p.ck[b], m), zero_rows(dv, p.ck[b], m);
       continue;
     }
-    const Mask<W> mb = sequence_mask(mask, b);
+    const Mask<W> mb = sequence_mask(mask, b, op);
     const SdpaOptions obo = sequence_options(o, p, b);
     const TensorView<const E> qb = rows(q, p.cq[b], n), kb = rows(k, p.ck[b], m), vb = rows(v, p.ck[b], m);
     const TensorView<const E> gb = rows(dout, p.cq[b], n), ob = rows(out, p.cq[b], n);

@@ -58,9 +58,9 @@ void check_strides(const TensorView<T>& t, const char* op, const char* name) {
 }
 
 // Index i of t's first dimension, as a view of its other dimensions: t.data() + i * t.stride(0).
-// The one way src/ steps a TensorView by an index, so that no address is formed from a stride
-// nobody checked (found by fuzzing: KvCache::attend formed the row of (batch, heads) ALiBi slopes
-// through a negative batch stride). t's strides pass check_strides here, and i must lie in
+// src/api steps a view whose strides it has not checked yet only through this, so that no address is
+// formed from a stride nobody checked (found by fuzzing: KvCache::attend formed the row of (batch,
+// heads) ALiBi slopes through a negative batch stride). t's strides pass check_strides here, and i must lie in
 // [0, t.dim(0)). A tensor of no element has no memory to bound its strides (any value is valid):
 // its sub-view keeps t.data() (and t's other strides, which to_view4 sets to 0).
 template <class T>
@@ -69,6 +69,15 @@ TensorView<T> step(const TensorView<T>& t, index_t i, const char* op, const char
     fail(op, ": ", name, " has shape ", t.shape_string(), "; index ", i, " of its first dimension does not exist");
   check_strides(t, op, name);
   return TensorView<T>(t.numel() == 0 ? t.data() : t.data() + i * t.stride(0), t.shape().subspan(1), t.strides().subspan(1));
+}
+
+// t (rank < kMaxRank) as a batch of one: shape (1, t's shape), the new axis of stride 0.
+template <class T>
+TensorView<T> with_batch_of_one(const TensorView<T>& t) {
+  index_t shape[kMaxRank] = {1}, strides[kMaxRank] = {0};
+  for (int i = 0; i < t.rank(); ++i) shape[i + 1] = t.dim(i), strides[i + 1] = t.stride(i);
+  const auto rank = static_cast<std::size_t>(t.rank() + 1);
+  return TensorView<T>(t.data(), std::span<const index_t>(shape, rank), std::span<const index_t>(strides, rank));
 }
 
 // The data pointer of a given tensor of no element whose storage is null (an owning Tensor of no
