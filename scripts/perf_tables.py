@@ -57,6 +57,10 @@ def rate_text(case):
     return "-"
 
 
+def limit_text(case):
+    return f"{case['fraction_of_limit'] * 100:.0f}%" if case.get("fraction_of_limit") else "-"
+
+
 def tables(run):
     bench = run["bench"]
     lines = [
@@ -71,10 +75,9 @@ def tables(run):
         "|---|---|---|---|---|---|---|---|",
     ]
     for case in bench["cases"]:
-        limit = f"{case['fraction_of_limit'] * 100:.0f}%" if case.get("fraction_of_limit") else "-"
         unfused = time_text(case["unfused_median_s"]) if case.get("unfused_median_s") else "-"
         speedup = f"{figure(case['speedup'])}x" if case.get("speedup") else "-"
-        lines.append(f"| {case['name']} | {time_text(case['median_s'])} | {rate_text(case)} | {limit} | "
+        lines.append(f"| {case['name']} | {time_text(case['median_s'])} | {rate_text(case)} | {limit_text(case)} | "
                      f"{figure(case.get('extra_mib', 0))} | {unfused} | {speedup} | {case.get('counted', '')} |")
     return "\n".join(lines)
 
@@ -87,9 +90,9 @@ def summary(run):
              "|---|---|---|---|---|"]
     for case in bench["cases"]:
         if case["name"] in SUMMARY:
-            limit = f"{case['fraction_of_limit'] * 100:.0f}%" if case.get("fraction_of_limit") else "-"
             speedup = f"{figure(case['speedup'])}x faster" if case.get("speedup") else "-"
-            lines.append(f"| {case['name']} | {time_text(case['median_s'])} | {rate_text(case)} | {limit} | {speedup} |")
+            lines.append(f"| {case['name']} | {time_text(case['median_s'])} | {rate_text(case)} | {limit_text(case)} | "
+                         f"{speedup} |")
     return "\n".join(lines)
 
 

@@ -50,7 +50,7 @@ fi
 # Idle OpenMP threads sleep instead of spinning: CTest runs tests side by side on few cores.
 export OMP_WAIT_POLICY=passive
 ctest --test-dir build/release --output-on-failure -j "$jobs"
-# The benchmarks and example programs are not tests: the Release build has them.
+# The example programs are not tests: the Release build has them.
 build build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=ON -DATTN_BUILD_EXAMPLES=OFF
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/sanitize --output-on-failure -j "$jobs"

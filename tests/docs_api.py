@@ -61,7 +61,9 @@ def check_python():
     for modname in ("attn", "attn.torch", "attn.flash", "attn.distributed"):
         try:
             module = importlib.import_module(modname)
-        except ImportError as e:  # attn.torch needs PyTorch, attn.distributed mpi4py
+        except ImportError as e:  # attn.torch needs PyTorch, attn.distributed mpi4py; nothing else may be missing
+            if modname == "attn" or e.name not in ("torch", "mpi4py"):
+                raise
             print(f"{modname}: not checked ({e})")
             continue
         checked += 1

@@ -202,7 +202,9 @@ TEST_P(AlignSinksBackward, MatchesFiniteDifferences) {
   sdpa_backward<double>(dq2.view(), {}, {}, g.cview(), x.q.cview(), x.k.cview(), x.v.cview(), {}, {},
                         mask_of(c, x.slopes, x.sinks), {}, c.sinks ? ds2.view() : TensorView<double>{});
   EXPECT_LE(testing::max_abs_diff(dq2, dq), 1e-13);
-  if (c.sinks) EXPECT_LE(testing::max_abs_diff(ds2, ds), 1e-13);
+  if (c.sinks) {
+    EXPECT_LE(testing::max_abs_diff(ds2, ds), 1e-13);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(SinksOrPositionBias, AlignSinksBackward, ::testing::ValuesIn(backward_cases()),

@@ -704,13 +704,12 @@ struct Call {
   Tensor<double> q{2, 10, 2}, k{2, 10, 2}, v{2, 10, 4}, out{2, 10, 4}, w{2, 10, 10};
   Tensor<double> dq{2, 10, 2}, dk{2, 10, 2}, dv{2, 10, 4}, dout{2, 10, 4};
   Kernel kernel = Kernel::gaussian;
-  double sigma = 1.0;
+  double sigma = 1.0, ds = 0;  // ds: the backward's dsigma
 
   void forward() {
     nadaraya_watson_forward<double>(out.view(), w.view(), q.cview(), k.cview(), v.cview(), kernel, sigma);
   }
   void backward() {
-    double ds = 0;
     nadaraya_watson_backward<double>(dq.view(), dk.view(), dv.view(), &ds, dout.cview(), q.cview(), k.cview(),
                                      v.cview(), kernel, sigma);
   }
@@ -743,15 +742,13 @@ TEST(NadarayaWatson, ValidCallPasses) {
         EXPECT_NEAR(c.out(b, i, e), want, 1e-14) << b << "," << i << "," << e;
       }
     }
-  double ds = 0;
-  nadaraya_watson_backward<double>(c.dq.view(), c.dk.view(), c.dv.view(), &ds, c.dout.cview(), c.q.cview(),
-                                   c.k.cview(), c.v.cview(), c.kernel, c.sigma);
+  c.backward();
   const Problem pr{{3, 2, 1, 10, 10, 2, 4}, c.q, c.k, c.v, c.dout};
   const Result<double> want = run<double>(pr, Kernel::gaussian, 0.7, Backend::reference);
   EXPECT_LE(max_abs_diff(c.dq, want.dq), 1e-12);
   EXPECT_LE(max_abs_diff(c.dk, want.dk), 1e-12);
   EXPECT_LE(max_abs_diff(c.dv, want.dv), 1e-12);
-  EXPECT_NEAR(ds, want.dsigma[0], 1e-12 * (1 + std::abs(want.dsigma[0])));
+  EXPECT_NEAR(c.ds, want.dsigma[0], 1e-12 * (1 + std::abs(want.dsigma[0])));
 }
 
 TEST(NadarayaWatson, RejectsZeroSigma) {

@@ -150,7 +150,7 @@ class KVCache {
     }
     if (half_out) return to_float16(out);
     if (torch_dtype) return torch_out(out, torch_dtype);
-    return std::move(out);
+    return out;
   }
 
   void reset(py::object seq) {

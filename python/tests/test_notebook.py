@@ -1,7 +1,7 @@
-"""The d2l chapter's notebook cells, run with attn as the d2l chapter runs them with torch, and checked against the
-d2l chapter's own code on the same inputs and against the values the cells are known to give.
+"""The d2l chapter's notebook cells, run with attn as the d2l chapter runs them with torch, and checked
+against the d2l chapter's own code on the same inputs and against the values the cells are known to
+give.
 examples/d2l_notebook.py runs the same cells and prints them."""
-import pathlib
 
 import numpy as np
 
@@ -89,10 +89,3 @@ def test_nadaraya_watson_cell(rng):
     assert mse("gaussian") < mse("constant")  # better than the plain average of the targets
     at_train = {w: attn.nadaraya_watson(x_train, y_train, x_train, width=w) for w in (0.1, 1.0)}
     assert np.mean((at_train[0.1] - y_train) ** 2) < np.mean((at_train[1.0] - y_train) ** 2)
-
-
-def test_the_readme_shows_the_first_lines_of_the_example():
-    root = pathlib.Path(__file__).resolve().parents[2]
-    block = (root / "README.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
-    example = (root / "examples" / "d2l_notebook.py").read_text()
-    assert block.startswith("import") and block in example

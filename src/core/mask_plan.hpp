@@ -37,7 +37,7 @@ struct RowMask {
   std::int64_t seg = 0;            // this query's segment id
   T alibi = 0;                     // ALiBi: -alibi_slope |pos - j| is added to score j; 0 = none
   index_t pos = 0;                 // the query's position p(i)
-  bool d2l_fill = false;         // MaskedFill::d2l_minus_1e6
+  bool d2l_fill = false;           // MaskedFill::d2l_minus_1e6
   bool has_sink = false;           // attention sinks: `sink` joins the row's softmax with no value
   T sink = 0;
 

@@ -142,12 +142,13 @@ template <class Op>
 void expect_call_matches_reference(const QkvSizes& s, const std::vector<Tensor<float>>& in, const Tensor<float>& dout,
                                    const std::vector<Tensor<float>>& tested, const std::vector<std::string>& names) {
   ScopedBackend reference(Backend::reference);
+  std::vector<Tensor<double>> in64;
+  for (const Tensor<float>& t : in) in64.push_back(convert<double>(t));
+  const Tensor<double> dout64 = convert<double>(dout);
+  const MaskTensors none(MaskCase{"none"}, s);
   auto run = [&]<class T>() {
-    std::vector<Tensor<T>> x;
-    for (const Tensor<float>& t : in) x.push_back(convert<T>(t));
-    Tensor<T> weights(s.dims(s.n, s.m));
-    std::vector<Tensor<T>> r{Op::template forward<T>(x, s, Mask<T>{}, Dropout{}, &weights), weights};
-    for (Tensor<T>& g : Op::template backward<T>(x, convert<T>(dout), Mask<T>{}, Dropout{})) r.push_back(std::move(g));
+    std::vector<Tensor<T>> r = run_op<Op, T>(in64, dout64, s, none);
+    r.erase(r.begin());  // run_op's out without the weights: `tested` asked for the weights
     return r;
   };
   const std::vector<Tensor<double>> oracle = run.template operator()<double>();
