@@ -9,7 +9,7 @@
 #                       summary in README.md from the `attn bench --json` run kept in
 #                       docs/performance.json
 #   docs.undocumented   Doxygen over include/attn/*.hpp: no public function without a doc comment
-#   docs.python_docstrings  every public name of the Python package has a docstring
+#   docs.python_docstrings  every public name of the Python package, and its classes' members, has a docstring
 # The `docs` target builds the API reference: Doxygen's HTML (build/docs/cpp/html) and pydoc's pages
 # of attn, attn.torch and attn.flash (build/docs/python).
 # tests/docs_check.py and tests/docs_api.py say what each check does.

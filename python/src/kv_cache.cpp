@@ -216,7 +216,7 @@ torch tensor of the queries' dtype for torch queries.)")
            arg("batch"),
            arg("kv_heads"), arg("head_dim"), py::kw_only(), arg("dtype") = "float32", arg("block_size") = 256,
            arg("capacity") = 0, arg("grow") = true, arg("rotary_cos") = py::none(), arg("rotary_sin") = py::none(),
-           arg("rotary_interleaved") = false)
+           arg("rotary_interleaved") = false, "An empty cache of `batch` sequences (see the class).")
       .def("append", &KVCache::append, arg("keys"), arg("values"), arg("seq") = py::none(),
            R"(Appends keys and values (kv_heads, t, head_dim) to sequence seq, or (batch, kv_heads, t, head_dim) to every
 sequence when seq is None.)")
@@ -241,11 +241,16 @@ window, softcap, scale, sinks: as scaled_dot_product_attention. alibi_slopes: (h
            "Sequence seq's keys as stored, widened to float32: (kv_heads, length, head_dim).")
       .def("values", [](KVCache& c, py::object seq) { return c.stored(seq, true); }, arg("seq"),
            "Sequence seq's values as stored, widened to float32.")
-      .def_property_readonly("batch", [](const KVCache& c) { return c.cache().batch(); })
-      .def_property_readonly("kv_heads", [](const KVCache& c) { return c.cache().kv_heads(); })
-      .def_property_readonly("head_dim", [](const KVCache& c) { return c.cache().head_dim(); })
-      .def_property_readonly("block_size", [](const KVCache& c) { return c.cache().block_size(); })
-      .def_property_readonly("dtype", [](const KVCache& c) { return kv_dtype_name(c.cache().dtype()); })
+      .def_property_readonly("batch", [](const KVCache& c) { return c.cache().batch(); },
+                             "Sequences the cache holds.")
+      .def_property_readonly("kv_heads", [](const KVCache& c) { return c.cache().kv_heads(); },
+                             "Key and value heads per token.")
+      .def_property_readonly("head_dim", [](const KVCache& c) { return c.cache().head_dim(); },
+                             "Width of a key or value row.")
+      .def_property_readonly("block_size", [](const KVCache& c) { return c.cache().block_size(); },
+                             "Tokens per block of storage.")
+      .def_property_readonly("dtype", [](const KVCache& c) { return kv_dtype_name(c.cache().dtype()); },
+                             "How keys and values are stored: \"float32\", \"float16\", \"bfloat16\" or \"int8\".")
       .def_property_readonly("nbytes", [](const KVCache& c) { return c.cache().bytes(); },
                              "Bytes of the blocks allocated (keys, values and int8 scales).");
 }

@@ -290,7 +290,7 @@ float32, float64 or float16 arrays (float16 computed in float32 on widened copie
 gradients rounded to float16). Modes, seeds and what backward reads: see the module's layers section
 in the README.)");
   dot.def(py::init<py::object, py::object, py::object>(), arg("dropout"), py::kw_only(), arg("seed") = 0,
-          arg("masked_fill") = "exclude");
+          arg("masked_fill") = "exclude", "A layer with dropout probability `dropout` (see the class).");
   def_layer(dot);
 
   py::class_<AdditiveAttention> add(m, "AdditiveAttention", R"(Additive attention, the d2l chapter's layer.
@@ -305,17 +305,19 @@ float32 (widened copies) and out, weights and every gradient are rounded to floa
 backward(grad_out) -> {"queries", "keys", "values", "W_q", "W_k", "w_v"}.)");
   add.def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, py::object>(),
           arg("key_size"), arg("query_size"), arg("num_hiddens"), arg("dropout"), py::kw_only(), arg("seed") = 0,
-          arg("masked_fill") = "exclude", arg("dtype") = "float32");
+          arg("masked_fill") = "exclude", arg("dtype") = "float32",
+          "A layer with parameters of the given sizes, drawn from `seed` (see the class).");
   def_layer(add);
   for (const char* name : {"W_q", "W_k", "w_v"}) {
     const std::string n = name;
     add.def_property(
         name, [n](AdditiveAttention& a) { return a.param(n); },
-        [n](AdditiveAttention& a, py::object value) { a.set_param(n, value); });
+        [n](AdditiveAttention& a, py::object value) { a.set_param(n, value); },
+        ("Parameter " + n + " (see the class): a NumPy array, assignable with one of its shape.").c_str());
   }
-  add.def_property_readonly("key_size", &AdditiveAttention::key_size)
-      .def_property_readonly("query_size", &AdditiveAttention::query_size)
-      .def_property_readonly("num_hiddens", &AdditiveAttention::num_hiddens);
+  add.def_property_readonly("key_size", &AdditiveAttention::key_size, "Width of a key row.")
+      .def_property_readonly("query_size", &AdditiveAttention::query_size, "Width of a query row.")
+      .def_property_readonly("num_hiddens", &AdditiveAttention::num_hiddens, "Width of the hidden layer (rows of W_q and W_k).");
 }
 
 }  // namespace attn_py

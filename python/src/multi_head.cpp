@@ -237,7 +237,8 @@ out and every gradient are rounded to float16.)");
                  py::object, py::object>(),
         arg("num_hiddens"), arg("num_heads"), arg("dropout"), arg("bias") = false, py::kw_only(),
         arg("num_kv_heads") = py::none(), arg("seed") = 0, arg("query_size") = py::none(), arg("key_size") = py::none(),
-        arg("value_size") = py::none(), arg("dtype") = "float32");
+        arg("value_size") = py::none(), arg("dtype") = "float32",
+        "A layer of num_heads heads over num_hiddens columns (see the class).");
   const auto call_doc = "mha(queries, keys, values, valid_lens=None, *, causal=False, window=None): (B, n, num_hiddens)";
   for (const char* name : {"__call__", "forward"})
     c.def(name, &MultiHeadAttention::forward, arg("queries"), arg("keys"), arg("values"), arg("valid_lens") = py::none(),
@@ -245,15 +246,17 @@ out and every gradient are rounded to float16.)");
   c.def("backward", &MultiHeadAttention::backward, arg("grad_out"),
         "The gradients, as a dict of arrays, of sum(output * grad_out) for the output of the last call")
       .def("__repr__", &MultiHeadAttention::repr)
-      .def_property_readonly("num_hiddens", &MultiHeadAttention::num_hiddens)
-      .def_property_readonly("num_heads", &MultiHeadAttention::num_heads)
-      .def_property_readonly("num_kv_heads", &MultiHeadAttention::num_kv_heads);
+      .def_property_readonly("num_hiddens", &MultiHeadAttention::num_hiddens, "Width of the output and of W_q's rows.")
+      .def_property_readonly("num_heads", &MultiHeadAttention::num_heads, "Query heads.")
+      .def_property_readonly("num_kv_heads", &MultiHeadAttention::num_kv_heads,
+                             "Key and value heads (num_heads unless grouped).");
   def_mode(c);
   for (const char* name : kParams) {
     const std::string n = name;
     c.def_property(
         name, [n](const MultiHeadAttention& a) { return a.param(n); },
-        [n](MultiHeadAttention& a, py::object value) { a.set_param(n, value); });
+        [n](MultiHeadAttention& a, py::object value) { a.set_param(n, value); },
+        ("Parameter " + n + " (see the class): a NumPy array, assignable with one of its shape.").c_str());
   }
 }
 
