@@ -1,8 +1,8 @@
 // The `attn` command line: one CLI::App, each subcommand registered by its own file
 // (softmax.cpp, sdpa.cpp, additive.cpp, nw.cpp, demo.cpp, bench.cpp). The exit codes are a contract for the
 // scripts that drive attn; exit_codes.hpp states it and this is where it is kept. attn_cli::run
-// (cli.hpp) is the whole command; main() only calls it, and is left out with ATTN_CLI_NO_MAIN (the
-// in-process fuzzer fuzz/cli_fuzz.cpp and its corpus replay call run themselves).
+// (cli.hpp) is the whole command: main() (main.cpp) only calls it, and the in-process fuzzer
+// fuzz/cli_fuzz.cpp and its corpus replay call it themselves.
 #include <CLI/CLI.hpp>
 
 #include <exception>
@@ -78,7 +78,3 @@ int run(int argc, char** argv) {
 }
 
 }  // namespace attn_cli
-
-#ifndef ATTN_CLI_NO_MAIN
-int main(int argc, char** argv) { return attn_cli::run(argc, argv); }
-#endif

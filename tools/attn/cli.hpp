@@ -1,5 +1,5 @@
-// The `attn` command as a function: main() (main.cpp) calls it, and so do the in-process fuzzer
-// fuzz/cli_fuzz.cpp and its corpus replay, which build tools/attn with ATTN_CLI_NO_MAIN.
+// The `attn` command as a function (cli.cpp): main() (main.cpp) calls it, and so do the in-process
+// fuzzer fuzz/cli_fuzz.cpp and its corpus replay, which build tools/attn without main.cpp.
 #pragma once
 
 namespace attn_cli {

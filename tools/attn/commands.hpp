@@ -1,4 +1,4 @@
-// The subcommands of `attn`, one file each; main.cpp registers them all on its CLI::App.
+// The subcommands of `attn`, one file each; cli.cpp registers them all on its CLI::App.
 // (demo.hpp declares add_demo_command, with the demo's own entry point.)
 #pragma once
 
