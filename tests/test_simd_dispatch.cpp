@@ -50,7 +50,7 @@ class SimdSwitch : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     const auto targets = simd_targets();
     if (std::find(targets.begin(), targets.end(), GetParam()) == targets.end())
-      GTEST_SKIP() << "this CPU cannot run " << GetParam() << " (it runs " << ::testing::PrintToString(targets) << ")";
+      GTEST_SKIP() << "this build and CPU cannot run " << GetParam() << " (it runs " << ::testing::PrintToString(targets) << ")";
   }
   void TearDown() override {
     set_simd_target("");
