@@ -30,9 +30,11 @@ std::string lower(const char* s) {
 
 // Highway's position of a single target bit in the tables HWY_EXPORT builds, by its own rule
 // (hwy/targets.h, ChosenTarget::GetIndex): a dynamic target's bit shifted into the table's range, or
-// the last entry for the portable fallback. The tables of every file of the library have the same
-// layout: they are compiled for the same targets (CMakeLists.txt).
+// the last entry for the portable fallback; a build of one target (the fuzzers' library,
+// HWY_COMPILE_ONLY_STATIC) has tables of that one entry. The tables of every file of the library
+// have the same layout: they are compiled for the same targets (CMakeLists.txt).
 std::size_t table_index(std::int64_t bit) {
+  if constexpr ((HWY_TARGETS & (HWY_TARGETS - 1)) == 0) return 0;
   const std::int64_t mask = (HWY_CHOSEN_TARGET_SHIFT(bit) | HWY_CHOSEN_TARGET_MASK_SCALAR) & HWY_CHOSEN_TARGET_MASK_TARGETS;
   return hwy::Num0BitsBelowLS1Bit_Nonzero64(static_cast<std::uint64_t>(mask));
 }
