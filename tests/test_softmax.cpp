@@ -152,23 +152,6 @@ TEST(MaskedSoftmax, D2lFillMakesEmptyRowsUniform) {
   for (index_t i = 0; i < w.numel(); ++i) EXPECT_FLOAT_EQ(w[i], 0.25f);
 }
 
-TEST(MaskedSoftmax, TheEarlierSpellingOfTheD2lFillIsTheSameFill) {
-  // MaskedFill::seeds_minus_1e6, deprecated through the 0.2 series, is d2l_minus_1e6.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  const MaskedFill old_spelling = MaskedFill::seeds_minus_1e6;
-#pragma GCC diagnostic pop
-  EXPECT_EQ(old_spelling, MaskedFill::d2l_minus_1e6);
-  const Tensor<float> x = random_tensor<float>({2, 3, 5}, 11);
-  const Tensor<std::int64_t> lens({2}, {0, 3});
-  Mask<float> mask;
-  mask.valid_lens = lens.view();
-  mask.fill = MaskedFill::d2l_minus_1e6;
-  const Tensor<float> want = masked_softmax<float>(x.view(), mask);
-  mask.fill = old_spelling;
-  EXPECT_EQ(masked_softmax<float>(x.view(), mask).values(), want.values());
-}
-
 TEST(MaskedSoftmax, InPlaceGivesTheSameWeights) {
   Tensor<float> x = random_tensor<float>({2, 3, 7}, 10);
   const Tensor<float> expected = masked_softmax<float>(x.view(), {});

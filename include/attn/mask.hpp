@@ -55,8 +55,6 @@ enum class Align { top_left, bottom_right };
 enum class MaskedFill {
   exclude,          // masked keys take no part; an empty row outputs 0 (default)
   d2l_minus_1e6,    // the d2l chapter's masked_softmax: masked scores become -1e6, then softmax over all keys
-  // The earlier spelling of d2l_minus_1e6, kept for the 0.2 series; removed in 0.3.
-  seeds_minus_1e6 [[deprecated("use MaskedFill::d2l_minus_1e6")]] = d2l_minus_1e6,
 };
 
 // The bounds of a sliding window around a query's position; -1 (any negative value): unbounded.

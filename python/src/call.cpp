@@ -264,12 +264,6 @@ attn::MaskedFill masked_fill_from(Call& call, py::handle masked_fill) {
   const std::string fill = call.text(masked_fill, "masked_fill");
   if (fill == "exclude") return attn::MaskedFill::exclude;
   if (fill == "d2l_minus_1e6") return attn::MaskedFill::d2l_minus_1e6;
-  if (fill == "seeds_minus_1e6") {  // the earlier spelling, accepted through the 0.2 series
-    if (PyErr_WarnEx(PyExc_DeprecationWarning,
-                     "masked_fill=\"seeds_minus_1e6\" is deprecated; use \"d2l_minus_1e6\" (removed in attn 0.3)", 1) != 0)
-      throw py::error_already_set();
-    return attn::MaskedFill::d2l_minus_1e6;
-  }
   call.value_error("masked_fill is \"" + fill + "\"; it must be \"exclude\" (masked keys take no part, a row "
                    "with none left is 0) or \"d2l_minus_1e6\" (the d2l chapter's fill)");
 }

@@ -61,14 +61,6 @@ def test_masked_softmax_rows_with_valid_length_zero(rng, lens_kind):
     assert empty.any() and np.all(attn.masked_softmax(X, lens)[empty] == 0)
 
 
-def test_masked_fill_accepts_its_earlier_spelling_with_a_deprecation_warning(rng):
-    X, lens = scores(rng, (2, 3, 5)), np.array([0, 3])
-    want = attn.masked_softmax(X, lens, masked_fill="d2l_minus_1e6")
-    with pytest.warns(DeprecationWarning, match="d2l_minus_1e6"):
-        got = attn.masked_softmax(X, lens, masked_fill="seeds_minus_1e6")
-    np.testing.assert_array_equal(got, want)
-    assert np.allclose(want[0], 1 / 5)  # the d2l fill: a row with no valid key averages all keys
-
 
 # ---- masked_softmax: the masks attn adds -----------------------------------------------------------
 
