@@ -60,8 +60,8 @@ void check_strides(const TensorView<T>& t, const char* op, const char* name) {
 // Index i of t's first dimension, as a view of its other dimensions: t.data() + i * t.stride(0).
 // src/api steps a view whose strides it has not checked yet only through this, so that no address is
 // formed from a stride nobody checked (found by fuzzing: KvCache::attend formed the row of (batch,
-// heads) ALiBi slopes through a negative batch stride). t's strides pass check_strides here, and i must lie in
-// [0, t.dim(0)). A tensor of no element has no memory to bound its strides (any value is valid):
+// heads) ALiBi slopes through a negative batch stride). t's strides pass check_strides here, and i
+// must lie in [0, t.dim(0)). A tensor of no element has no memory to bound its strides (any value is valid):
 // its sub-view keeps t.data() (and t's other strides, which to_view4 sets to 0).
 template <class T>
 TensorView<T> step(const TensorView<T>& t, index_t i, const char* op, const char* name) {
