@@ -408,6 +408,59 @@ TEST(NadarayaWatson, EpanechnikovAtCoincidentKeyUsesZero) {
   }
 }
 
+// A sigma so small that 1 / sigma^2 overflows the precision (float 1e-30, double 1e-200), with the
+// query on every key: each pair's coefficient a = b / sigma^2 is out of range but multiplies
+// q - k = 0, so dq, dk and dsigma are exactly 0 and dv = dout / m, on the dense (p = 2, or asking
+// for the weights) and the windowed (p = 1) path of the cpu backend.
+template <class T>
+void expect_tiny_sigma_gradients(double sigma) {
+  for (const index_t p : {1, 2})
+    for (const bool with_weights : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "p " << p << (with_weights ? " dense" : " windowed"));
+      const Shape s{3, 1, 1, 1, 3, p, 2};
+      const Problem pr{s, Tensor<double>(s.dims(1, p), std::vector<double>(p, -0.71875)),
+                       Tensor<double>(s.dims(3, p), std::vector<double>(3 * p, -0.71875)),
+                       Tensor<double>(s.dims(3, 2), {-0.75, 2.5, 0, -3, 3.5, 1}), Tensor<double>(s.dims(1, 2), {0.25, -2})};
+      const auto r = run<T>(pr, Kernel::gaussian, sigma, Backend::cpu, with_weights);
+      for (index_t x = 0; x < r.dq.numel(); ++x) EXPECT_EQ(r.dq[x], T(0)) << "dqueries " << x;
+      for (index_t x = 0; x < r.dk.numel(); ++x) EXPECT_EQ(r.dk[x], T(0)) << "dkeys " << x;
+      EXPECT_EQ(r.dsigma[0], T(0));
+      for (index_t j = 0; j < 3; ++j) {
+        EXPECT_NEAR(r.dv[2 * j], 0.25 / 3, 1e-7);
+        EXPECT_NEAR(r.dv[2 * j + 1], -2.0 / 3, 1e-7);
+      }
+    }
+}
+
+TEST(NadarayaWatson, TinySigmaWithQueryOnTheKeysHasZeroGradients) {
+  expect_tiny_sigma_gradients<float>(1e-30);
+  expect_tiny_sigma_gradients<double>(1e-200);
+}
+
+// Epanechnikov in float with a key a subnormal distance from the query: a = -(g - c) / (Z sigma r)
+// overflows float, a (q - k) = (g - c) / Z does not. Dense and windowed path against the float64
+// reference on the same (float) inputs.
+TEST(NadarayaWatson, EpanechnikovKeyAtSubnormalDistanceHasFiniteGradients) {
+  const float tiny = 8 * std::numeric_limits<float>::denorm_min();
+  for (const index_t p : {1, 2})
+    for (const bool with_weights : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "p " << p << (with_weights ? " dense" : " windowed"));
+      const Shape s{3, 1, 1, 1, 2, p, 1};
+      std::vector<double> k(2 * p, 0.0);
+      k[0] = tiny, k[p] = 0.5;
+      const Problem pr{s, Tensor<double>(s.dims(1, p), std::vector<double>(p, 0.0)), Tensor<double>(s.dims(2, p), k),
+                       Tensor<double>(s.dims(2, 1), {2, 4}), Tensor<double>(s.dims(1, 1), {1})};
+      const auto got = run<float>(pr, Kernel::epanechnikov, 1.0, Backend::cpu, with_weights);
+      const auto want = run<double>(pr, Kernel::epanechnikov, 1.0, Backend::reference);
+      // K = (1 - tiny, 0.5), Z = 1.5, g = (2, 4), c = 8/3: key 0 adds -(g - c) / Z (q - k) / r = -4/9
+      // to dq whatever r is, key 1 adds 8/9 (as in EpanechnikovAtCoincidentKeyUsesZero).
+      EXPECT_NEAR(want.dq[0], 4.0 / 9.0, 1e-6);
+      for (const auto& [name, g, w] : {std::tuple{"dqueries", &got.dq, &want.dq}, std::tuple{"dkeys", &got.dk, &want.dk},
+                                        std::tuple{"dsigma", &got.dsigma, &want.dsigma}})
+        for (index_t x = 0; x < w->numel(); ++x) EXPECT_NEAR((*g)[x], (*w)[x], 1e-6) << name << " " << x;
+    }
+}
+
 // Any gradient may be left out; the others come out bit for bit the same.
 TEST(NadarayaWatson, GradientsMayBeLeftOut) {
   const Problem pr = make_problem({3, 2, 1, 9, 70, 2, 3}, 77);

@@ -6,13 +6,12 @@
 // element is summed by one thread in a fixed order, and dsigma is reduced from per-row partials in
 // row order.
 //
-// The backward writes every gradient through one coefficient a_ij per (query, key):
+// The backward writes every gradient through one coefficient per (query, key), kept in units of
+// sigma (cpu/nw_gradient.hpp: b_ij = a_ij sigma^e):
 //   dL/dq_i = sum_j a_ij (q_i - k_j),  dL/dk_j = -sum_i a_ij (q_i - k_j),
 //   dL/dsigma = -(1 / sigma) sum_ij a_ij ||q_i - k_j||^2   (u = ||q - k|| / sigma is homogeneous)
-// with, for w = K / Z, g_ij = dout_i . v_j and c_i = sum_j w_ij g_ij = dout_i . out_i,
-//   gaussian      a_ij = -w_ij (g_ij - c_i) / sigma^2           (softmax backward of -d^2 / 2 sigma^2)
-//   epanechnikov  a_ij = -(g_ij - c_i) / (Z_i sigma r_ij)        inside the support, r_ij > 0; else 0
-//   boxcar, constant: 0 (piecewise constant weights).
+// summed over b and divided by sigma^e at the end; the boxcar's and the constant kernel's
+// coefficients are 0 (piecewise constant weights).
 #include <omp.h>
 
 #include <algorithm>
@@ -20,6 +19,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu/nw_gradient.hpp"
 #include "cpu/unfused.hpp"
 
 namespace attn::cpu::dense {
@@ -90,28 +90,28 @@ void weighted_sum(T* o, const T* w, const View4<const T>& values, index_t b, ind
   }
 }
 
-// One query row of the backward: the coefficients a_j of the comment at the top into a (m).
-// qi (p) and di (v) = dout_i are the row's query and output gradient; Z is the forward's
-// normalizer in T (0: an empty row, which has no gradient). Returns sum_j a_j d2_j, this row's
-// share of -sigma dL/dsigma. Distances, weights, g and c are recomputed in double in `scratch`
-// (3 m): dsigma is a covariance of g and d2 under w whose terms cancel, and the rounding of a
-// float d2 or w would dominate its error.
+// One query row of the backward: the coefficients b_j (cpu/nw_gradient.hpp) into b (m), in double:
+// b times a float's q - k may overflow float where the product does not. qi (p) and di (v) = dout_i
+// are the row's query and output gradient; Z is the forward's normalizer in T (0: an empty row,
+// which has no gradient). Returns sum_j b_j d2_j, this row's share of -sigma^(e + 1) dL/dsigma.
+// Distances, weights and g are recomputed in double in `scratch` (3 m): dsigma is a covariance of g
+// and d2 under w whose terms cancel, and the rounding of a float d2 or w would dominate its error.
 template <class T>
-double row_coefficients(T* a, double* scratch, T Z, const T* qi, const T* di, const View4<const T>& keys,
-                        const View4<const T>& values, index_t b, index_t h, Kernel kernel, T sigma) {
+double row_coefficients(double* b, double* scratch, T Z, const T* qi, const T* di, const View4<const T>& keys,
+                        const View4<const T>& values, index_t bi, index_t h, Kernel kernel, T sigma) {
   const index_t m = values.R;
   double* d2 = scratch;
   double* w = scratch + m;
   double* g = scratch + 2 * m;
-  squared_distances(d2, qi, keys, b, h);
+  squared_distances(d2, qi, keys, bi, h);
   const double s = sigma;
   const double Zd = normalize_row(w, d2, m, kernel, s);
   if (Z == 0 || Zd == 0) {  // an empty row outputs a constant 0
-    std::fill(a, a + m, T(0));
+    std::fill(b, b + m, 0.0);
     return 0;
   }
   for (index_t j = 0; j < m; ++j) {
-    const T* vj = values.row(b, h, j);
+    const T* vj = values.row(bi, h, j);
     double dot = 0;
 #pragma omp simd reduction(+ : dot)
     for (index_t x = 0; x < values.C; ++x) dot += static_cast<double>(di[x]) * vj[x];
@@ -120,22 +120,18 @@ double row_coefficients(T* a, double* scratch, T Z, const T* qi, const T* di, co
   double c = 0;
 #pragma omp simd reduction(+ : c)
   for (index_t j = 0; j < m; ++j) c += w[j] * g[j];
-  double sum_ad2 = 0;
-  if (kernel == Kernel::gaussian) {
+  double sum_bd2 = 0;
+  const auto fill = [&]<Kernel K>() {
     for (index_t j = 0; j < m; ++j) {
-      const double aj = -w[j] * (g[j] - c) / s / s;
-      sum_ad2 += aj * d2[j];
-      a[j] = static_cast<T>(aj);
+      b[j] = scaled_coefficient<K>(w[j], d2[j], Zd, g[j], c, s);
+      sum_bd2 += b[j] * d2[j];
     }
-  } else {  // epanechnikov: K = 1 - r / sigma inside the support, w = K / Z, so dK/dr = -1 / sigma
-    for (index_t j = 0; j < m; ++j) {
-      const double r = std::sqrt(d2[j]);
-      const double aj = 1 - r / s > 0 && r > 0 ? -(g[j] - c) / Zd / s / r : 0.0;
-      sum_ad2 += aj * d2[j];
-      a[j] = static_cast<T>(aj);
-    }
-  }
-  return sum_ad2;
+  };
+  if (kernel == Kernel::gaussian)
+    fill.template operator()<Kernel::gaussian>();
+  else
+    fill.template operator()<Kernel::epanechnikov>();
+  return sum_bd2;
 }
 
 // fill_zero (core/view4.hpp) with threads for large views.
@@ -191,10 +187,12 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
                                             std::max<index_t>(1, pairs));
   const int threads = omp_get_max_threads();
   std::vector<T> W(static_cast<std::size_t>(group * n * m));
-  std::vector<T> A(need_a ? W.size() : 0);
+  std::vector<double> A(need_a ? W.size() : 0);  // the coefficients b
   std::vector<double> scratch(need_a ? static_cast<std::size_t>(threads * 3 * m) : 0);
   std::vector<double> row_ds(need_a ? static_cast<std::size_t>(pairs * n) : 0);  // per (b, h, i)
   const bool do_dk = need_a && !dkeys.empty(), do_dv = !dvalues.empty();
+  const int power = sigma_power(kernel);
+  const double s = sigma;
   const index_t key_blocks = do_dk || do_dv ? (m + kKeyBlock - 1) / kKeyBlock : 0;  // 0: no pass 2
 
   for (index_t first = 0; first < pairs; first += group) {
@@ -209,10 +207,10 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
           const index_t b = (first + pp) / H, h = (first + pp) % H;
           const T* qi = queries.row(b, h, i);
           T* w = W.data() + (pp * n + i) * m;
-          T* a = need_a ? A.data() + (pp * n + i) * m : w;
-          squared_distances(a, qi, keys, b, h);
-          const T Z = normalize_row(w, a, m, kernel, sigma);
+          squared_distances(w, qi, keys, b, h);
+          const T Z = normalize_row(w, w, m, kernel, sigma);
           if (!need_a) continue;
+          double* a = A.data() + (pp * n + i) * m;
           row_ds[(first + pp) * n + i] = row_coefficients(a, scratch.data() + omp_get_thread_num() * 3 * m, Z, qi,
                                                           dout.row(b, h, i), keys, values, b, h, kernel, sigma);
           if (dqueries.empty()) continue;
@@ -223,6 +221,7 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
             const T* kj = keys.row(b, h, j);
             for (index_t x = 0; x < p; ++x) dq[x] += a[j] * (qi[x] - kj[x]);
           }
+          for (index_t x = 0; x < p; ++x) dq[x] = static_cast<T>(divided_by_sigma(dq[x], s, power));
         }
       // Pass 2 (after the implicit barrier): one block of keys at a time, queries in order.
 #pragma omp for collapse(2) schedule(static)
@@ -242,7 +241,7 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
               for (index_t x = 0; x < v; ++x) dvj[x] += w[j] * di[x];
             }
             if (!do_dk) continue;
-            const T* a = A.data() + (pp * n + i) * m;
+            const double* a = A.data() + (pp * n + i) * m;
             const T* qi = queries.row(b, h, i);
             for (index_t j = j0; j < j1; ++j) {  // dk_j -= a_ij (q_i - k_j)
               if (a[j] == 0) continue;
@@ -251,14 +250,18 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
               for (index_t x = 0; x < p; ++x) dkj[x] += a[j] * (kj[x] - qi[x]);
             }
           }
+          for (index_t j = j0; do_dk && j < j1; ++j) {
+            T* dkj = dkeys.row(b, h, j);
+            for (index_t x = 0; x < p; ++x) dkj[x] = static_cast<T>(divided_by_sigma(dkj[x], s, power));
+          }
         }
     }
   }
   if (need_a && dsigma != nullptr) {
     // In row order: the same sum for any thread count.
-    double s = 0;
-    for (const double r : row_ds) s -= r;  // s -= r: +0, not -0, when every row is 0
-    *dsigma = static_cast<T>(s / sigma);
+    double sum = 0;
+    for (const double r : row_ds) sum -= r;  // sum -= r: +0, not -0, when every row is 0
+    *dsigma = static_cast<T>(divided_by_sigma(sum, s, power + 1));
   }
 }
 

@@ -26,9 +26,10 @@
 //     sigma (double) of the nearest one.
 //
 // Forward: weights K computed in T with the dense path's expressions (for v = 1 in SIMD, with
-// Highway's exp); Z = sum K and S = sum K v in double, out = S / Z (0 for an empty window). Backward, with the dense path's coefficients a_ij
-// (nadaraya_watson.cpp) recomputed in double from the window of the T support test (Gaussian: of the
-// double exponent against T's cutoff A):
+// Highway's exp); Z = sum K and S = sum K v in double, out = S / Z (0 for an empty window).
+// Backward, with the coefficients b_ij of cpu/nw_gradient.hpp (the dense path's) recomputed in
+// double from the window of the T support test (Gaussian: of the double exponent against T's
+// cutoff A):
 //   pass 1, fixed chunks of queries in ascending order: Z_i, c_i = dout_i . out_i, dq_i and the
 //     row's share of dsigma, kept per query with its window;
 //   pass 2, fixed chunks of sorted keys: dk_j and dv_j summed over the queries whose window holds j,
@@ -45,6 +46,7 @@
 
 #include "attn/config.hpp"
 #include "core/switch_plan.hpp"
+#include "cpu/nw_gradient.hpp"
 #include "cpu/nw_windowed.hpp"
 #include "cpu/scratch.hpp"
 #include "cpu/simd/fused.hpp"
@@ -171,16 +173,6 @@ void with_kernel(Kernel kernel, F&& f) {
   }
 }
 
-// The coefficient a of one (query, key) pair (nadaraya_watson.cpp's header): w = K / Z, g = dout . v,
-// c = dout . out, r^2 = d2. Gaussian -w (g - c) / sigma^2; Epanechnikov -(g - c) / (Z sigma r) inside
-// its support (r > 0), else 0. Never called for the boxcar.
-template <Kernel K>
-double coefficient(double Kv, double d2, double Z, double g, double c, double s) {
-  if constexpr (K == Kernel::gaussian) return -(Kv / Z) * (g - c) / s / s;
-  const double r = std::sqrt(d2);
-  return 1 - r / s > 0 && r > 0 ? -(g - c) / Z / s / r : 0.0;
-}
-
 // dout_i . v_j in double, over v elements.
 template <class T>
 double dot(const T* a, const T* b, index_t v) {
@@ -230,7 +222,7 @@ struct BackwardArrays {
   double* Z;          // (G, n): sum of K over the window, 0 for an empty row
   double* c;          // (G, n): dout_i . out_i
   double* d2_min;     // (G, n)
-  double* row_ds;     // (G, n): sum_j a_ij d2_ij, the row's share of -sigma dL/dsigma
+  double* row_ds;     // (G, n): sum_j b_ij d2_ij, the row's share of -sigma^(e + 1) dL/dsigma
   index_t* lo;        // (G, n): window [lo, hi) of sorted keys
   index_t* hi;
   index_t* reach_hi;  // (G, n): max of hi over the first s + 1 queries in sorted order
@@ -313,12 +305,12 @@ void backward_row(const Backward<T>& p, index_t g, index_t i, double* scratch) {
   }
   double dqi = 0, ds = 0;
   for (index_t j = 0; j < len; ++j) {
-    const double a = coefficient<K>(Kw[j], d2w[j], Z, gw[j], c, s);
-    dqi += a * (q - static_cast<double>(ks[w.lo + j]));
-    ds += a * d2w[j];
+    const double b = scaled_coefficient<K>(Kw[j] / Z, d2w[j], Z, gw[j], c, s);
+    dqi += b * (q - static_cast<double>(ks[w.lo + j]));
+    ds += b * d2w[j];
   }
   p.c[at] = c, p.row_ds[at] = ds;
-  if (dq != nullptr) dq[0] = static_cast<T>(dqi);
+  if (dq != nullptr) dq[0] = static_cast<T>(divided_by_sigma(dqi, s, sigma_power(K)));
 }
 
 // Pass 2 for the sorted keys [j0, j1) of group g: dk and dv of those keys, written to the caller's
@@ -353,12 +345,12 @@ void backward_keys(const Backward<T>& p, index_t g, index_t j0, index_t j1, doub
         for (index_t x = 0; x < v; ++x) dvj[x] += w * di[x];
       }
       if (do_dk)  // dk_j -= a_ij (q_i - k_j)
-        dk[j - j0] += coefficient<K>(Kv, d2, Z, dot(di, p.keys.val(g, j), v), c, s) * (k - q);
+        dk[j - j0] += scaled_coefficient<K>(Kv / Z, d2, Z, dot(di, p.keys.val(g, j), v), c, s) * (k - q);
     }
   }
   for (index_t j = j0; j < j1; ++j) {
     const index_t row = p.keys.perm[g * p.keys.m + j];
-    if (do_dk) p.dk.at(b, h, row, 0) = static_cast<T>(dk[j - j0]);
+    if (do_dk) p.dk.at(b, h, row, 0) = static_cast<T>(divided_by_sigma(dk[j - j0], p.sigma, sigma_power(K)));
     if (do_dv)
       for (index_t x = 0; x < v; ++x) p.dv.at(b, h, row, x) = static_cast<T>(dv[(j - j0) * v + x]);
   }
@@ -462,7 +454,7 @@ bool nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
   if (need_a && dsigma != nullptr) {
     double s = 0;  // in row order: the same sum for any thread count
     for (std::size_t r = 0; r < gn; ++r) s -= p.row_ds[r];  // s -= r: +0, not -0, when every row is 0
-    *dsigma = static_cast<T>(s / sigma);
+    *dsigma = static_cast<T>(divided_by_sigma(s, sigma, sigma_power(kernel) + 1));
   }
   return true;
 }
