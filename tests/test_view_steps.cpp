@@ -3,6 +3,7 @@
 // that was not checked, and a tensor of no element (whose strides nothing bounds) is never stepped.
 // Each fault the fuzzers found here has its input in fuzz/corpus/api (finding7_*, finding8_*) and a
 // test below; under clang's UBSan (CI's sanitizer build) an overflowing address is a failure.
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -115,6 +116,27 @@ TEST(EmptyTensorStrides, AnOwningOutputOfNoElementIsGiven) {
   }
   for (index_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(weights.data()[i], want.data()[i], 1e-14);
   EXPECT_NEAR(weights.data()[0] + weights.data()[1] + weights.data()[2] + weights.data()[3], 1.0, 1e-14);
+}
+
+// The fault api_fuzz found (fuzz/corpus/api/finding10_*): KvCache::attend of one sequence over an
+// int8 cache read its queries element by element, to round them as the decode does, before anything
+// had checked their strides; a negative one formed an address below the data. Now refused first,
+// naming the argument; the same queries with valid strides attend.
+TEST(KvCacheAttend, RefusesQueriesOfOneSequenceWithANegativeStride) {
+  const index_t heads = 2, n = 6, d = 32;  // n > kDecodeRows: the prompt path, which rounds a copy
+  KvCache cache(1, heads, d, {.dtype = KvDtype::int8, .block_size = 4});
+  const Tensor<float> kv = random_tensor<float>({1, heads, 5, d}, 8);
+  cache.append(kv.view(), kv.view());
+  const Tensor<float> queries = random_tensor<float>({heads, n, d}, 9);
+  Tensor<float> out({heads, n, d});
+  const TensorView<const float> backwards(queries.data() + heads * n * d - d, {heads, n, d}, {n * d, -d, 1});
+  expect_error([&] { cache.attend(out.view(), 0, backwards); },
+               {"KvCache::attend: queries has stride -32 in dimension 1", "must not be negative"});
+  const TensorView<float> out_backwards(out.data() + heads * n * d - d, {heads, n, d}, {n * d, -d, 1});
+  expect_error([&] { cache.attend(out_backwards, 0, queries.view()); },
+               {"KvCache::attend: out has stride -32 in dimension 1", "must not be negative"});
+  cache.attend(out.view(), 0, queries.view());
+  for (index_t e = 0; e < out.numel(); ++e) ASSERT_TRUE(std::isfinite(out[e])) << e;
 }
 
 // The fault api_fuzz found (fuzz/corpus/api/finding7_*): KvCache::attend over every sequence formed

@@ -371,6 +371,8 @@ void KvCache::attend_sequence(TensorView<float> out, index_t seq, TensorView<con
                  s.head_dim);
   if (out.rank() != queries.rank() || !std::equal(out.shape().begin(), out.shape().end(), queries.shape().begin()))
     detail::fail(op, ": out has shape ", out.shape_string(), "; it must be the shape of queries ", queries.shape_string());
+  // Before any row is read (the rotary and int8 copies below read the queries element by element).
+  detail::check_strides(queries, op, "queries"), detail::check_strides(out, op, "out");
   const TensorView<const float> given = batched ? queries : detail::with_batch_of_one(queries);
   // With rotary tables, a copy of the queries rotated at their positions (once: the batched attend
   // hands its sequences rotated ones).
