@@ -10,9 +10,9 @@ A step lasts as long as its slowest rank, whose time is the larger of
 so communication hides behind compute when compute >= communicate; the ranks whose compute is
 shorter than the step's longest idle for the difference. pairs(r, s) counts the (query, key) pairs
 rank r attends in block r - s exactly (the causal mask cut along the shards), as the kernels skip
-the rest. FLOPs per pair: 4 d (Q K^T and P V) forward; the ring's backward computes each block's
-forward again for its lse (4 d) and then its gradients (8 d), so forward+backward costs 16 d per
-pair where one process spends 12 d.
+the rest. FLOPs per pair: 4 d (Q K^T and P V) forward; the backward 8 d (Q K^T again, dP = dout V^T,
+and dV, dK, dQ), each block's from the whole attention's out and log-sum-exp alone, so
+forward+backward costs 12 d per pair, as in one process.
 
     python3 bench/ring_model.py --rate 120 --bandwidth 12.5 --latency 2 --n 1048576 --causal
         the predicted step for P = 2, 4, ..., 1024 ranks of 120 GFLOP/s each on 100 Gbit/s links
@@ -67,7 +67,7 @@ def step_pairs(n, ranks, rank, step, layout, causal):
 def predict(n, d, heads, ranks, rate, bandwidth, latency, causal, layout, backward, item=4):
     """Seconds of one ring forward (or forward+backward), its communication time per step, and the
     largest idle share of a rank. rate: FLOP/s per rank; bandwidth: bytes/s; latency: s."""
-    per_pair = (16 if backward else 4) * d * heads
+    per_pair = (12 if backward else 4) * d * heads
     # K and V; forward+backward: K and V in each pass and dK, dV behind them in the second
     block = n / ranks * d * heads * 2 * item * (3 if backward else 1)
     communicate = latency + block / bandwidth

@@ -373,7 +373,7 @@ TEST(AlignSinksErrors, NamedArguments) {
   // A block of a longer attention: sinks belong to the whole.
   Tensor<float> lse({1, 2, 3});
   expect_error([&] {
-    sdpa_backward_block<float>({}, {}, {}, out.cview(), q.cview(), k.cview(), k.cview(), out.cview(), lse.cview(), lse.cview(), with_sinks);
+    sdpa_backward_block<float>({}, {}, {}, out.cview(), q.cview(), k.cview(), k.cview(), out.cview(), lse.cview(), with_sinks);
   }, {"sdpa_backward_block", "sinks belong to the whole attention"});
   // The KV cache's queries are its newest tokens: a top-left causal mask is refused.
   KvCache cache(1, 1, 4);

@@ -102,22 +102,31 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
   ATTN_DISPATCH_ON(c.plan.switches(), sdpa_forward<T>, o, l, w, c.plan);
 }
 
+// A backward call's checked arguments: the inputs' plan and the kernels' views.
 template <class T>
-void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
-                   TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
-                   TensorView<const T> out, TensorView<const T> lse, const Mask<T>& mask,
-                   const SdpaOptions& options, TensorView<T> dsinks) {
-  const char* op = "sdpa_backward";
-  const SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
+struct BackwardCall {
+  SdpaCall<T> c;
+  View4<const T> dout, out, lse;
+  View4<T> dq, dk, dv;
+};
+
+// The checks sdpa_backward and sdpa_backward_block share (dsinks is sdpa_backward's alone).
+template <class T>
+BackwardCall<T> check_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
+                               TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
+                               TensorView<const T> out, TensorView<const T> lse, const Mask<T>& mask,
+                               const SdpaOptions& options, TensorView<T> dsinks, const char* op) {
+  BackwardCall<T> r{check_inputs(queries, keys, values, mask, options, op), {}, {}, {}, {}, {}, {}};
+  const SdpaCall<T>& c = r.c;
   const auto out_dims = detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv);
-  const View4<const T> g = detail::require_tensor(dout, op, "dout", c.rank);
+  r.dout = detail::require_tensor(dout, op, "dout", c.rank);
   detail::require_shape(dout, out_dims, op, "dout", "the shape of sdpa_forward's out");
-  const View4<const T> o = detail::optional_tensor(out, op, "out", c.rank);
+  r.out = detail::optional_tensor(out, op, "out", c.rank);
   if (!out.empty()) detail::require_shape(out, out_dims, op, "out", "sdpa_forward's out, (B, n, v)");
-  const View4<const T> l = lse_view(lse, c, op);
-  const View4<T> dq = detail::optional_tensor(dqueries, op, "dqueries", c.rank);
-  const View4<T> dk = detail::optional_tensor(dkeys, op, "dkeys", c.rank);
-  const View4<T> dv = detail::optional_tensor(dvalues, op, "dvalues", c.rank);
+  r.lse = lse_view(lse, c, op);
+  r.dq = detail::optional_tensor(dqueries, op, "dqueries", c.rank);
+  r.dk = detail::optional_tensor(dkeys, op, "dkeys", c.rank);
+  r.dv = detail::optional_tensor(dvalues, op, "dvalues", c.rank);
   if (!dqueries.empty()) detail::require_shape(dqueries, {queries.shape().begin(), queries.shape().end()}, op, "dqueries", "the shape of queries");
   if (!dkeys.empty()) detail::require_shape(dkeys, {keys.shape().begin(), keys.shape().end()}, op, "dkeys", "the shape of keys");
   if (!dvalues.empty()) detail::require_shape(dvalues, {values.shape().begin(), values.shape().end()}, op, "dvalues", "the shape of values");
@@ -128,6 +137,21 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
   detail::require_no_aliasing<T>(op, {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}, {"dsinks", dsinks}},
                                  {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"out", out},
                                   {"lse", lse}});
+  return r;
+}
+
+template <class T>
+void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
+                   TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
+                   TensorView<const T> out, TensorView<const T> lse, const Mask<T>& mask,
+                   const SdpaOptions& options, TensorView<T> dsinks) {
+  const char* op = "sdpa_backward";
+  const BackwardCall<T> call =
+      check_backward(dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse, mask, options, dsinks, op);
+  const SdpaCall<T>& c = call.c;
+  const auto out_dims = detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv);
+  const View4<const T> g = call.dout, o = call.out, l = call.lse;
+  const View4<T> dq = call.dq, dk = call.dk, dv = call.dv;
   if (c.plan.mask.sinks == nullptr) {
     ATTN_DISPATCH_ON(c.plan.switches(), sdpa_backward<T>, dq, dk, dv, g, o, l, c.plan);
     return;
@@ -349,38 +373,21 @@ void sdpa_sinks_backward(TensorView<T> dsinks, TensorView<const T> dout, TensorV
 template <class T>
 void sdpa_backward_block(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dvalues, TensorView<const T> dout,
                          TensorView<const T> queries, TensorView<const T> keys, TensorView<const T> values,
-                         TensorView<const T> out, TensorView<const T> lse, TensorView<const T> lse_block,
-                         const Mask<T>& mask, const SdpaOptions& options) {
+                         TensorView<const T> out, TensorView<const T> lse, const Mask<T>& mask,
+                         const SdpaOptions& options) {
   const char* op = "sdpa_backward_block";
   if (!mask.sinks.empty())
     detail::fail(op, ": sinks has shape ", mask.sinks.shape_string(), "; sinks belong to the whole attention, not to a ",
                  "block: leave them out of the blocks' masks, apply them once to the merged out and lse ",
                  "(sdpa_apply_sinks), and pass that out and lse here");
-  const SdpaCall<T> c = check_inputs(queries, keys, values, mask, options, op);
-  const auto out_dims = detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv);
-  const View4<const T> g = detail::require_tensor(dout, op, "dout", c.rank);
-  detail::require_shape(dout, out_dims, op, "dout", "the shape of the whole attention's out");
-  if (out.empty() || lse.empty() || lse_block.empty())
-    detail::fail(op, ": out and lse (the whole attention's) and lse_block (this block's) are all required");
-  detail::require_tensor(out, op, "out", c.rank);
-  detail::require_shape(out, out_dims, op, "out", "the whole attention's out, (B, n, v)");
-  const View4<const T> l = lse_view(lse, c, op), lb = lse_view(lse_block, c, op);
-  // The block's weights, normalised over the block, are the whole attention's times
-  // alpha = e^(lse_block - lse) per row; scaling dout by alpha scales every gradient term but D, and
-  // D = dout . out from the whole attention's out is then alpha D as well (pool_backward, fused).
-  Tensor<T> scaled(out_dims);
-  const View4<T> s = detail::require_tensor(scaled.view(), op, "dout", c.rank);
-  const T neg_inf = -std::numeric_limits<T>::infinity();
-  for (index_t b = 0; b < c.B; ++b)
-    for (index_t h = 0; h < c.H; ++h)
-      for (index_t i = 0; i < c.n; ++i) {
-        const T whole = l.at(b, h, i, 0), part = lb.at(b, h, i, 0);
-        const T alpha = whole == neg_inf || part == neg_inf ? T(0) : std::exp(part - whole);
-        const T* src = g.row(b, h, i);
-        T* dst = s.row(b, h, i);
-        for (index_t e = 0; e < c.dv; ++e) dst[e] = alpha * src[e];
-      }
-  sdpa_backward<T>(dqueries, dkeys, dvalues, scaled.cview(), queries, keys, values, out, lse_block, mask, options);
+  if (out.empty() || lse.empty())
+    detail::fail(op, ": out and lse, the whole attention's (over every block), are both required: out has shape ",
+                 out.shape_string(), ", lse ", lse.shape_string());
+  const BackwardCall<T> call =
+      check_backward(dqueries, dkeys, dvalues, dout, queries, keys, values, out, lse, mask, options, TensorView<T>{}, op);
+  SdpaPlan<T> plan = call.c.plan;  // weights exp(s - lse) from the whole attention's lse, D from its out
+  plan.keys_are_a_block = true;
+  ATTN_DISPATCH_ON(plan.switches(), sdpa_backward<T>, call.dq, call.dk, call.dv, call.dout, call.out, call.lse, plan);
 }
 
 template <class T>
@@ -410,8 +417,7 @@ Tensor<T> scaled_dot_product_attention(TensorView<const T> queries, TensorView<c
                                     TensorView<const T>);                                                             \
   template void sdpa_backward_block(TensorView<T>, TensorView<T>, TensorView<T>, TensorView<const T>,                 \
                                     TensorView<const T>, TensorView<const T>, TensorView<const T>,                    \
-                                    TensorView<const T>, TensorView<const T>, TensorView<const T>, const Mask<T>&,    \
-                                    const SdpaOptions&);
+                                    TensorView<const T>, TensorView<const T>, const Mask<T>&, const SdpaOptions&);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 #undef ATTN_INSTANTIATE

@@ -3,6 +3,9 @@
 // src/api/sdpa.cpp, in the manner of FlashAttention's params struct. Kernels trust it.
 #pragma once
 
+#include <cmath>
+#include <limits>
+
 #include "attn/flex.hpp"
 #include "core/dropout_plan.hpp"
 #include "core/mask_plan.hpp"
@@ -27,6 +30,10 @@ struct SdpaPlan {
   DropoutPlan dropout;
   // The caller's score_mod and mask_mod (attn/flex.hpp), called on every tile; null for none.
   const detail::ScoreHook<T>* hook = nullptr;
+  // The backward of one block of a longer attention (sdpa_backward_block): these keys are some of
+  // the attention's, and the backward's lse and out are the whole attention's. The weights are then
+  // exp(s - lse), the whole attention's, never renormalised over these keys.
+  bool keys_are_a_block = false;
 
   // The call's run-time switches (read once at the API boundary, with the mask's plan).
   const detail::Switches& switches() const { return mask.switches; }
@@ -38,5 +45,13 @@ struct SdpaPlan {
     return hook->live[((b * q.H + h) * hook->live_blocks + block) * hook->live_tiles + tile] != 0;
   }
 };
+
+// The factor that turns a block's own weights (normalised over its keys, log-sum-exp lse_block)
+// into the whole attention's (log-sum-exp lse): e^(lse_block - lse), 0 where either has no key.
+template <class T>
+T block_weight_factor(T lse_block, T lse) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  return lse_block == neg_inf || lse == neg_inf ? T(0) : std::exp(lse_block - lse);
+}
 
 }  // namespace attn

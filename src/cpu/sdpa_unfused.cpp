@@ -2,7 +2,8 @@
 // buffer, then the shared pooling pass. The path for calls that ask for the weights, and the
 // baseline `attn bench` measures the fused kernels against. The backward recomputes the weights
 // from the scores exactly as the forward did (rebuilding them as exp(s - lse) would lose the low bits
-// of lse when |s| is large); D comes from out when it is given, as in the fused backward.
+// of lse when |s| is large), a block of a longer attention's times e^(lse_block - lse); D comes from
+// out when it is given, as in the fused backward.
 #include <cmath>
 #include <vector>
 
@@ -55,7 +56,7 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T
 
 template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> out,
-                   View4<const T> /*lse*/, const SdpaPlan<T>& p) {
+                   View4<const T> lse, const SdpaPlan<T>& p) {
   const index_t B = p.q.B, H = p.q.H, n = p.q.R, m = p.k.R, d = p.q.C;
   detail::Buffer<T> scores = scaled_scores(p);
   detail::Buffer<T> weights(scores.size());
@@ -63,8 +64,13 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
 #pragma omp parallel for collapse(3) schedule(static)
   for (index_t b = 0; b < B; ++b)
     for (index_t h = 0; h < H; ++h)
-      for (index_t i = 0; i < n; ++i)
-        softmax_row(w.row(b, h, i), s.row(b, h, i), p.mask.row(b, h, i), m);
+      for (index_t i = 0; i < n; ++i) {
+        T* wi = w.row(b, h, i);
+        const T own_lse = softmax_row(wi, s.row(b, h, i), p.mask.row(b, h, i), m);
+        if (!p.keys_are_a_block) continue;
+        const T factor = block_weight_factor(own_lse, lse.at(b, h, i, 0));
+        for (index_t j = 0; j < m; ++j) wi[j] *= factor;
+      }
   // The capped scores' tanh, t = s / softcap, before their buffer receives dscores.
   detail::Buffer<T> t;
   if (p.softcap != T(0)) {

@@ -144,15 +144,11 @@ void backward_block(const Problem& p, const Mask<T>& mask, const SdpaOptions& op
       std::vector<std::int64_t> lens;
       const Mask<T> bm = block_mask(p, mask, qp, kp, lens);
       const index_t nq = qp.size(), nk = kp.size(), q0 = qp.local, k0 = kp.local;
-      // The block's own lse (the weights of the block are the whole attention's times e^(lse_block - lse)).
-      Tensor<T> part_out({p.B, p.H, nq, p.dv}), part_lse({p.B, p.H, nq});
       const TensorView<const T> qv = rows_of(q, q0, q0 + nq), kv = rows_of(k, k0, k0 + nk), vv = rows_of(v, k0, k0 + nk);
-      const SdpaOptions bo = block_options(options, qp, kp);
-      sdpa_forward<T>(part_out.view(), part_lse.view(), {}, qv, kv, vv, bm, bo);
       Tensor<T> block_dq({p.B, p.H, dq.empty() ? 0 : nq, p.d}), block_dk({p.B, p.Hk, nk, p.d}), block_dv({p.B, p.Hk, nk, p.dv});
       sdpa_backward_block<T>(dq.empty() ? TensorView<T>{} : block_dq.view(), block_dk.view(), block_dv.view(),
                              rows_of(dout, q0, q0 + nq), qv, kv, vv, rows_of(out, q0, q0 + nq), rows_of(lse, q0, q0 + nq),
-                             part_lse.cview(), bm, bo);
+                             bm, block_options(options, qp, kp));
       if (!dq.empty()) add_rows<T>(dense_view4(block_dq.data(), p.B, p.H, nq, p.d), rows4(dq, q0, q0 + nq));
       add_rows<T>(dense_view4(block_dk.data(), p.B, p.Hk, nk, p.d), rows4(dk, k0, k0 + nk));
       add_rows<T>(dense_view4(block_dv.data(), p.B, p.Hk, nk, p.dv), rows4(dv, k0, k0 + nk));

@@ -50,18 +50,27 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T
   pool_forward<T>(out, lse, weights, dense_view4(scores.data(), B, H, n, m), p.v, p.mask, p.dropout, p.group);
 }
 
-// The reference ignores lse and recomputes the weights from the formula; out, when given, gives D
-// (pool_backward).
+// The reference recomputes the weights from the formula (the block of a longer attention's times
+// e^(lse_block - lse), block_weight_factor); out, when given, gives D (pool_backward).
 template <class T>
 void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<const T> dout, View4<const T> given_out,
-                   View4<const T> /*lse*/, const SdpaPlan<T>& p) {
+                   View4<const T> lse, const SdpaPlan<T>& p) {
   const index_t B = p.q.B, H = p.q.H, n = p.q.R, m = p.k.R, d = p.q.C;
   detail::Buffer<T> t;  // tanh(s / softcap)
   const detail::Buffer<T> scores = scores_of(p, &t);
   detail::Buffer<T> weights(scores.size()), dscores(scores.size()), out(static_cast<std::size_t>(B * H * n * p.v.C));
+  detail::Buffer<T> own_lse(p.keys_are_a_block ? static_cast<std::size_t>(B * H * n) : 0);
   const View4<T> w = dense_view4(weights.data(), B, H, n, m), ds = dense_view4(dscores.data(), B, H, n, m);
-  pool_forward<T>(dense_view4(out.data(), B, H, n, p.v.C), {}, w, dense_view4(scores.data(), B, H, n, m), p.v,
+  const View4<T> lb = p.keys_are_a_block ? dense_view4(own_lse.data(), B, H, n, 1) : View4<T>{};
+  pool_forward<T>(dense_view4(out.data(), B, H, n, p.v.C), lb, w, dense_view4(scores.data(), B, H, n, m), p.v,
                   p.mask, p.dropout, p.group);
+  if (p.keys_are_a_block)
+    for (index_t b = 0; b < B; ++b)
+      for (index_t h = 0; h < H; ++h)
+        for (index_t i = 0; i < n; ++i) {
+          const T factor = block_weight_factor(lb.at(b, h, i, 0), lse.at(b, h, i, 0));
+          for (index_t j = 0; j < m; ++j) w.at(b, h, i, j) *= factor;
+        }
   pool_backward<T>(ds, dvalues, dout, w, p.v, p.mask, p.dropout, p.group, given_out);
   // cap(s) = softcap tanh(s / softcap)  =>  d s = d cap (1 - tanh^2)
   if (p.softcap != T(0))

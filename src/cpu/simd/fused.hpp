@@ -250,7 +250,9 @@ void sdpa_decode_chunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t he
 //      |lse| <= kLseTrusted (or is empty, lse = -inf), the weights are rebuilt as exp(s - lse): lse
 //      is within half an ulp of the exact value, so each row's weights are off by one common factor
 //      within (1 +- kLseTrusted 2^-24) in float. Otherwise (large scores, the d2l chapter's -1e6 fill on an
-//      empty row) the maximum and sum are recomputed exactly as the forward does;
+//      empty row) the maximum and sum are recomputed exactly as the forward does. The block of a
+//      longer attention (SdpaPlan::keys_are_a_block) always takes exp(s - lse), lse the whole's:
+//      these keys' own maximum and sum would need e^(lse_block - lse), no more exact than lse;
 //   2. chunks of keys of one key head: for each query head of its group and each query block (its
 //      queries and output gradients transposed once) and each key tile of the chunk, weights P, dP = dout V^T, dS = P (dP - D) (0 where masked), then
 //      dV += P^T dout and dK += dS^T Q for the chunk's keys (owned) and dS K into the chunk's own

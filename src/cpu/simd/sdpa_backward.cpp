@@ -48,10 +48,12 @@ HWY_INLINE hn::Vec<D> ScoreGrad(D d, hn::Vec<D> w, hn::Vec<D> dp, const double* 
 }
 
 // Whether rows [i0, i0 + rows) of (b, h) can rebuild their weights from the forward's lse (see
-// pass 1 in simd/fused.hpp).
+// pass 1 in simd/fused.hpp). Always for a block of a longer attention: its lse is the only
+// normaliser there is.
 template <class T>
 bool LseTrusted(const SdpaBackward<T>& p, index_t b, index_t h, index_t i0, index_t rows) {
   if (p.lse.empty()) return false;
+  if (p.plan->keys_are_a_block) return true;
   for (index_t i = 0; i < rows; ++i) {
     const T l = p.lse.at(b, h, i0 + i, 0);
     if (!(std::abs(l) <= T(kLseTrusted) || l == -INFINITY)) return false;  // NaN too
