@@ -129,24 +129,26 @@ BenchCase sdpa_forward_case(index_t B, index_t n, index_t m, index_t d, MaskKind
   return c;
 }
 
-BenchCase sdpa_backward_case(index_t B, index_t n, index_t m, index_t d) {
-  auto s = std::make_shared<SdpaData>(SdpaData{B, n, m, d, MaskKind::none});
+// Forward then backward (kind none or causal), as a training step calls them.
+BenchCase sdpa_backward_case(index_t B, index_t n, index_t m, index_t d, MaskKind kind) {
+  auto s = std::make_shared<SdpaData>(SdpaData{B, n, m, d, kind});
   BenchCase c;
-  c.name = "sdpa forward+backward " + shape(B, n, m, d);
-  c.flops = 12.0 * static_cast<double>(B) * n * m * d;
-  c.formula = "12 B n m d";
+  c.name = std::string("sdpa forward+backward ") + (kind == MaskKind::causal ? "causal " : "") + shape(B, n, m, d);
+  c.flops = 12.0 * static_cast<double>(d) * s->pairs();
+  c.formula = "12 d x (query, key pairs computed)";
   c.baseline_bytes = 4.0 * 4.0 * static_cast<double>(B) * n * m;
   c.prepare = [s] { s->prepare(true), s->weights = Tensor<float>({s->B, s->n, s->m}), s->out_ref = s->out; };
   c.run_fused = [s] {
-    attn::sdpa_forward<float>(s->out.view(), s->lse.view(), {}, s->q.view(), s->k.view(), s->v.view());
+    attn::sdpa_forward<float>(s->out.view(), s->lse.view(), {}, s->q.view(), s->k.view(), s->v.view(), s->mask());
     attn::sdpa_backward<float>(s->dq.view(), s->dk.view(), s->dv.view(), s->g.view(), s->q.view(), s->k.view(),
-                               s->v.view(), s->out.view(), s->lse.view());
+                               s->v.view(), s->out.view(), s->lse.view(), s->mask());
   };
   c.run_unfused = [s] {
     const attn::ScopedBackend unfused(attn::Backend::unfused);
-    attn::sdpa_forward<float>(s->out_ref.view(), {}, s->weights.view(), s->q.view(), s->k.view(), s->v.view());
+    attn::sdpa_forward<float>(s->out_ref.view(), {}, s->weights.view(), s->q.view(), s->k.view(), s->v.view(),
+                              s->mask());
     attn::sdpa_backward<float>(s->dq_ref.view(), s->dk_ref.view(), s->dv_ref.view(), s->g.view(), s->q.view(),
-                               s->k.view(), s->v.view(), {}, {});
+                               s->k.view(), s->v.view(), {}, {}, s->mask());
   };
   c.check = [s] {
     return std::max({max_rel_diff(s->out, s->out_ref), max_rel_diff(s->dq, s->dq_ref), max_rel_diff(s->dk, s->dk_ref),
@@ -297,7 +299,9 @@ std::vector<BenchCase> bench_cases(bool large) {
   for (const auto& s : shapes)
     for (MaskKind kind : {MaskKind::none, MaskKind::lens, MaskKind::causal})
       cases.push_back(sdpa_forward_case(s[0], s[1], s[2], s[3], kind, true));
-  cases.push_back(sdpa_backward_case(4, 1024, 1024, 64));
+  cases.push_back(sdpa_backward_case(4, 1024, 1024, 64, MaskKind::none));
+  cases.push_back(sdpa_backward_case(4, 1024, 1024, 64, MaskKind::causal));
+  cases.push_back(sdpa_backward_case(1, 4096, 4096, 128, MaskKind::none));
   cases.push_back(sdpa_forward_case(32, 1, 8192, 128, MaskKind::none, true));
   // Attention sinks beside the same attention without them (forward and decode).
   cases.push_back(sdpa_forward_case(4, 1024, 1024, 64, MaskKind::sinks, false));

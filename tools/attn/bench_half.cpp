@@ -3,6 +3,8 @@
 // float32; the two interleaved), so the ratio is measured. Decode reads its 16-bit keys and values
 // in place (half the bytes of float32); the forward runs the fused 16-bit kernel (keys and values
 // widened once per call), or the AVX512-BF16 products for bfloat16 where they are chosen.
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -43,6 +45,18 @@ struct HalfData {
   void release() { *this = HalfData{B, n, m, d}; }
 };
 
+// The largest difference of a 16-bit result from float32's on the unrounded values, relative to
+// float32's largest magnitude.
+template <class H>
+double relative_to_float32(const Tensor<H>& got, const Tensor<float>& want) {
+  double worst = 0, top = 1e-30;
+  for (index_t i = 0; i < want.numel(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(attn::to_float(got.data()[i])) - want[i]));
+    top = std::max(top, std::abs(static_cast<double>(want[i])));
+  }
+  return worst / top;
+}
+
 template <class H>
 BenchCase half_case(const char* type, index_t B, index_t n, index_t m, index_t d) {
   auto s = std::make_shared<HalfData<H>>(HalfData<H>{B, n, m, d});
@@ -62,15 +76,51 @@ BenchCase half_case(const char* type, index_t B, index_t n, index_t m, index_t d
   c.run_unfused = [s] {
     attn::sdpa_forward<float>(s->out32.view(), {}, {}, s->q32.view(), s->k32.view(), s->v32.view());
   };
-  c.check = [s] {  // against float32 on the unrounded values: the 16-bit rounding shows (about 1e-2 for bf16)
-    double worst = 0, top = 1e-30;
-    for (index_t i = 0; i < s->out32.numel(); ++i) {
-      worst = std::max(worst, std::abs(static_cast<double>(attn::to_float(s->out.data()[i])) - s->out32[i]));
-      top = std::max(top, std::abs(static_cast<double>(s->out32[i])));
-    }
-    return worst / top;
-  };
+  // Against float32 on the unrounded values: the 16-bit rounding shows (about 1e-2 for bf16).
+  c.check = [s] { return relative_to_float32(s->out, s->out32); };
   c.release = [s] { s->release(); };
+  return c;
+}
+
+// A training step's attention in 16 bits: forward then backward, against float32's forward and
+// backward on the same (unrounded) values, interleaved.
+template <class H>
+BenchCase half_backward_case(const char* type, index_t B, index_t n, index_t m, index_t d) {
+  struct Data {
+    index_t B, n, m, d;
+    Tensor<float> q32{}, k32{}, v32{}, g32{}, out32{}, lse32{}, dq32{}, dk32{}, dv32{}, lse{};
+    Tensor<H> q{}, k{}, v{}, g{}, out{}, dq{}, dk{}, dv{};
+  };
+  auto s = std::make_shared<Data>(Data{B, n, m, d});
+  BenchCase c;
+  c.tolerance = std::is_same_v<H, attn::bfloat16> ? kBf16Tolerance : kF16Tolerance;
+  c.name = std::string("sdpa forward+backward ") + type + " (" + std::to_string(B) + "," + std::to_string(n) + "," +
+           std::to_string(m) + "," + std::to_string(d) + ")";
+  c.flops = 12.0 * static_cast<double>(B) * n * m * d;
+  c.formula = "12 B n m d; float32 in the unfused column";
+  c.prepare = [s] {
+    s->q32 = uniform({s->B, s->n, s->d}, 1), s->k32 = uniform({s->B, s->m, s->d}, 2);
+    s->v32 = uniform({s->B, s->m, s->d}, 3), s->g32 = uniform({s->B, s->n, s->d}, 4);
+    s->q = narrowed<H>(s->q32), s->k = narrowed<H>(s->k32), s->v = narrowed<H>(s->v32), s->g = narrowed<H>(s->g32);
+    s->out32 = Tensor<float>({s->B, s->n, s->d}), s->lse32 = Tensor<float>({s->B, s->n}), s->lse = s->lse32;
+    s->dq32 = s->out32, s->dk32 = Tensor<float>({s->B, s->m, s->d}), s->dv32 = s->dk32;
+    s->out = Tensor<H>({s->B, s->n, s->d}), s->dq = s->out, s->dk = Tensor<H>({s->B, s->m, s->d}), s->dv = s->dk;
+  };
+  c.run_fused = [s] {
+    attn::sdpa_forward<H>(s->out.view(), s->lse.view(), s->q.view(), s->k.view(), s->v.view());
+    attn::sdpa_backward<H>(s->dq.view(), s->dk.view(), s->dv.view(), s->g.view(), s->q.view(), s->k.view(), s->v.view(),
+                           s->out.view(), s->lse.view());
+  };
+  c.run_unfused = [s] {
+    attn::sdpa_forward<float>(s->out32.view(), s->lse32.view(), {}, s->q32.view(), s->k32.view(), s->v32.view());
+    attn::sdpa_backward<float>(s->dq32.view(), s->dk32.view(), s->dv32.view(), s->g32.view(), s->q32.view(),
+                               s->k32.view(), s->v32.view(), s->out32.view(), s->lse32.view());
+  };
+  c.check = [s] {
+    return std::max({relative_to_float32(s->out, s->out32), relative_to_float32(s->dq, s->dq32),
+                     relative_to_float32(s->dk, s->dk32), relative_to_float32(s->dv, s->dv32)});
+  };
+  c.release = [s] { *s = Data{s->B, s->n, s->m, s->d}; };
   return c;
 }
 
@@ -146,6 +196,7 @@ std::vector<BenchCase> half_cases() {
           half_case<attn::float16>("f16", 1, 4096, 4096, 128),
           half_case<attn::bfloat16>("bf16", 32, 1, 8192, 128),
           half_case<attn::float16>("f16", 32, 1, 8192, 128),
+          half_backward_case<attn::bfloat16>("bf16", 4, 1024, 1024, 64),
           cache_decode_case("int8", attn::KvDtype::int8, 32, 8192, 128),
           cache_decode_case("bf16 cache", attn::KvDtype::bfloat16, 32, 8192, 128),
           cache_append_case(32, 8, 128)};
