@@ -303,6 +303,7 @@ INSTANTIATE_TEST_SUITE_P(
         Pattern{"causal_tensor", Keep::causal, {kN, kM}},
         Pattern{"additive_full", Keep::none, {}, Bias::tiles, {2, 2, kN, kM}},
         Pattern{"additive_2d", Keep::none, {}, Bias::tiles, {kN, kM}},
+        Pattern{"additive_per_batch", Keep::none, {}, Bias::tiles, {2, 1, kN, kM}},
         Pattern{"additive_strided", Keep::none, {}, Bias::tiles, {1, 2, kN, kM}, true},
         Pattern{"additive_keys", Keep::none, {}, Bias::keys, {2, 1, 1, kM}},
         Pattern{"additive_queries", Keep::none, {}, Bias::queries, {2, 1, kN, 1}},
@@ -314,6 +315,43 @@ INSTANTIATE_TEST_SUITE_P(
         Pattern{"everything", Keep::tiles, {2, 1, kN, kM}, Bias::tiles, {1, 2, kN, kM}, false, kLens,
                 Causal::bottom_right}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// An additive mask every head reads (stride 0 over heads): the same results, bit for bit, as the
+// same mask copied for each head, for one mask plane and one per batch element, with tiles of 0, of
+// -inf and mixed, the last query block and key tile partial.
+TEST(MaskTiles, AMaskSharedByTheHeadsGivesThePerHeadResults) {
+  const index_t B = 2, H = 3, n = 150, m = 203, d = 24, dv = 16;
+  const Tensor<double> q = random_tensor<double>({B, H, n, d}, 21, -2, 2), k = random_tensor<double>({B, H, m, d}, 22, -2, 2);
+  const Tensor<double> v = random_tensor<double>({B, H, m, dv}, 23);
+  ScopedBackend cpu(Backend::cpu);
+  for (const index_t planes : {index_t(1), B}) {
+    Tensor<double> shared({planes, 1, n, m}), per_head({B, H, n, m});
+    for (index_t b = 0; b < B; ++b)
+      for (index_t h = 0; h < H; ++h)
+        for (index_t i = 0; i < n; ++i)
+          for (index_t j = 0; j < m; ++j) {
+            const double x = bias_at(Bias::tiles, planes == 1 ? 0 : b, 0, i, j);
+            per_head(b, h, i, j) = x;
+            if (h == 0 && (planes > 1 || b == 0)) shared(planes == 1 ? 0 : b, 0, i, j) = x;
+          }
+    const auto check = [&]<class T>() {
+      const Tensor<T> qt = convert<T>(q), kt = convert<T>(k), vt = convert<T>(v);
+      const Tensor<T> a = convert<T>(shared), c = convert<T>(per_head);
+      std::vector<Tensor<T>> results;
+      for (const Tensor<T>* bias : {&a, &c}) {
+        Mask<T> mask;
+        mask.additive = bias->view();
+        Tensor<T> out({B, H, n, dv}), lse({B, H, n});
+        sdpa_forward<T>(out.view(), lse.view(), {}, qt.view(), kt.view(), vt.view(), mask);
+        results.push_back(out), results.push_back(lse);
+      }
+      EXPECT_EQ(results[0].values(), results[2].values()) << "out, planes " << planes;
+      EXPECT_EQ(results[1].values(), results[3].values()) << "lse, planes " << planes;
+    };
+    check.template operator()<float>();
+    check.template operator()<double>();
+  }
+}
 
 // ---- tiles skipped and tiles left whole -----------------------------------------------------------
 
