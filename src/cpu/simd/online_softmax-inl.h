@@ -45,17 +45,29 @@ struct OnlineSoftmax {
   // their order. The row sums are kept in double; with kTileSumInFloat a tile's (at most kBlockK
   // terms, each at most 1) is first summed in T, within 63 ulp of T, and only then widened: the
   // bfloat16 kernel's choice, whose weights are rounded to bfloat16 (2^-9) before they are used anyway.
-  template <bool kTileSumInFloat = false, class D>
-  void step(D d, index_t cnt, T scale = T(1)) {
+  // With a `bias` (lanes [i, i + L) of key jj's additive mask, none of them -inf), the tile's
+  // scores become scale s + bias in the maximum's pass, stored back: mask_tile's Mul and Add, in one
+  // pass over the tile instead of two.
+  template <bool kTileSumInFloat = false, class D, class Bias = std::nullptr_t>
+  void step(D d, index_t cnt, T scale = T(1), const Bias& bias = nullptr) {
     using V = hn::Vec<D>;
+    constexpr bool kBiased = !std::is_same_v<Bias, std::nullptr_t>;
     const WideTag<D> dw;
     const index_t L = static_cast<index_t>(hn::Lanes(d));
     const V ninf = hn::Set(d, -std::numeric_limits<T>::infinity()), vscale = hn::Set(d, scale);
-    const bool scaled = scale != T(1);
+    const bool scaled = scale != T(1) && !kBiased;  // the exp pass's scale (a biased tile's is applied)
     for (index_t i = 0; i < kBlockQ; i += L) {
       V tile_max = ninf;
-      for (index_t jj = 0; jj < cnt; ++jj) tile_max = hn::Max(tile_max, hn::Load(d, s + jj * kBlockQ + i));
-      if (scaled) tile_max = hn::Mul(tile_max, vscale);
+      if constexpr (kBiased) {
+        for (index_t jj = 0; jj < cnt; ++jj) {
+          const V x = hn::Add(hn::Mul(hn::Load(d, s + jj * kBlockQ + i), vscale), bias(jj, i));
+          hn::Store(x, d, s + jj * kBlockQ + i);
+          tile_max = hn::Max(tile_max, x);
+        }
+      } else {
+        for (index_t jj = 0; jj < cnt; ++jj) tile_max = hn::Max(tile_max, hn::Load(d, s + jj * kBlockQ + i));
+        if (scaled) tile_max = hn::Mul(tile_max, vscale);
+      }
       const V old_max = hn::Load(d, max + i);
       const V new_max = hn::Max(old_max, tile_max);
       // A row that has seen only masked keys keeps max -inf: subtract 0 instead (exp(-inf) = 0).

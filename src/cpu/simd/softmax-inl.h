@@ -231,16 +231,30 @@ struct BlockState : BlockArrays<T>, TilePlan<T>, KeepBits<T>, BiasTile<T> {
     return scale > T(0) && this->whole(j0, cnt) && hook == nullptr && softcap == T(0) && alibi == T(0) && !tile_keep &&
            !tile_bias && !tile_general(j0, cnt);
   }
+  // The same, but with an additive mask that adds something to the tile and masks none of its keys
+  // (no -inf): its scores are scale s + bias, whatever any of them is.
+  bool biased_plain_tile(index_t j0, index_t cnt) const {
+    return this->whole(j0, cnt) && hook == nullptr && alibi == T(0) && !tile_keep && tile_bias && !tile_bias_masks &&
+           !tile_general(j0, cnt);
+  }
 
   // The scores of keys [j0, j0 + cnt) (raw dot products in s) -> their weights: mask_tile, then
   // softmax_tile; on a plain tile (plain_tile), the scale is applied inside the softmax step, with
   // the same roundings, and the pass of mask_tile is saved (it took an eighth of the bfloat16
-  // forward's time on a Zen 5). Returns mask_tile's answer (false on a plain tile).
+  // forward's time on a Zen 5); so are the scale and an additive mask on a tile that only the
+  // additive mask changes and without -inf (biased_plain_tile): its scores become scale s + bias in
+  // the softmax's first pass, with mask_tile's operations. Returns mask_tile's answer (false on
+  // either kind of tile).
   template <bool kTileSumInFloat = false, class D>
   bool weigh_tile(D d, T scale, T softcap, index_t j0, index_t cnt) {
     if (plain_tile(scale, softcap, j0, cnt)) {
       general = false;
       softmax_tile<kTileSumInFloat>(d, cnt, scale);
+      return false;
+    }
+    if (softcap == T(0) && biased_plain_tile(j0, cnt)) {  // the additive mask added in the softmax's first pass
+      general = false;
+      online.template step<kTileSumInFloat>(d, cnt, scale, [&](index_t jj, index_t i) { return BiasTile<T>::lanes(d, jj, i); });
       return false;
     }
     const bool partial = mask_tile(d, scale, softcap, j0, cnt);
