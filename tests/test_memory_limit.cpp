@@ -10,6 +10,7 @@
 
 #include "attn/config.hpp"
 #include "attn/memory.hpp"
+#include "attn/nadaraya_watson.hpp"
 #include "attn/sdpa.hpp"
 #include "attn/softmax.hpp"
 #include "cpu/scratch.hpp"
@@ -59,6 +60,20 @@ TEST(MemoryLimit, PathsThatFormTheScoresRefuseThem) {
   }
   // The fused kernels never form them: the same call computes (no weights asked for) in O(n d) memory
   // on the cpu backend. Not run here: 2^40 scores take minutes; test_sdpa covers the fused path.
+}
+
+// The dense Nadaraya-Watson backward (keys of 2 features) holds (n, m) weights and coefficients: at
+// n = m = 2^20 they are refused before anything is allocated, as the scores are.
+TEST(MemoryLimit, DenseNadarayaWatsonBackwardRefusesItsBuffers) {
+  const std::size_t before = memory_in_use();
+  {
+    const Tensor<float> x = testing::random_tensor<float>({1, kMillion, 2}, 3), y = testing::random_tensor<float>({1, kMillion, 1}, 4);
+    Tensor<float> dq({1, kMillion, 2});
+    expect_memory_error(
+        [&] { nadaraya_watson_backward<float>(dq, {}, {}, nullptr, y, x, x, y, Kernel::gaussian, 1.0f); },
+        {"working buffer", "bytes"});
+  }
+  EXPECT_EQ(memory_in_use(), before) << "nothing is held after the refused call";
 }
 
 TEST(MemoryLimit, TensorsCountAgainstASetLimitUntilFreed) {

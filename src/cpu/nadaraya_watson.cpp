@@ -17,8 +17,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
+#include "core/buffer.hpp"
 #include "cpu/nw_gradient.hpp"
 #include "cpu/unfused.hpp"
 
@@ -154,7 +154,7 @@ void nw_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<co
   const index_t m = keys.R;
   const int threads = omp_get_max_threads();
   // Without a weights output, each thread keeps its row of weights in its slice of scratch.
-  std::vector<T> scratch(weights.empty() ? static_cast<std::size_t>(threads * m) : 0);
+  detail::Buffer<T> scratch(weights.empty() ? static_cast<std::size_t>(threads * m) : 0);
   const bool parallel = worth_threads(queries.B * queries.H * queries.R, m, keys.C, values.C);
 #pragma omp parallel for collapse(3) schedule(static) num_threads(threads) if (parallel)
   for (index_t b = 0; b < queries.B; ++b)
@@ -186,10 +186,10 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
   const index_t group = std::clamp<index_t>(kScratchElems / std::max<index_t>(1, n * m), 1,
                                             std::max<index_t>(1, pairs));
   const int threads = omp_get_max_threads();
-  std::vector<T> W(static_cast<std::size_t>(group * n * m));
-  std::vector<double> A(need_a ? W.size() : 0);  // the coefficients b
-  std::vector<double> scratch(need_a ? static_cast<std::size_t>(threads * 3 * m) : 0);
-  std::vector<double> row_ds(need_a ? static_cast<std::size_t>(pairs * n) : 0);  // per (b, h, i)
+  detail::Buffer<T> W(static_cast<std::size_t>(group * n * m));
+  detail::Buffer<double> A(need_a ? W.size() : 0);  // the coefficients b
+  detail::Buffer<double> scratch(need_a ? static_cast<std::size_t>(threads * 3 * m) : 0);
+  detail::Buffer<double> row_ds(need_a ? static_cast<std::size_t>(pairs * n) : 0);  // per (b, h, i)
   const bool do_dk = need_a && !dkeys.empty(), do_dv = !dvalues.empty();
   const int power = sigma_power(kernel);
   const double s = sigma;
