@@ -62,6 +62,10 @@ void set_bf16_kernel(Bf16Kernel choice);
 Bf16Kernel bf16_kernel();
 // Whether a bfloat16 forward on this thread's settings now would run the kernel (not the target).
 bool bf16_kernel_chosen();
+// Whether the int8 forward (sdpa_forward_int8, attn/sdpa.hpp) computes Q K^T by vpdpbusd: the CPU has
+// AVX512-VNNI, used on the "avx3" target; elsewhere its portable 16-bit products give the same sums.
+// Its P V goes through the AVX512-BF16 kernel where bf16_kernel_chosen().
+bool int8_kernel_available();
 
 // The calling thread's backend for the lifetime of a scope (other threads keep theirs); the previous
 // one after it. Scopes nest.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "api/checks.hpp"
@@ -100,6 +101,30 @@ void sdpa_forward(TensorView<T> out, TensorView<T> lse, TensorView<T> weights, T
   detail::require_no_aliasing<T>(op, {{"out", out}, {"lse", lse}, {"weights", weights}},
                                  {{"queries", queries}, {"keys", keys}, {"values", values}});
   ATTN_DISPATCH_ON(c.plan.switches(), sdpa_forward<T>, o, l, w, c.plan);
+}
+
+void sdpa_forward_int8(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
+                       TensorView<const float> keys, TensorView<const float> values, const Mask<float>& mask,
+                       const SdpaOptions& options) {
+  const char* op = "sdpa_forward_int8";
+  const SdpaCall<float> c = check_inputs(queries, keys, values, mask, options, op);
+  const View4<float> o = detail::require_tensor(out, op, "out", c.rank);
+  detail::require_shape(out, detail::caller_dims(c.rank, c.B, c.H, c.n, c.dv), op, "out",
+                        "(B, n, v) from queries and values");
+  const View4<float> l = lse_view(lse, c, op);
+  detail::require_no_aliasing<float>(op, {{"out", out}, {"lse", lse}},
+                                     {{"queries", queries}, {"keys", keys}, {"values", values}});
+  if (c.m > cpu::fused::kMaxKeys)
+    detail::fail(op, ": keys has shape ", keys.shape_string(), " with ", c.m, " rows; the int8 kernel takes at most ",
+                 cpu::fused::kMaxKeys);
+  if (c.d > cpu::kInt8MaxDepth)
+    detail::fail(op, ": queries has shape ", queries.shape_string(), " with d = ", c.d, "; the int8 products take d <= ",
+                 cpu::kInt8MaxDepth, " (their int32 sums must not overflow)");
+  const cpu::Int8Refusal refused = cpu::sdpa_forward_int8(o, l, c.plan);
+  if (refused.tensor != nullptr)
+    detail::fail(op, ": ", refused.tensor, " holds a value that is not finite in row ", refused.row, " of batch ", refused.b,
+                 c.rank == 4 ? ", head " + std::to_string(refused.h) : std::string(),
+                 "; int8 quantization needs finite queries and keys (out and lse are unspecified)");
 }
 
 // A backward call's checked arguments: the inputs' plan and the kernels' views.

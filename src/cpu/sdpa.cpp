@@ -6,11 +6,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include "cpu/bf16/dot_bf16.hpp"
 #include "cpu/cpu.hpp"
+#include "cpu/int8/dot_int8.hpp"
 #include "cpu/key_padding.hpp"
+#include "cpu/quant/int8_rows.hpp"
 #include "cpu/quant/q8_0.hpp"
 #include "cpu/scratch.hpp"
 #include "cpu/simd/convert.hpp"
@@ -144,14 +148,13 @@ void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& given, const fus
   if (dot) {
     // The values packed as V pairs once, for every block of queries (each block packed them anew
     // before: 3% of the forward at n = 4096).
-    x.tiles = value_tiles;
     std::uint32_t* packed = in->packed;
-    run_tasks(v.B * v.H * x.tiles, 0, v.R * v.C >= (1 << 16), [&](index_t t, void*) {
-      const index_t bh = t / x.tiles, j0 = t % x.tiles * fused::kBlockK;
+    run_tasks(v.B * v.H * value_tiles, 0, v.R * v.C >= (1 << 16), [&](index_t t, void*) {
+      const index_t bh = t / value_tiles, j0 = t % value_tiles * fused::kBlockK;
       bf16::pack_values(v.row(bh / v.H, bh % v.H, j0), v.sR, std::min(fused::kBlockK, v.R - j0), v.C,
                         packed + static_cast<std::size_t>(t) * tile_words);
     });
-    x.value_pairs = packed;
+    x.value_pairs = {packed, v.H, value_tiles, v.C};
   } else {
     // The keys and values widened to float once, for every block of queries, into dense (B, Hk, m, *)
     // arrays the plan then reads; threaded over tiles of rows. (Widening each tile in every block
@@ -177,6 +180,152 @@ void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& given, const fus
     if (dot) fused::sdpa_forward_block_bf16(p, bh / H, bh % H, i0, w);
     else fused::sdpa_forward_block_half(p, bh / H, bh % H, i0, w);
   });
+}
+
+namespace {
+
+// The int8 forward's inputs, quantized once per call (fused::Int8Views), the keys' means and the
+// values packed as bfloat16 V pairs (when P V runs through the AVX512-BF16 products).
+struct Int8Inputs {
+  std::int8_t* q8;        // (B, H, n, row)
+  float* q_scale;         // (B, H, n)
+  float* q_mean;          // (B, H, n)
+  std::int8_t* k8;        // (B, Hk, m, row)
+  float* k_scale;         // (B, Hk, m)
+  std::int32_t* k_sum;    // (B, Hk, m)
+  float* k_mean;          // (B, Hk, d)
+  double* lambda;         // (B, Hk, d): quant::balance_channels
+  double* inverse;        // (B, Hk, d): 1 / lambda
+  std::uint32_t* packed;  // (B, Hk, tiles, kBlockK / 2, v) words
+  Int8Inputs(Carve& c, std::size_t query_rows, std::size_t key_rows, std::size_t heads, index_t d, index_t row,
+             std::size_t packed_words)
+      : q8(c.take<std::int8_t>(query_rows * static_cast<std::size_t>(row))), q_scale(c.take<float>(query_rows)),
+        q_mean(c.take<float>(query_rows)), k8(c.take<std::int8_t>(key_rows * static_cast<std::size_t>(row))),
+        k_scale(c.take<float>(key_rows)), k_sum(c.take<std::int32_t>(key_rows)),
+        k_mean(c.take<float>(heads * static_cast<std::size_t>(d))), lambda(c.take<double>(heads * static_cast<std::size_t>(d))),
+        inverse(c.take<double>(heads * static_cast<std::size_t>(d))), packed(c.take<std::uint32_t>(packed_words)) {}
+};
+
+// Notes the row (b, h, row) of queries (keys: false) or keys (true) that holds a value int8 cannot:
+// the first one, queries before keys, then by position, for a message that does not depend on the
+// threads.
+void refuse(Int8Refusal& first, bool keys, index_t b, index_t h, index_t row) {
+  const auto rank = [](const Int8Refusal& r) { return std::tuple(std::string_view(r.tensor) == "keys", r.b, r.h, r.row); };
+  const Int8Refusal found{keys ? "keys" : "queries", b, h, row};
+#pragma omp critical(attn_int8_refusal)
+  if (first.tensor == nullptr || rank(found) < rank(first)) first = found;
+}
+
+}  // namespace
+
+Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan<float>& given) {
+  SdpaPlan<float> plan = given;
+  const KeyPaddingAsLengths<float> lengths(plan.mask);
+  const simd::Target target = simd::target_of(plan.switches());
+  const View4<const float>& q = plan.q;
+  const View4<const float>& k = plan.k;
+  const View4<const float>& v = plan.v;
+  const index_t B = q.B, H = q.H, Hk = k.H, n = q.R, m = k.R, d = q.C, dv = v.C;
+  const index_t row = quant::int8_row_bytes(d);
+  const bool avx3 = target.bit == HWY_AVX3;
+  const bool bf16_values = avx3 && bf16::dot_chosen(plan.switches().bf16);
+  const index_t value_tiles = (m + fused::kBlockK - 1) / fused::kBlockK;
+  const std::size_t tile_words = static_cast<std::size_t>(fused::kBlockK / 2 * dv);
+  Scratch<Int8Inputs> in(static_cast<std::size_t>(B * H * n), static_cast<std::size_t>(B * Hk * m),
+                         static_cast<std::size_t>(B * Hk), d, row,
+                         bf16_values ? static_cast<std::size_t>(B * Hk * value_tiles) * tile_words : 0);
+  const bool big = (n + m) * d >= (1 << 16);
+  // Per key head and channel (tasks of kChannels channels: one head still splits): the mean of the
+  // keys, then the largest |k - mean| and the largest |q| of the queries that read the head, and the
+  // factors that balance them (quant::balance_channels).
+  Int8Refusal refusal;
+  constexpr index_t kChannels = 16;
+  const index_t channel_groups = (d + kChannels - 1) / kChannels, group = plan.group;
+  run_tasks(B * Hk * channel_groups, 0, big, [&](index_t t, void*) {
+    const index_t bh = t / channel_groups, c0 = t % channel_groups * kChannels, w = std::min(kChannels, d - c0);
+    const index_t b = bh / Hk, hk = bh % Hk;
+    double sum[kChannels] = {}, key_top[kChannels] = {}, query_top[kChannels] = {};
+    for (index_t j = 0; j < m; ++j) {
+      bool finite = true;
+      for (index_t c = 0; c < w; ++c) {
+        const float x = k.row(b, hk, j)[c0 + c];
+        finite = finite && std::isfinite(x);
+        sum[c] += x;
+      }
+      if (!finite) refuse(refusal, true, b, hk, j);
+    }
+    float* mean = in->k_mean + bh * d + c0;
+    for (index_t c = 0; c < w; ++c) mean[c] = m > 0 ? static_cast<float>(sum[c] / static_cast<double>(m)) : 0.0f;
+    for (index_t j = 0; j < m; ++j)
+      for (index_t c = 0; c < w; ++c)
+        key_top[c] = std::max(key_top[c], std::abs(static_cast<double>(k.row(b, hk, j)[c0 + c]) - mean[c]));
+    for (index_t h = hk * group; h < (hk + 1) * group; ++h)
+      for (index_t i = 0; i < n; ++i) {
+        bool finite = true;
+        for (index_t c = 0; c < w; ++c) {
+          const float x = q.row(b, h, i)[c0 + c];
+          finite = finite && std::isfinite(x);
+          query_top[c] = std::max(query_top[c], std::abs(static_cast<double>(x)));
+        }
+        if (!finite) refuse(refusal, false, b, h, i);
+      }
+    double* lambda = in->lambda + bh * d + c0;
+    quant::balance_channels(key_top, query_top, w, lambda);
+    for (index_t c = 0; c < w; ++c) in->inverse[bh * d + c0 + c] = 1 / lambda[c];
+  });
+  if (refusal.tensor != nullptr) return refusal;
+  // The keys less their head's mean over the factors, the queries times them, a row at a time; each
+  // query's q . mean.
+  const index_t key_tiles = value_tiles;
+  run_tasks(B * Hk * key_tiles, 0, big, [&](index_t t, void*) {
+    const index_t bh = t / key_tiles, j0 = t % key_tiles * fused::kBlockK;
+    for (index_t j = j0; j < std::min(m, j0 + fused::kBlockK); ++j) {
+      const index_t r = bh * m + j;
+      in->k_scale[r] = quant::quantize_row(k.row(bh / Hk, bh % Hk, j), in->k_mean + bh * d, in->inverse + bh * d, d,
+                                           in->k8 + r * row, in->k_sum + r);
+      if (std::isnan(in->k_scale[r])) refuse(refusal, true, bh / Hk, bh % Hk, j);
+    }
+  });
+  const index_t query_blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
+  run_tasks(B * H * query_blocks, 0, big, [&](index_t t, void*) {
+    const index_t bh = t / query_blocks, i0 = t % query_blocks * fused::kBlockQ;
+    const index_t b = bh / H, h = bh % H;
+    const index_t kv = b * Hk + plan.kv_head(h);
+    const float* mean = in->k_mean + kv * d;
+    for (index_t i = i0; i < std::min(n, i0 + fused::kBlockQ); ++i) {
+      const index_t r = bh * n + i;
+      const float* qr = q.row(b, h, i);
+      std::int32_t unused = 0;
+      in->q_scale[r] = quant::quantize_row(qr, nullptr, in->lambda + kv * d, d, in->q8 + r * row, &unused);
+      if (std::isnan(in->q_scale[r])) refuse(refusal, false, b, h, i);
+      double dot = 0;
+      for (index_t c = 0; c < d; ++c) dot += static_cast<double>(qr[c]) * mean[c];
+      in->q_mean[r] = static_cast<float>(dot);
+    }
+  });
+  if (refusal.tensor != nullptr) return refusal;
+  fused::Int8Views x;
+  x.q8 = in->q8, x.q_scale = in->q_scale, x.q_mean = in->q_mean;
+  x.k8 = in->k8, x.k_scale = in->k_scale, x.k_sum = in->k_sum, x.row = row;
+  x.vnni = avx3 && int8::has_avx512_vnni();
+  if (bf16_values) {  // the values rounded to bfloat16 and packed as V pairs, a tile a task
+    const std::size_t tile_halves = static_cast<std::size_t>(fused::kBlockK * dv);
+    run_tasks(B * Hk * value_tiles, tile_halves * sizeof(std::uint16_t), m * dv >= (1 << 16), [&](index_t t, void* work) {
+      const index_t bh = t / value_tiles, j0 = t % value_tiles * fused::kBlockK, cnt = std::min(fused::kBlockK, m - j0);
+      auto* rounded = static_cast<std::uint16_t*>(work);
+      for (index_t j = 0; j < cnt; ++j)
+        simd::float_to_bfloat16(target, v.row(bh / Hk, bh % Hk, j0 + j), rounded + j * dv, static_cast<std::size_t>(dv));
+      bf16::pack_values(rounded, dv, cnt, dv, in->packed + static_cast<std::size_t>(t) * tile_words);
+    });
+    x.value_pairs = {in->packed, Hk, value_tiles, dv};
+  }
+  fused::SdpaForward<float> p{out, lse, &plan, target};
+  p.int8 = &x;
+  run_tasks(B * H * query_blocks, fused::sdpa_forward_int8_work_bytes(d, dv), true, [&](index_t t, void* w) {
+    const index_t bh = t / query_blocks;
+    fused::sdpa_forward_block_int8(p, bh / H, bh % H, t % query_blocks * fused::kBlockQ, w);
+  });
+  return {};
 }
 
 // Forward: blocks of kBlockQ queries of one (b, h), dynamically scheduled because causal blocks

@@ -114,6 +114,17 @@ struct BlockArrays {
 // float16 or int8 (the decode path's KvRows, below; the 16-bit forward's HalfViews).
 enum class KvType : int { f32, bf16, f16, i8 };
 
+// Values as bfloat16 V pairs (bf16/dot_bf16.hpp), packed once per call for every block of queries
+// of the AVX512-BF16 products: tile t (keys t kBlockK ..) of key head (b, hk) of `heads` at
+// data + ((b heads + hk) tiles + t) kBlockK / 2 cols.
+struct ValuePairs {
+  const std::uint32_t* data = nullptr;
+  index_t heads = 0, tiles = 0, cols = 0;
+  const std::uint32_t* of(index_t b, index_t hk, index_t j0) const {
+    return data + ((b * heads + hk) * tiles + j0 / kBlockK) * (kBlockK / 2 * cols);
+  }
+};
+
 // 16-bit queries, keys, values and out of the 16-bit forward (sdpa_forward_block_half and the
 // AVX512-BF16 sdpa_forward_block_bf16): the plan's float views give their shapes, these their
 // elements (same strides), all of one type.
@@ -124,14 +135,24 @@ struct HalfViews {
   // Or, when float_out: the float32 result, not rounded to 16 bits (NumPy's compute_dtype).
   View4<float> out_float;
   bool float_out = false;
-  // For the AVX512-BF16 kernel, the bfloat16 values as V pairs (dot_bf16.hpp), packed once per call
-  // for every block of queries: tile t (keys t kBlockK ..) of key head (b, hk) at value_pairs +
-  // ((b Hk + hk) tiles + t) kBlockK / 2 v.
-  const std::uint32_t* value_pairs = nullptr;
-  index_t tiles = 0;
-  const std::uint32_t* pairs_of(index_t b, index_t hk, index_t j0) const {
-    return value_pairs + ((b * v.H + hk) * tiles + j0 / kBlockK) * (kBlockK / 2 * v.C);
-  }
+  ValuePairs value_pairs;  // for the AVX512-BF16 kernel
+};
+
+// The int8 forward's inputs (sdpa_forward_block_int8), quantized once per call by
+// cpu/quant/int8_rows.hpp (SageAttention's scheme, one scale a row): the queries, and the keys less
+// the mean of their head's keys (which moves every score of a query row by one constant, q . mean,
+// added back in float so that scores, soft-capping and lse are the true ones). Rows of
+// `row` = int8_row_bytes(d) bytes.
+struct Int8Views {
+  const std::int8_t* q8 = nullptr;      // (B, H, n, row)
+  const float* q_scale = nullptr;       // (B, H, n)
+  const float* q_mean = nullptr;        // (B, H, n): q . the mean of the keys its head reads
+  const std::int8_t* k8 = nullptr;      // (B, Hk, m, row)
+  const float* k_scale = nullptr;       // (B, Hk, m)
+  const std::int32_t* k_sum = nullptr;  // (B, Hk, m): each key row's byte sum
+  index_t row = 0;
+  bool vnni = false;        // Q K^T by the AVX512-VNNI products (int8/dot_int8.hpp), else the portable ones
+  ValuePairs value_pairs;   // P V by the AVX512-BF16 products when set, else in float over the plan's values
 };
 
 // One scaled dot-product attention forward call, checked by src/api: out (B, H, n, v) and, when not
@@ -143,6 +164,7 @@ struct SdpaForward {
   const SdpaPlan<T>* plan;
   simd::Target simd;
   const HalfViews* half = nullptr;  // the 16-bit forward's inputs and output
+  const Int8Views* int8 = nullptr;  // the int8 forward's quantized inputs
 };
 
 // Bytes of per-thread work space sdpa_forward_block needs for query size d and value size v.
@@ -174,6 +196,24 @@ struct HalfArrays {
       : block(c, d, v), tile(c.take<float>(static_cast<std::size_t>(kBlockK * std::max(d, v)))) {}
 };
 inline std::size_t sdpa_forward_half_work_bytes(index_t d, index_t v) { return layout_bytes<HalfArrays>(d, v); }
+
+// The same with int8 products (p.int8): Q K^T over the quantized rows in int32, exact, by
+// vpdpbusd (AVX512-VNNI, on the AVX-512 target) or 16-bit products (every target), the same sums
+// either way; scaled to float, then masks and the online softmax in float as above, and P V in
+// float or, with p.int8->value_pairs, by vdpbf16ps with P rounded to bfloat16. out and lse float.
+void sdpa_forward_block_int8(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work);
+// Its work space: a block's arrays (without queries), its quantized queries packed for the
+// products (quads or int16 pairs: at most row / 2 words a lane), and each lane's scale and q . mean.
+struct Int8Arrays {
+  BlockArrays<float> block;
+  std::uint32_t* queries;  // (row / 2, kBlockQ)
+  float* q_scale;          // (kBlockQ)
+  float* q_mean;           // (kBlockQ)
+  Int8Arrays(Carve& c, index_t d, index_t v)
+      : block(c, 0, v), queries(c.take<std::uint32_t>(static_cast<std::size_t>((d + 3) / 4 * 2 * kBlockQ))),
+        q_scale(c.take<float>(kBlockQ)), q_mean(c.take<float>(kBlockQ)) {}
+};
+inline std::size_t sdpa_forward_int8_work_bytes(index_t d, index_t v) { return layout_bytes<Int8Arrays>(d, v); }
 
 // y[i] = the softmax weights' exponential (ExpWeight, simd/gemm-inl.h) of x[i] <= 0, float, on the
 // chosen target: for testing its accuracy.

@@ -17,6 +17,7 @@
 
 #include "attn/half.hpp"
 #include "cpu/bf16/dot_bf16.hpp"
+#include "cpu/int8/dot_int8.hpp"
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/gemm-inl.h"
 #include "cpu/simd/half-inl.h"
@@ -179,7 +180,7 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
     } else {
       auto* weight_pairs = reinterpret_cast<std::uint32_t*>(st.bias_t);  // free once the tile is masked
       bf16::pack_weights(st.s, cnt, weight_pairs);
-      bf16::accumulate(x.pairs_of(b, hk, j0), weight_pairs, cnt, dv, st.alpha, st.ot);  // rescales ot first
+      bf16::accumulate(x.value_pairs.of(b, hk, j0), weight_pairs, cnt, dv, st.alpha, st.ot);  // rescales ot first
     }
   }
   simd::note_tiles(tiles, masked_tiles);
@@ -194,6 +195,140 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
       std::uint16_t* o = x.out.row(b, h, i0 + i);
       for (index_t c = 0; c < dv; ++c) o[c] = to_bfloat16(st.ot[c * kBlockQ + i] * end.factor).bits;
     }
+    if (!p.lse.empty()) p.lse.at(b, h, i0 + i, 0) = end.lse;
+  }
+}
+
+// ---- the int8 forward --------------------------------------------------------------------------
+
+// The 32-bit word of two signed bytes as int16 lanes (lo in the low half).
+inline std::uint32_t Int16Pair(std::int8_t lo, std::int8_t hi) {
+  return static_cast<std::uint16_t>(lo) | static_cast<std::uint32_t>(static_cast<std::uint16_t>(hi)) << 16;
+}
+
+// The portable int8 products (int8/dot_int8.hpp gives the sums they share with vpdpbusd): query rows
+// of `bytes` as int16 pairs, (bytes / 2, kBlockQ) words: word [c][i] = (q8[i][2c], q8[i][2c + 1]),
+// zeros past the block's rows.
+void PackQueryPairsInt8(const std::int8_t* q8, index_t qs, index_t rows, index_t bytes, std::uint32_t* qp) {
+  for (index_t c = 0; c < bytes / 2; ++c)
+    for (index_t i = 0; i < kBlockQ; ++i) qp[c * kBlockQ + i] = i < rows ? Int16Pair(q8[i * qs + 2 * c], q8[i * qs + 2 * c + 1]) : 0;
+}
+
+// s (K, kBlockQ) for K key rows (stride ks bytes) over `pairs` query pairs: the int32 sums of
+// products (16-bit multiplies added in pairs), scaled as dot_int8.hpp's scores.
+template <int K>
+void Int8ScoreRows(const std::int8_t* k, index_t ks, const float* k_scale, index_t pairs, const std::uint32_t* qp,
+                   const float* q_scale, const float* q_mean, float* s) {
+#if HWY_TARGET == HWY_SCALAR  // one lane: no room for a pair in a 32-bit lane
+  for (int r = 0; r < K; ++r)
+    for (index_t i = 0; i < kBlockQ; ++i) {
+      std::int32_t sum = 0;
+      for (index_t c = 0; c < pairs; ++c) {
+        const std::uint32_t w = qp[c * kBlockQ + i];
+        sum += static_cast<std::int16_t>(w & 0xFFFFu) * k[r * ks + 2 * c] + static_cast<std::int16_t>(w >> 16) * k[r * ks + 2 * c + 1];
+      }
+      s[r * kBlockQ + i] = static_cast<float>(sum) * (q_scale[i] * k_scale[r]) + q_mean[i];
+    }
+#else
+  const hn::ScalableTag<std::int32_t> di;
+  const hn::Repartition<std::int16_t, decltype(di)> dw;
+  const hn::Rebind<float, decltype(di)> df;
+  const auto L = static_cast<index_t>(hn::Lanes(di));
+  for (index_t i = 0; i < kBlockQ; i += L) {
+    hn::Vec<decltype(di)> sum0[K], sum1[K];
+    for (int r = 0; r < K; ++r) sum0[r] = hn::Zero(di), sum1[r] = hn::Zero(di);
+    for (index_t c = 0; c < pairs; ++c) {
+      const auto q = hn::BitCast(dw, hn::LoadU(di, reinterpret_cast<const std::int32_t*>(qp + c * kBlockQ + i)));
+      for (int r = 0; r < K; ++r) {
+        const auto word = static_cast<std::int32_t>(Int16Pair(k[r * ks + 2 * c], k[r * ks + 2 * c + 1]));
+        sum0[r] = hn::ReorderWidenMulAccumulate(di, q, hn::BitCast(dw, hn::Set(di, word)), sum0[r], sum1[r]);
+      }
+    }
+    const auto qs = hn::LoadU(df, q_scale + i), qm = hn::LoadU(df, q_mean + i);
+    for (int r = 0; r < K; ++r)
+      hn::StoreU(hn::MulAdd(hn::ConvertTo(df, hn::Add(sum0[r], sum1[r])), hn::Mul(qs, hn::Set(df, k_scale[r])), qm), df,
+                 s + r * kBlockQ + i);
+  }
+#endif
+}
+
+void Int8Scores(const std::int8_t* k8, index_t ks, const float* k_scale, index_t cnt, index_t bytes,
+                const std::uint32_t* qp, const float* q_scale, const float* q_mean, float* s) {
+  constexpr index_t kKeys = 4;
+  const index_t pairs = bytes / 2;
+  index_t j = 0;
+  for (; j + kKeys <= cnt; j += kKeys)
+    Int8ScoreRows<kKeys>(k8 + j * ks, ks, k_scale + j, pairs, qp, q_scale, q_mean, s + j * kBlockQ);
+  for (; j < cnt; ++j) Int8ScoreRows<1>(k8 + j * ks, ks, k_scale + j, pairs, qp, q_scale, q_mean, s + j * kBlockQ);
+}
+
+// sdpa_forward_block_int8 (fused.hpp): ForwardBlock with the int8 products. Tiles start at multiples
+// of kBlockK, where the packed values' tiles start; keys before keys.begin are masked in every row.
+void ForwardBlockInt8(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
+  simd::note_ran(HWY_TARGET);
+  const SdpaPlan<float>& a = *p.plan;
+  const Int8Views& x = *p.int8;
+  const hn::ScalableTag<float> d;
+  const index_t H = a.q.H, n = a.q.R, dv = a.v.C, hk = a.kv_head(h);
+  const index_t rows = std::min<index_t>(kBlockQ, n - i0);
+  Carve carve(work);
+  const Int8Arrays arrays(carve, a.q.C, dv);
+  BlockState<float> st(arrays.block);
+  // The block's quantized queries packed for the products, and their scales and q . mean a lane (0
+  // past the block's rows).
+  const index_t first = (b * H + h) * n + i0;
+  std::uint32_t* query_words = arrays.queries;
+  if (x.vnni) {
+    int8::pack_queries(x.q8 + first * x.row, x.row, rows, x.row, query_words);
+  } else {
+    PackQueryPairsInt8(x.q8 + first * x.row, x.row, rows, x.row, query_words);
+  }
+  for (index_t i = 0; i < kBlockQ; ++i) {
+    arrays.q_scale[i] = i < rows ? x.q_scale[first + i] : 0.0f;
+    arrays.q_mean[i] = i < rows ? x.q_mean[first + i] : 0.0f;
+  }
+  const KeyRange keys = st.start(a.mask, b, h, i0, rows);
+  for (index_t c = 0; c < dv * kBlockQ; ++c) st.ot[c] = 0;
+
+  const index_t key_row0 = (b * a.k.H + hk) * a.k.R;
+  std::int64_t tiles = 0, masked_tiles = 0;  // simd::note_tiles
+  for (index_t j0 = keys.begin / kBlockK * kBlockK; j0 < keys.end; j0 += kBlockK) {
+    const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
+    if (!st.may_attend(j0, cnt)) continue;
+    ++tiles;
+    const std::int8_t* k8 = x.k8 + (key_row0 + j0) * x.row;
+    const float* k_scale = x.k_scale + key_row0 + j0;
+    if (x.vnni) {
+      int8::scores(k8, x.row, x.k_sum + key_row0 + j0, k_scale, cnt, x.row, query_words, arrays.q_scale, arrays.q_mean, st.s);
+    } else {
+      Int8Scores(k8, x.row, k_scale, cnt, x.row, query_words, arrays.q_scale, arrays.q_mean, st.s);
+    }
+    const bool partial = st.weigh_tile</*kTileSumInFloat=*/true>(d, a.scale, a.softcap, j0, cnt);
+    if (partial || st.tile_bias) ++masked_tiles;
+    if (a.dropout.active) st.drop_tile(a.dropout, b * H + h, i0, rows, j0, cnt);
+    const float* v0 = a.v.row(b, hk, j0);
+    // The pair products read value rows up to an even count: for an odd cnt, the packed tile's row
+    // cnt (a key past keys.end, weight 0) too.
+    const index_t read = x.value_pairs.data != nullptr ? std::min<index_t>(cnt + (cnt & 1), a.v.R - j0) : cnt;
+    if ((partial || read > cnt) && !rows_finite(v0, a.v.sR, read, dv)) {  // 0 * Inf must not reach a row
+      st.rescale(d, st.ot, dv);
+      st.accumulate_skipping_zeros(v0, a.v.sR, cnt, dv, rows);
+    } else if (x.value_pairs.data != nullptr) {
+      auto* weight_pairs = reinterpret_cast<std::uint32_t*>(st.bias_t);  // free once the tile is masked
+      bf16::pack_weights(st.s, cnt, weight_pairs);
+      bf16::accumulate(x.value_pairs.of(b, hk, j0), weight_pairs, cnt, dv, st.alpha, st.ot);  // rescales ot first
+    } else {
+      st.rescale(d, st.ot, dv);
+      BlockGemm<true>(d, v0, 1, a.v.sR, st.s, st.ot, dv, cnt);
+    }
+  }
+  simd::note_tiles(tiles, masked_tiles);
+
+  const float* sink = a.mask.sink_of(h);
+  for (index_t i = 0; i < rows; ++i) {
+    const RowEnd<float> end = row_end(st.max[i], st.sum[i], sink);
+    float* o = p.out.row(b, h, i0 + i);
+    for (index_t c = 0; c < dv; ++c) o[c] = st.ot[c * kBlockQ + i] * end.factor;
     if (!p.lse.empty()) p.lse.at(b, h, i0 + i, 0) = end.lse;
   }
 }
@@ -222,6 +357,7 @@ HWY_EXPORT(ForwardBlockF32);
 HWY_EXPORT(ForwardBlockF64);
 HWY_EXPORT(ForwardBlockBf16);
 HWY_EXPORT(ForwardBlockHalf);
+HWY_EXPORT(ForwardBlockInt8);
 HWY_EXPORT(ExpWeightF32);
 
 void simd_exp_weight(const float* x, float* y, std::size_t count) {
@@ -234,6 +370,10 @@ void sdpa_forward_block_half(const SdpaForward<float>& p, index_t b, index_t h, 
 
 void sdpa_forward_block_bf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
   ATTN_SIMD_CALL(p.simd, ForwardBlockBf16)(p, b, h, i0, work);
+}
+
+void sdpa_forward_block_int8(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
+  ATTN_SIMD_CALL(p.simd, ForwardBlockInt8)(p, b, h, i0, work);
 }
 
 template <>

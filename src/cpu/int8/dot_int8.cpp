@@ -1,0 +1,113 @@
+// AVX512-VNNI products (dot_int8.hpp). Each function that uses the instructions carries the target
+// attribute; none is called unless has_avx512_vnni().
+#include "cpu/int8/dot_int8.hpp"
+
+#include "attn/config.hpp"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace attn::cpu::int8 {
+namespace {
+
+constexpr index_t kLanes = 64;  // queries of a block: four vectors of 16 int32 lanes
+
+#define ATTN_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+// Scores of K key rows (stride ks) against the block's query quads over `quads` >= 1 words, with
+// the counts known at compile time so that the K x 4 accumulators stay in registers (as the
+// bfloat16 kernel's score_rows): each starts at -128 times its key's byte sum, the unsigned
+// queries' correction, and ends converted and scaled to float.
+template <int K>
+ATTN_VNNI_TARGET void score_rows(const std::int8_t* k, index_t ks, const std::int32_t* k_sum, const float* k_scale,
+                                 index_t quads, const std::uint32_t* qp, const float* q_scale, const float* q_mean,
+                                 float* s) {
+  if (quads < 1) __builtin_unreachable();
+  __m512i acc[K][4];
+  for (int r = 0; r < K; ++r)
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_set1_epi32(-128 * k_sum[r]);
+  for (index_t c = 0; c < quads; ++c) {
+    const std::uint32_t* qc = qp + c * kLanes;
+    const __m512i q0 = _mm512_loadu_si512(qc), q1 = _mm512_loadu_si512(qc + 16);
+    const __m512i q2 = _mm512_loadu_si512(qc + 32), q3 = _mm512_loadu_si512(qc + 48);
+    for (int r = 0; r < K; ++r) {
+      std::int32_t word;
+      std::memcpy(&word, k + r * ks + 4 * c, sizeof word);
+      const __m512i kb = _mm512_set1_epi32(word);
+      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], q0, kb);
+      acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], q1, kb);
+      acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], q2, kb);
+      acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], q3, kb);
+    }
+  }
+  for (int v = 0; v < 4; ++v) {
+    const __m512 qs = _mm512_loadu_ps(q_scale + 16 * v), qm = _mm512_loadu_ps(q_mean + 16 * v);
+    for (int r = 0; r < K; ++r) {
+      const __m512 factor = _mm512_mul_ps(qs, _mm512_set1_ps(k_scale[r]));
+      _mm512_storeu_ps(s + r * kLanes + 16 * v, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][v]), factor, qm));
+    }
+  }
+}
+
+}  // namespace
+
+bool has_avx512_vnni() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool has = [] {  // asked on every int8 call: CPUID once
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+void pack_queries(const std::int8_t* q8, index_t qs, index_t rows, index_t d4, std::uint32_t* qp) {
+  for (index_t c = 0; c < d4 / 4; ++c)
+    for (index_t i = 0; i < kLanes; ++i) {
+      std::uint32_t word = 0;
+      if (i < rows) {
+        std::memcpy(&word, q8 + i * qs + 4 * c, sizeof word);
+        word ^= 0x80808080u;  // each byte + 128: signed to unsigned
+      }
+      qp[c * kLanes + i] = word;
+    }
+}
+
+void scores(const std::int8_t* k8, index_t ks, const std::int32_t* k_sum, const float* k_scale, index_t cnt,
+            index_t d4, const std::uint32_t* qp, const float* q_scale, const float* q_mean, float* s) {
+  constexpr index_t kKeys = 6;  // 6 keys x 4 query vectors: 24 accumulators, 4 queries, 1 key word
+  const index_t quads = d4 / 4;
+  if (quads == 0) {  // d == 0: every product 0, the scores q_mean
+    for (index_t j = 0; j < cnt; ++j) std::memcpy(s + j * kLanes, q_mean, sizeof(float) * kLanes);
+    return;
+  }
+  index_t j = 0;
+  const auto rows = [&]<int K>() { score_rows<K>(k8 + j * ks, ks, k_sum + j, k_scale + j, quads, qp, q_scale, q_mean, s + j * kLanes); };
+  for (; j + kKeys <= cnt; j += kKeys) rows.template operator()<kKeys>();
+  switch (cnt - j) {
+    case 5: rows.template operator()<5>(); break;
+    case 4: rows.template operator()<4>(); break;
+    case 3: rows.template operator()<3>(); break;
+    case 2: rows.template operator()<2>(); break;
+    case 1: rows.template operator()<1>(); break;
+    default: break;
+  }
+}
+
+}  // namespace attn::cpu::int8
+
+namespace attn {
+
+// attn/config.hpp's question about the kernel, answered here, where the CPU is known.
+bool int8_kernel_available() { return cpu::int8::has_avx512_vnni(); }
+
+}  // namespace attn
