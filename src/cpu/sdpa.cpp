@@ -245,30 +245,19 @@ Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan
     const index_t bh = t / channel_groups, c0 = t % channel_groups * kChannels, w = std::min(kChannels, d - c0);
     const index_t b = bh / Hk, hk = bh % Hk;
     double sum[kChannels] = {}, key_top[kChannels] = {}, query_top[kChannels] = {};
-    for (index_t j = 0; j < m; ++j) {
-      bool finite = true;
-      for (index_t c = 0; c < w; ++c) {
-        const float x = k.row(b, hk, j)[c0 + c];
-        finite = finite && std::isfinite(x);
-        sum[c] += x;
-      }
-      if (!finite) refuse(refusal, true, b, hk, j);
-    }
+    const float* keys0 = k.row(b, hk, 0) + c0;  // (rows of a head are sR apart: View4)
+    const index_t bad_key = quant::sum_rows(target, keys0, k.sR, m, w, sum);
+    if (bad_key >= 0) refuse(refusal, true, b, hk, bad_key);
     float* mean = in->k_mean + bh * d + c0;
     for (index_t c = 0; c < w; ++c) mean[c] = m > 0 ? static_cast<float>(sum[c] / static_cast<double>(m)) : 0.0f;
-    for (index_t j = 0; j < m; ++j)
-      for (index_t c = 0; c < w; ++c)
-        key_top[c] = std::max(key_top[c], std::abs(static_cast<double>(k.row(b, hk, j)[c0 + c]) - mean[c]));
-    for (index_t h = hk * group; h < (hk + 1) * group; ++h)
-      for (index_t i = 0; i < n; ++i) {
-        bool finite = true;
-        for (index_t c = 0; c < w; ++c) {
-          const float x = q.row(b, h, i)[c0 + c];
-          finite = finite && std::isfinite(x);
-          query_top[c] = std::max(query_top[c], std::abs(static_cast<double>(x)));
-        }
-        if (!finite) refuse(refusal, false, b, h, i);
-      }
+    quant::top_of_rows(target, keys0, k.sR, m, w, mean, key_top);
+    for (index_t h = hk * group; h < (hk + 1) * group; ++h) {
+      const float* queries0 = q.row(b, h, 0) + c0;
+      std::fill(sum, sum + w, 0.0);  // the queries' sums serve only to find a value not finite
+      const index_t bad_query = quant::sum_rows(target, queries0, q.sR, n, w, sum);
+      if (bad_query >= 0) refuse(refusal, false, b, h, bad_query);
+      quant::top_of_rows(target, queries0, q.sR, n, w, nullptr, query_top);
+    }
     double* lambda = in->lambda + bh * d + c0;
     quant::balance_channels(key_top, query_top, w, lambda);
     for (index_t c = 0; c < w; ++c) in->inverse[bh * d + c0 + c] = 1 / lambda[c];
@@ -281,7 +270,7 @@ Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan
     const index_t bh = t / key_tiles, j0 = t % key_tiles * fused::kBlockK;
     for (index_t j = j0; j < std::min(m, j0 + fused::kBlockK); ++j) {
       const index_t r = bh * m + j;
-      in->k_scale[r] = quant::quantize_row(k.row(bh / Hk, bh % Hk, j), in->k_mean + bh * d, in->inverse + bh * d, d,
+      in->k_scale[r] = quant::quantize_row(target, k.row(bh / Hk, bh % Hk, j), in->k_mean + bh * d, in->inverse + bh * d, d,
                                            in->k8 + r * row, in->k_sum + r);
       if (std::isnan(in->k_scale[r])) refuse(refusal, true, bh / Hk, bh % Hk, j);
     }
@@ -296,7 +285,7 @@ Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan
       const index_t r = bh * n + i;
       const float* qr = q.row(b, h, i);
       std::int32_t unused = 0;
-      in->q_scale[r] = quant::quantize_row(qr, nullptr, in->lambda + kv * d, d, in->q8 + r * row, &unused);
+      in->q_scale[r] = quant::quantize_row(target, qr, nullptr, in->lambda + kv * d, d, in->q8 + r * row, &unused);
       if (std::isnan(in->q_scale[r])) refuse(refusal, false, b, h, i);
       double dot = 0;
       for (index_t c = 0; c < d; ++c) dot += static_cast<double>(qr[c]) * mean[c];

@@ -1,4 +1,5 @@
-// The 16-bit cases of `attn bench`: bfloat16 and float16 forward and decode through the public API,
+// The 16-bit and int8 cases of `attn bench`: bfloat16 and float16 forward and decode, the int8
+// forward and the int8 cache's decode through the public API,
 // each against the float32 call on the same values run in the same process (the "unfused" column:
 // float32; the two interleaved), so the ratio is measured. Decode reads its 16-bit keys and values
 // in place (half the bytes of float32); the forward runs the fused 16-bit kernel (keys and values
@@ -45,13 +46,17 @@ struct HalfData {
   void release() { *this = HalfData{B, n, m, d}; }
 };
 
-// The largest difference of a 16-bit result from float32's on the unrounded values, relative to
-// float32's largest magnitude.
+// The largest difference of a 16-bit (or int8-computed float) result from float32's on the
+// unrounded values, relative to float32's largest magnitude.
 template <class H>
 double relative_to_float32(const Tensor<H>& got, const Tensor<float>& want) {
   double worst = 0, top = 1e-30;
   for (index_t i = 0; i < want.numel(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(attn::to_float(got.data()[i])) - want[i]));
+    const auto value = [](auto x) -> double {
+      if constexpr (std::is_same_v<decltype(x), float>) return x;
+      else return attn::to_float(x);
+    };
+    worst = std::max(worst, std::abs(value(got.data()[i]) - want[i]));
     top = std::max(top, std::abs(static_cast<double>(want[i])));
   }
   return worst / top;
@@ -120,6 +125,32 @@ BenchCase half_backward_case(const char* type, index_t B, index_t n, index_t m, 
     return std::max({relative_to_float32(s->out, s->out32), relative_to_float32(s->dq, s->dq32),
                      relative_to_float32(s->dk, s->dk32), relative_to_float32(s->dv, s->dv32)});
   };
+  c.release = [s] { *s = Data{s->B, s->n, s->m, s->d}; };
+  return c;
+}
+
+// The int8 forward (sdpa_forward_int8) on float32 values against the float32 forward on the same
+// values, interleaved. Its FLOPs are the float32 forward's: the fraction of the FMA peak may pass 1,
+// Q K^T running at vpdpbusd's rate (four times FMA's multiplies an instruction).
+BenchCase int8_forward_case(index_t B, index_t n, index_t m, index_t d) {
+  struct Data {
+    index_t B, n, m, d;
+    Tensor<float> q{}, k{}, v{}, out{}, out32{};
+  };
+  auto s = std::make_shared<Data>(Data{B, n, m, d});
+  BenchCase c;
+  c.name = "sdpa forward int8 (" + std::to_string(B) + "," + std::to_string(n) + "," + std::to_string(m) + "," +
+           std::to_string(d) + ")";
+  c.flops = 4.0 * static_cast<double>(B) * n * m * d;
+  c.formula = "4 B n m d, as float32's (Q K^T in int8 may pass the FMA peak); float32 in the unfused column";
+  c.tolerance = kInt8Tolerance;
+  c.prepare = [s] {
+    s->q = uniform({s->B, s->n, s->d}, 1), s->k = uniform({s->B, s->m, s->d}, 2), s->v = uniform({s->B, s->m, s->d}, 3);
+    s->out = Tensor<float>({s->B, s->n, s->d}), s->out32 = s->out;
+  };
+  c.run_fused = [s] { attn::sdpa_forward_int8(s->out.view(), {}, s->q.view(), s->k.view(), s->v.view()); };
+  c.run_unfused = [s] { attn::sdpa_forward<float>(s->out32.view(), {}, {}, s->q.view(), s->k.view(), s->v.view()); };
+  c.check = [s] { return relative_to_float32(s->out, s->out32); };
   c.release = [s] { *s = Data{s->B, s->n, s->m, s->d}; };
   return c;
 }
@@ -197,6 +228,7 @@ std::vector<BenchCase> half_cases() {
           half_case<attn::bfloat16>("bf16", 32, 1, 8192, 128),
           half_case<attn::float16>("f16", 32, 1, 8192, 128),
           half_backward_case<attn::bfloat16>("bf16", 4, 1024, 1024, 64),
+          int8_forward_case(1, 4096, 4096, 128),
           cache_decode_case("int8", attn::KvDtype::int8, 32, 8192, 128),
           cache_decode_case("bf16 cache", attn::KvDtype::bfloat16, 32, 8192, 128),
           cache_append_case(32, 8, 128)};
