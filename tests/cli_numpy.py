@@ -138,7 +138,19 @@ exact = attention(bf16(q32), bf16(k32), bf16(v32))
 got = np.load(path("OB.npy"))
 check("sdpa --compute bf16", got.astype(np.float64), exact, 2 * np.abs(bf16(exact) - exact).max() + 1e-6)
 assert got.dtype == np.float32, got.dtype
+# --compute int8 on float32 files: float32 out and lse, close to float64 attention on the true
+# values (an approximation: cosine similarity above 0.999, each element within 5% of the largest).
+run("sdpa", "--queries", path("Q32.npy"), "--keys", path("K32.npy"), "--values", path("V32.npy"), "--compute", "int8",
+    "--out", path("O8.npy"), "--lse", path("L8.npy"))
+exact = attention(q32, k32, v32)
+got = np.load(path("O8.npy"))
+assert got.dtype == np.float32 and np.load(path("L8.npy")).dtype == np.float32, got.dtype
+cos = float((got.ravel() @ exact.ravel()) / np.sqrt((got.ravel() @ got.ravel()) * (exact.ravel() @ exact.ravel())))
+if cos < 0.999:
+    sys.exit(f"sdpa --compute int8: cosine similarity {cos} with float64 attention, below 0.999")
+check("sdpa --compute int8", got.astype(np.float64), exact, 0.05 * np.abs(exact).max())
 for args, expected in [(["--keys", path("K32.npy")], "holds float32; with float16 inputs all of queries, keys and values must be float16"),
+                       (["--compute", "int8"], "--compute int8 takes float32 queries, keys and values; float16 files run in float16"),
                        (["--weights", path("W16.npy")], "--weights and --heatmap need float32 or float64"),
                        (["--compute", "bf16"], "--compute bf16 takes float32 queries, keys and values; float16 files run in float16")]:
     flags = {"--queries": path("Q16.npy"), "--keys": path("K16.npy"), "--values": path("V16.npy")}

@@ -127,21 +127,23 @@ void run_sdpa(const SdpaArgs& args) {
     write_output(args.lse, lse);
   };
 
-  // 16-bit: float16 files, or float32 files through the bfloat16 kernels (--compute bf16).
+  // 16-bit: float16 files, or float32 files through the bfloat16 kernels (--compute bf16); int8
+  // products for float32 files (--compute int8).
   using attn::io::DType;
   const bool half = in.queries.array.dtype == DType::float16 || in.keys.array.dtype == DType::float16 ||
                     in.values.array.dtype == DType::float16;
-  if (half || args.compute == "bf16") {
-    if (half && args.compute == "bf16")
-      throw UsageError("--compute bf16 takes float32 queries, keys and values; float16 files run in float16");
+  if (half || !args.compute.empty()) {
+    if (half && !args.compute.empty())
+      throw UsageError("--compute " + args.compute + " takes float32 queries, keys and values; float16 files run in float16");
     const DType want = half ? DType::float16 : DType::float32;
     for (const NpyInput* input : {&in.queries, &in.keys, &in.values})
       if (input->array.dtype != want)
         throw UsageError(input->where() + " holds " + attn::io::dtype_name(input->array.dtype) +
                          (half ? "; with float16 inputs all of queries, keys and values must be float16"
-                               : "; --compute bf16 takes float32 queries, keys and values"));
+                               : "; --compute " + args.compute + " takes float32 queries, keys and values"));
     if (args.output.wants_weights())
-      throw UsageError("--weights and --heatmap need float32 or float64 computation: 16-bit attention is fused and forms no weights");
+      throw UsageError(std::string("--weights and --heatmap need float32 or float64 computation: ") +
+                       (args.compute == "int8" ? "int8" : "16-bit") + " attention is fused and forms no weights");
     // Slopes in the inputs' type (float16 with float16 files, widened exactly) or float32.
     const bool half_slopes = alibi && half && alibi->array.dtype == DType::float16;
     const attn::Tensor<float> slopes = half_slopes ? widened(to_tensor<attn::float16>(*alibi))
@@ -156,6 +158,12 @@ void run_sdpa(const SdpaArgs& args) {
       const auto q = to_tensor<attn::float16>(in.queries), k = to_tensor<attn::float16>(in.keys), v = to_tensor<attn::float16>(in.values);
       attn::Tensor<attn::float16> out(out_shape);
       as_usage([&] { attn::sdpa_forward<attn::float16>(out.view(), lse_view, q.cview(), k.cview(), v.cview(), mask, options); });
+      progress.stage("writing " + args.output.out);
+      write_output(args.output.out, out);
+    } else if (args.compute == "int8") {
+      const auto q = to_tensor<float>(in.queries), k = to_tensor<float>(in.keys), v = to_tensor<float>(in.values);
+      attn::Tensor<float> out(out_shape);
+      as_usage([&] { attn::sdpa_forward_int8(out.view(), lse_view, q.cview(), k.cview(), v.cview(), mask, options); });
       progress.stage("writing " + args.output.out);
       write_output(args.output.out, out);
     } else {
@@ -242,9 +250,11 @@ void add_sdpa_command(CLI::App& app) {
       ->type_name("LSE.npy");
   command->add_option("--compute", args->compute,
                       "bf16: run float32 inputs through the bfloat16 kernels (rounded once on entry; out the float32 "
-                      "result, not rounded to bfloat16). "
+                      "result, not rounded to bfloat16). int8: Q K^T of float32 inputs in int8 (SageAttention's "
+                      "scheme: queries and keys less their mean quantized with a scale a row; out and lse float32; "
+                      "an approximation). "
                       "float16 (.npy '<f2') inputs always run in float16 (out float16, lse float32)")
-      ->check(CLI::IsMember({"bf16"}))
+      ->check(CLI::IsMember({"bf16", "int8"}))
       ->type_name("TYPE");
   args->dropout.add_to(*command);
   args->output.add_to(*command, "where to write the output (B,n,v) or (B,H,n,v), the inputs' float type");
