@@ -268,7 +268,7 @@ TEST_F(CliErrors, MoreValuesOutOfRangeAreBadUsage) {
   expect(kSdpa + out + std::vector<std::string>{"--alibi", "Anan.npy"}, 2,
          {"alibi_slopes holds nan for batch 0, head 0; every slope must be finite"});
   expect(kSdpa + out + std::vector<std::string>{"--dropout", "0.5", "--seed", "1.5"}, 2, {"--seed", "\"1.5\" must be a whole number"});
-  expect(kSdpa + out + std::vector<std::string>{"--compute", "fp8"}, 2, {"--compute: fp8 not in {bf16}"});
+  expect(kSdpa + out + std::vector<std::string>{"--compute", "fp8"}, 2, {"--compute: fp8 not in {bf16,int8}"});
   for (const char* width : {"nan", "inf"})
     expect({"nw", "--x-train", "X.npy", "--y-train", "Y.npy", "--x-query", "XQ.npy", "--kernel", "gaussian", "--width",
             width, "--out", "YH.npy"},
