@@ -1,11 +1,17 @@
-// Dense matrix products for the layers' linear maps: C (M, N) = A (M, K) B^T, with B (N, K), all
-// row-major with leading dimensions in elements; C written, or added to. Threaded over tiles of
-// kBlockMatmulRows rows and kBlockQ columns, each summed over K in one fixed order (gemm-inl.h): the
-// result does not depend on the number of threads.
+// Dense matrix products for the layers' linear maps: C (M, N) = A (M, K) B (K, N), A and B read
+// through strides (a(r, k) = A[r a_r + k a_k], b(k, c) = B[c b_n + k b_k]: either may be a
+// transposed view, so no caller copies a matrix to transpose it), C row-major with leading dimension
+// ldc, written or added to. B is packed once per call into panels of kBlockQ columns, (K, kBlockQ)
+// each (a contiguous copy when B's rows run along k, a vectorised transpose when they run along c),
+// zero past N; then tasks of kBlockMatmulRows rows pack their rows of A by row groups and compute
+// their rows of C panel by panel, in depth blocks of kDepthBlock, every row group per depth block, so
+// that a panel's block stays in the L1 cache while the rows stream past it. Each element is summed over k in one fixed
+// order (gemm-inl.h's depth blocks): the result does not depend on the number of threads.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "core/view4.hpp"
 #include "cpu/scratch.hpp"
@@ -19,37 +25,54 @@ struct Matmul {
   T* C;
   const T* A;
   const T* B;
-  index_t ldc, lda, ldb, M, N, K;
+  index_t ldc, a_r, a_k, b_n, b_k, M, N, K;
   bool accumulate;
+  // Optional, K entries: where zero_rows[k] is nonzero, row k of B is read as zeros (the caller's
+  // masked rows, whose values may be NaN and must not reach C through a zero of A).
+  const std::uint8_t* zero_rows;
+  T* panels;  // (ceil(N / kBlockQ), K, kBlockQ)
   simd::Target simd;
 };
 
-// A task's work space: B's rows of the tile transposed (K, kBlockQ), and the tile of C (rows, kBlockQ).
 inline constexpr index_t kBlockMatmulRows = 96;
+// A task's work space: its rows of A packed by row groups (each group of g rows as (K, g), so that a
+// micro-tile's broadcasts read one pointer), and its tile of C for one panel (kBlockMatmulRows, kBlockQ).
 template <class T>
 struct MatmulArrays {
-  T* bt;
+  T* a;
   T* c;
   MatmulArrays(Carve& carve, index_t K)
-      : bt(carve.take<T>(static_cast<std::size_t>(K * kBlockQ))), c(carve.take<T>(kBlockMatmulRows * kBlockQ)) {}
+      : a(carve.take<T>(static_cast<std::size_t>(kBlockMatmulRows * K))), c(carve.take<T>(kBlockMatmulRows * kBlockQ)) {}
+};
+template <class T>
+struct MatmulPanels {
+  T* panels;
+  MatmulPanels(Carve& carve, std::size_t count) : panels(carve.take<T>(count)) {}
 };
 
-// Rows [r0, r0 + rows) (rows <= kBlockMatmulRows) and columns [c0, c0 + cols) (cols <= kBlockQ) of C.
+// Panel `panel` of B: columns [panel kBlockQ, + kBlockQ) as (K, kBlockQ).
 template <class T>
-void matmul_tile(const Matmul<T>& p, index_t r0, index_t rows, index_t c0, index_t cols, void* work);
+void matmul_pack(const Matmul<T>& p, index_t panel);
+// Rows [r0, r0 + rows) (rows <= kBlockMatmulRows) of C, every panel.
+template <class T>
+void matmul_rows(const Matmul<T>& p, index_t r0, index_t rows, void* work);
 
-// C = A B^T (or C += A B^T), on OpenMP threads when the product is large enough to pay for them.
+// C (+)= A B, on OpenMP threads when the product is large enough to pay for them.
 template <class T>
-void matmul_abt(T* C, index_t ldc, const T* A, index_t lda, const T* B, index_t ldb, index_t M, index_t N, index_t K,
-                bool accumulate) {
+void matmul(T* C, index_t ldc, const T* A, index_t a_r, index_t a_k, const T* B, index_t b_n, index_t b_k, index_t M,
+            index_t N, index_t K, bool accumulate, const std::uint8_t* zero_rows = nullptr) {
   if (M <= 0 || N <= 0) return;
-  const Matmul<T> p{C, A, B, ldc, lda, ldb, M, N, K, accumulate, simd::current()};
-  const index_t row_tiles = (M + kBlockMatmulRows - 1) / kBlockMatmulRows, col_tiles = (N + kBlockQ - 1) / kBlockQ;
+  const index_t row_tiles = (M + kBlockMatmulRows - 1) / kBlockMatmulRows, panels = (N + kBlockQ - 1) / kBlockQ;
+  Scratch<MatmulPanels<T>> packed(static_cast<std::size_t>(panels * K * kBlockQ));
+  const Matmul<T> p{C, A, B, ldc, a_r, a_k, b_n, b_k, M, N, K, accumulate, zero_rows, packed->panels, simd::current()};
   const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  run_tasks(row_tiles * col_tiles, layout_bytes<MatmulArrays<T>>(K), work >= (1 << 18), [&](index_t t, void* w) {
-    const index_t r0 = t / col_tiles * kBlockMatmulRows, c0 = t % col_tiles * kBlockQ;
-    matmul_tile<T>(p, r0, std::min(kBlockMatmulRows, M - r0), c0, std::min(kBlockQ, N - c0), w);
-  });
+  const auto pack = [&](index_t t, void*) { matmul_pack<T>(p, t); };
+  const auto tile = [&](index_t t, void* w) {
+    const index_t r0 = t * kBlockMatmulRows;
+    matmul_rows<T>(p, r0, std::min(kBlockMatmulRows, M - r0), w);
+  };
+  run_phases(layout_bytes<MatmulArrays<T>>(K), work >= (1 << 18), dynamic_phase(panels, pack),
+             dynamic_phase(row_tiles, tile));
 }
 
 }  // namespace attn::cpu::fused

@@ -1,0 +1,93 @@
+// The layers' dense products (cpu/simd/matmul.hpp): C (+)= A B with A and B read through strides
+// (each either way round), against a float64 sum of products on every SIMD target, on sizes around
+// the row tiles (96 rows), row groups (12 on AVX-512, 6 elsewhere, and the remainders), panels (64
+// columns) and depth blocks (64); rows of B marked as zero kept out even when they hold NaN; the
+// same bits at 1 and 2 threads.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/config.hpp"
+#include "cpu/simd/matmul.hpp"
+#include "support/testing.hpp"
+
+namespace attn {
+namespace {
+
+struct Shape {
+  index_t M, N, K;
+};
+
+template <class T>
+void check_products(bool a_transposed, bool b_transposed, bool accumulate) {
+  std::mt19937_64 gen(11);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  for (const Shape s : {Shape{1, 1, 1}, Shape{5, 3, 0}, Shape{7, 70, 5}, Shape{97, 65, 70}, Shape{200, 130, 129},
+                        Shape{13, 64, 64}, Shape{31, 1, 200}}) {
+    // a(r, k) = A[r a_r + k a_k]; b(k, c) = B[c b_n + k b_k]; padded leading dimensions.
+    const index_t lda = (a_transposed ? s.M : s.K) + 3, ldb = (b_transposed ? s.K : s.N) + 2, ldc = s.N + 5;
+    std::vector<T> A(static_cast<std::size_t>(lda * (a_transposed ? s.K : s.M) + 1));
+    std::vector<T> B(static_cast<std::size_t>(ldb * (b_transposed ? s.N : s.K) + 1));
+    std::vector<T> C(static_cast<std::size_t>(ldc * s.M + 1));
+    for (T& x : A) x = static_cast<T>(uniform(gen));
+    for (T& x : B) x = static_cast<T>(uniform(gen));
+    for (T& x : C) x = static_cast<T>(uniform(gen));
+    const index_t a_r = a_transposed ? 1 : lda, a_k = a_transposed ? lda : 1;
+    const index_t b_n = b_transposed ? ldb : 1, b_k = b_transposed ? 1 : ldb;
+    // Every third row of B marked as zero and filled with NaN: none may reach C.
+    std::vector<std::uint8_t> zero(static_cast<std::size_t>(s.K));
+    for (index_t k = 0; k < s.K; ++k) {
+      zero[static_cast<std::size_t>(k)] = k % 3 == 1;
+      if (k % 3 == 1)
+        for (index_t c = 0; c < s.N; ++c) B[static_cast<std::size_t>(c * b_n + k * b_k)] = std::numeric_limits<T>::quiet_NaN();
+    }
+    const std::vector<T> before = C;
+    auto run = [&] {
+      std::vector<T> out = before;
+      cpu::fused::matmul<T>(out.data(), ldc, A.data(), a_r, a_k, B.data(), b_n, b_k, s.M, s.N, s.K, accumulate, zero.data());
+      return out;
+    };
+    set_num_threads(1);
+    const std::vector<T> one = run();
+    set_num_threads(2);
+    const std::vector<T> two = run();
+    set_num_threads(0);
+    EXPECT_EQ(0, std::memcmp(one.data(), two.data(), sizeof(T) * one.size())) << "threads, M " << s.M << " N " << s.N << " K " << s.K;
+    for (index_t r = 0; r < s.M; ++r)
+      for (index_t c = 0; c < ldc; ++c) {
+        const T got = one[static_cast<std::size_t>(r * ldc + c)], old = before[static_cast<std::size_t>(r * ldc + c)];
+        if (c >= s.N) {  // past N: untouched
+          ASSERT_EQ(got, old) << r << ", " << c;
+          continue;
+        }
+        double sum = 0, magnitude = 0;
+        for (index_t k = 0; k < s.K; ++k) {
+          if (zero[static_cast<std::size_t>(k)] != 0) continue;
+          const double p = static_cast<double>(A[static_cast<std::size_t>(r * a_r + k * a_k)]) *
+                           static_cast<double>(B[static_cast<std::size_t>(c * b_n + k * b_k)]);
+          sum += p, magnitude += std::abs(p);
+        }
+        const double want = accumulate ? sum + static_cast<double>(old) : sum;
+        const double tol = 4 * (static_cast<double>(s.K) + 2) * std::numeric_limits<T>::epsilon() * (magnitude + std::abs(static_cast<double>(old)));
+        ASSERT_NEAR(static_cast<double>(got), want, tol) << "M " << s.M << " N " << s.N << " K " << s.K << " at " << r << ", " << c;
+      }
+  }
+}
+
+TEST(Matmul, EveryLayoutAgainstFloat64Sums) {
+  for (const bool a_t : {false, true})
+    for (const bool b_t : {false, true})
+      for (const bool acc : {false, true}) {
+        SCOPED_TRACE(std::string("A ") + (a_t ? "transposed" : "rows") + ", B " + (b_t ? "transposed" : "rows") +
+                     (acc ? ", accumulating" : ""));
+        check_products<float>(a_t, b_t, acc);
+        check_products<double>(a_t, b_t, acc);
+      }
+}
+
+}  // namespace
+}  // namespace attn
