@@ -3,7 +3,9 @@
 // them, each head a column block of the projections.
 #include "attn/multi_head.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "api/checks.hpp"
 #include "core/linear_init.hpp"
 #include "cpu/cpu.hpp"
+#include "cpu/scratch.hpp"
 #include "ref/ref.hpp"
 
 namespace attn {
@@ -93,6 +96,16 @@ View4<const T> rows_view(const TensorView<const T>& t) {
   return detail::to_view4(t, "multi_head_attention", "input", 3, 3);
 }
 
+// The backward's intermediate gradients: dheads (B, n, D), dQ (B, n, D), dK and dV (B, m, Hk dh).
+template <class T>
+struct BackwardArrays {
+  T *dheads, *dqp, *dkp, *dvp;
+  BackwardArrays(cpu::Carve& c, const Layer<T>& L)
+      : dheads(c.take<T>(static_cast<std::size_t>(L.B * L.n * L.D))), dqp(c.take<T>(static_cast<std::size_t>(L.B * L.n * L.D))),
+        dkp(c.take<T>(static_cast<std::size_t>(L.B * L.m * L.Hk * L.dh))),
+        dvp(c.take<T>(static_cast<std::size_t>(L.B * L.m * L.Hk * L.dh))) {}
+};
+
 template <class T>
 void require_state(const MultiHeadState<T>& s, const Layer<T>& L, const char* op) {
   const std::string why = "the state of the forward of the same inputs, parameters and config";
@@ -158,8 +171,13 @@ void multi_head_attention_forward(TensorView<T> out, MultiHeadState<T>* state, T
                                   {"w_k", params.w_k}, {"w_v", params.w_v}, {"w_o", params.w_o}});
   MultiHeadState<T> own;
   MultiHeadState<T>& s = state != nullptr ? *state : own;
-  s.q = Tensor<T>{L.B, L.n, L.D}, s.k = Tensor<T>{L.B, L.m, L.Hk * L.dh}, s.v = Tensor<T>{L.B, L.m, L.Hk * L.dh};
-  s.heads = Tensor<T>{L.B, L.n, L.D}, s.lse = Tensor<T>{L.B, L.H, L.n};
+  // The state's tensors, kept when a training loop hands back a state of the same shapes (fresh ones
+  // cost a page fault per 4 KiB, and their zeros, every step); every element is written below.
+  const auto shaped = [](Tensor<T>& t, std::initializer_list<index_t> dims) {
+    if (!std::equal(t.shape().begin(), t.shape().end(), dims.begin(), dims.end())) t = Tensor<T>(dims);
+  };
+  shaped(s.q, {L.B, L.n, L.D}), shaped(s.k, {L.B, L.m, L.Hk * L.dh}), shaped(s.v, {L.B, L.m, L.Hk * L.dh});
+  shaped(s.heads, {L.B, L.n, L.D}), shaped(s.lse, {L.B, L.H, L.n});
   ATTN_DISPATCH(linear_forward<T>, rows_view(s.q), rows_view(queries), L.w_q, L.b_q);
   ATTN_DISPATCH(linear_forward<T>, rows_view(s.k), rows_view(keys), L.w_k, L.b_k);
   ATTN_DISPATCH(linear_forward<T>, rows_view(s.v), rows_view(values), L.w_v, L.b_v);
@@ -210,19 +228,24 @@ void multi_head_attention_backward(TensorView<T> dqueries, TensorView<T> dkeys, 
       {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"w_q", params.w_q},
        {"w_k", params.w_k}, {"w_v", params.w_v}, {"w_o", params.w_o}});
   // out = heads W_o^T + b_o  =>  dheads = dout W_o, dW_o = dout^T heads, db_o = sum of dout.
-  Tensor<T> dheads{L.B, L.n, L.D}, dqp{L.B, L.n, L.D}, dkp{L.B, L.m, L.Hk * L.dh}, dvp{L.B, L.m, L.Hk * L.dh};
-  ATTN_DISPATCH(linear_backward<T>, rows_view(dheads), dw_o, db_o, g, rows_view(state.heads), L.w_o);
+  // dheads, dQ, dK and dV in the calling thread's scratch (reused from call to call, so a training
+  // step touches no fresh pages); every element is written before it is read.
+  cpu::Scratch<BackwardArrays<T>> scratch(L);
+  T *dheads = scratch->dheads, *dqp = scratch->dqp, *dkp = scratch->dkp, *dvp = scratch->dvp;
+  const auto rows = [](T* data, index_t B, index_t R, index_t C) { return dense_view4(data, B, 1, R, C); };
+  const index_t kv = L.Hk * L.dh;
+  ATTN_DISPATCH(linear_backward<T>, rows(dheads, L.B, L.n, L.D), dw_o, db_o, g, rows_view(state.heads), L.w_o);
   // The heads' attention, on the same strided views as the forward, with its out and lse.
-  sdpa_backward<T>(heads_view(dqp.data(), L.B, L.n, L.H, L.dh), heads_view(dkp.data(), L.B, L.m, L.Hk, L.dh),
-                   heads_view(dvp.data(), L.B, L.m, L.Hk, L.dh), heads_view<const T>(dheads.data(), L.B, L.n, L.H, L.dh),
+  sdpa_backward<T>(heads_view(dqp, L.B, L.n, L.H, L.dh), heads_view(dkp, L.B, L.m, L.Hk, L.dh),
+                   heads_view(dvp, L.B, L.m, L.Hk, L.dh), heads_view<const T>(dheads, L.B, L.n, L.H, L.dh),
                    heads_view<const T>(state.q.data(), L.B, L.n, L.H, L.dh),
                    heads_view<const T>(state.k.data(), L.B, L.m, L.Hk, L.dh),
                    heads_view<const T>(state.v.data(), L.B, L.m, L.Hk, L.dh),
                    heads_view<const T>(state.heads.data(), L.B, L.n, L.H, L.dh), state.lse.cview(), mask, options);
   // Q = queries W_q^T + b_q  =>  dqueries = dQ W_q, dW_q = dQ^T queries, db_q = sum of dQ; K, V alike.
-  ATTN_DISPATCH(linear_backward<T>, dq, dw_q, db_q, View4<const T>(rows_view(dqp)), rows_view(queries), L.w_q);
-  ATTN_DISPATCH(linear_backward<T>, dk, dw_k, db_k, View4<const T>(rows_view(dkp)), rows_view(keys), L.w_k);
-  ATTN_DISPATCH(linear_backward<T>, dv, dw_v, db_v, View4<const T>(rows_view(dvp)), rows_view(values), L.w_v);
+  ATTN_DISPATCH(linear_backward<T>, dq, dw_q, db_q, View4<const T>(rows(dqp, L.B, L.n, L.D)), rows_view(queries), L.w_q);
+  ATTN_DISPATCH(linear_backward<T>, dk, dw_k, db_k, View4<const T>(rows(dkp, L.B, L.m, kv)), rows_view(keys), L.w_k);
+  ATTN_DISPATCH(linear_backward<T>, dv, dw_v, db_v, View4<const T>(rows(dvp, L.B, L.m, kv)), rows_view(values), L.w_v);
 }
 
 #define ATTN_INSTANTIATE(T)                                                                                          \
