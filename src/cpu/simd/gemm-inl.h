@@ -74,11 +74,16 @@ HWY_INLINE void MicroTileBlocked(D d, const T* A, index_t a_r, index_t a_k, cons
 }
 
 // C (rows, kBlockQ) (+)= A (rows, depth) Bm (depth, kBlockQ), in micro-tiles of 6 rows (12
-// accumulators, 2 loads and a broadcast in flight: 15 of AVX2's 16 registers).
+// accumulators, 2 loads and a broadcast in flight: 15 of AVX2's 16 registers), 8 on AVX-512 (16 of
+// its 32: a tile of 64 keys or values is 8 of them, none left over), then what is left. The grouping
+// changes no sum: each element of C is summed over the depth in the same order whatever its group.
 template <bool kAccumulate, class D, class T>
 HWY_INLINE void BlockGemm(D d, const T* A, index_t a_r, index_t a_k, const T* Bm, T* C, index_t rows,
                           index_t depth) {
   index_t r = 0;
+#if HWY_TARGET <= HWY_AVX3
+  for (; r + 8 <= rows; r += 8) MicroTileBlocked<8, kAccumulate>(d, A + r * a_r, a_r, a_k, Bm, C + r * kBlockQ, depth);
+#endif
   for (; r + 6 <= rows; r += 6) MicroTileBlocked<6, kAccumulate>(d, A + r * a_r, a_r, a_k, Bm, C + r * kBlockQ, depth);
   const T* a = A + r * a_r;
   T* c = C + r * kBlockQ;
