@@ -116,6 +116,116 @@ TEST_P(AvxBf16Kernel, WithinTheSixteenBitRuleAndTheBoundOfThePortablePath) {
   EXPECT_TRUE(testing::within_error_budget(convert<double>(kernel.lse), convert<double>(portable.lse), oracle_lse)) << "lse";
 }
 
+// The backward's products through the kernel (P and dS rounded to bfloat16 for theirs, as
+// FlashAttention's 16-bit backward and PyTorch's bfloat16 matmuls): each gradient within three times
+// the error of that computation written out here in float64 (P from the float64 forward's weights,
+// dP = dout V^T, dS = P (dP - D), P and dS rounded to bfloat16, then dV = P^T dout, dK = scale dS^T Q,
+// dQ = scale dS K, rounded to bfloat16) against the float64 gradients on the rounded inputs
+// (FlashAttention's rule for its bfloat16 backward). Under soft-capping and dropout, whose chains
+// that computation leaves out, within four times the portable path's error plus 2^-7 of the
+// largest gradient.
+TEST_P(AvxBf16Kernel, BackwardWithinFlashAttentionsSixteenBitRule) {
+  const Case& c = GetParam();
+  const Tensor<float> q = to_single(to_bf16(random_tensor<float>({c.B, c.H, c.n, c.d}, 1, -2, 2)));
+  const Tensor<float> k = to_single(to_bf16(random_tensor<float>({c.B, c.Hk, c.m, c.d}, 2, -2, 2)));
+  const Tensor<float> v = to_single(to_bf16(random_tensor<float>({c.B, c.Hk, c.m, c.dv}, 3, -1, 1)));
+  const Tensor<float> g = to_single(to_bf16(random_tensor<float>({c.B, c.H, c.n, c.dv}, 8, -1, 1)));
+  Tensor<std::int64_t> lens({c.B});
+  for (index_t b = 0; b < c.B; ++b) lens[b] = (b * 41 + c.m * 2 / 3) % (c.m + 1);
+  Tensor<bool> keep({c.n, c.m});
+  for (index_t e = 0; e < keep.numel(); ++e) keep[e] = (e / 64 + e % 7) % 4 != 0;
+  const Tensor<float> bias = random_tensor<float>({c.n, c.m}, 4, -2, 0), slopes = random_tensor<float>({c.H}, 5, 0.05, 0.4);
+  Tensor<std::int32_t> ids({c.B, c.n});
+  for (index_t e = 0; e < ids.numel(); ++e) ids[e] = static_cast<std::int32_t>(e % c.n / 50);
+  auto mask_of = [&]<class T>(const Tensor<T>& b, const Tensor<T>& s) {
+    Mask<T> mask;
+    mask.causal = c.causal, mask.window = c.window;
+    if (c.lens) mask.valid_lens = lens.view();
+    if (c.keep) mask.keep = keep.view();
+    if (c.additive) mask.additive = b.view();
+    if (c.alibi) mask.alibi_slopes = s.view();
+    if (c.segments) mask.segment_ids_q = ids.view();
+    return mask;
+  };
+  SdpaOptions options;
+  if (c.softcap > 0) options.softcap = c.softcap;
+  options.dropout = {c.dropout, 7};
+  const Mask<float> mask = mask_of(bias, slopes);
+  ScopedBackend cpu(Backend::cpu);
+  // The forward once (portable), then the backward both ways on its out and lse.
+  const Tensor<bfloat16> qb = to_bf16(q), kb = to_bf16(k), vb = to_bf16(v), gb = to_bf16(g);
+  Tensor<bfloat16> out({c.B, c.H, c.n, c.dv});
+  Tensor<float> lse({c.B, c.H, c.n});
+  set_bf16_kernel(Bf16Kernel::off);
+  sdpa_forward<bfloat16>(out.view(), lse.view(), qb.view(), kb.view(), vb.view(), mask, options);
+  auto backward = [&](bool kernel) {
+    set_bf16_kernel(kernel ? Bf16Kernel::on : Bf16Kernel::off);
+    Tensor<bfloat16> dq({c.B, c.H, c.n, c.d}), dk({c.B, c.Hk, c.m, c.d}), dv({c.B, c.Hk, c.m, c.dv});
+    sdpa_backward<bfloat16>(dq.view(), dk.view(), dv.view(), gb.view(), qb.view(), kb.view(), vb.view(), out.view(),
+                            lse.view(), mask, options);
+    set_bf16_kernel(Bf16Kernel::automatic);
+    return std::vector<Tensor<double>>{convert<double>(to_single(dq)), convert<double>(to_single(dk)),
+                                       convert<double>(to_single(dv))};
+  };
+  const std::vector<Tensor<double>> kernel = backward(true), portable = backward(false);
+  EXPECT_NE(kernel[0].values(), portable[0].values()) << "the kernel ran: its roundings move dQ";
+
+  // The float64 gradients on the rounded inputs, and the forward's weights.
+  const Tensor<double> q64 = convert<double>(q), k64 = convert<double>(k), v64 = convert<double>(v), g64 = convert<double>(g);
+  const Tensor<double> bias64 = convert<double>(bias), slopes64 = convert<double>(slopes);
+  const Mask<double> mask64 = mask_of(bias64, slopes64);
+  Tensor<double> dq64({c.B, c.H, c.n, c.d}), dk64({c.B, c.Hk, c.m, c.d}), dv64({c.B, c.Hk, c.m, c.dv});
+  Tensor<double> o64({c.B, c.H, c.n, c.dv}), w64({c.B, c.H, c.n, c.m});
+  {
+    ScopedBackend reference(Backend::reference);
+    sdpa_forward<double>(o64.view(), {}, w64.view(), q64.view(), k64.view(), v64.view(), mask64, options);
+    sdpa_backward<double>(dq64.view(), dk64.view(), dv64.view(), g64.view(), q64.view(), k64.view(), v64.view(), {}, {},
+                          mask64, options);
+  }
+  const std::vector<const Tensor<double>*> oracle = {&dq64, &dk64, &dv64};
+  const char* names[] = {"dQ", "dK", "dV"};
+  auto worst = [](const Tensor<double>& a, const Tensor<double>& b) { return testing::max_abs_diff(a, b); };
+  auto top = [](const Tensor<double>& a) {
+    double t = 0;
+    for (index_t e = 0; e < a.numel(); ++e) t = std::max(t, std::abs(a[e]));
+    return t;
+  };
+  if (c.softcap > 0 || c.dropout > 0) {
+    for (int i = 0; i < 3; ++i)
+      EXPECT_LE(worst(kernel[i], *oracle[i]), 4 * worst(portable[i], *oracle[i]) + std::ldexp(top(*oracle[i]), -7)) << names[i];
+    return;
+  }
+  // The rounded computation, in float64 but for P and dS.
+  const double scale = 1 / std::sqrt(static_cast<double>(c.d));
+  const index_t group = c.H / c.Hk;
+  auto bf = [](double x) { return static_cast<double>(to_float(to_bfloat16(static_cast<float>(x)))); };
+  Tensor<double> rq({c.B, c.H, c.n, c.d}), rk({c.B, c.Hk, c.m, c.d}), rv({c.B, c.Hk, c.m, c.dv});
+  for (index_t b = 0; b < c.B; ++b)
+    for (index_t h = 0; h < c.H; ++h)
+      for (index_t i = 0; i < c.n; ++i) {
+        double dot = 0;  // D = dout . out
+        for (index_t col = 0; col < c.dv; ++col) dot += g64(b, h, i, col) * o64(b, h, i, col);
+        for (index_t j = 0; j < c.m; ++j) {
+          const double p = w64(b, h, i, j);
+          if (p == 0) continue;
+          double dp = 0;
+          for (index_t col = 0; col < c.dv; ++col) dp += g64(b, h, i, col) * v64(b, h / group, j, col);
+          const double pr = bf(p), ds = bf(p * (dp - dot));
+          for (index_t col = 0; col < c.dv; ++col) rv(b, h / group, j, col) += pr * g64(b, h, i, col);
+          for (index_t e = 0; e < c.d; ++e) {
+            rq(b, h, i, e) += scale * ds * k64(b, h / group, j, e);
+            rk(b, h / group, j, e) += scale * ds * q64(b, h, i, e);
+          }
+        }
+      }
+  const std::vector<Tensor<double>*> rounded = {&rq, &rk, &rv};
+  for (Tensor<double>* t : rounded)
+    for (index_t e = 0; e < t->numel(); ++e) (*t)[e] = bf((*t)[e]);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LE(worst(kernel[i], *oracle[i]), 3 * worst(*rounded[i], *oracle[i]) + 1e-6)
+        << names[i] << ": the kernel's error against the rounded computation's";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, AvxBf16Kernel,
     ::testing::Values(Case{"plain", 2, 2, 2, 130, 150, 64, 64}, Case{"odd_sizes", 1, 3, 3, 67, 93, 17, 9},

@@ -61,8 +61,9 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
 // forward reads the 16-bit tensors in place: bfloat16 through the AVX512-BF16 products where
 // bf16_kernel_chosen() (attn/config.hpp; P rounded to bfloat16 for P V, as FlashAttention does), else
 // through the float kernels, keys and values widened exactly once per call and queries a block at a
-// time; the backward widens the tensors to float32 and makes the float32 call. Shapes and errors as
-// above.
+// time; the backward widens the tensors to float32 and makes the float32 call, whose fused kernel,
+// for bfloat16 where bf16_kernel_chosen(), computes its five products by vdpbf16ps with P and dS
+// rounded to bfloat16 (as FlashAttention's 16-bit backward). Shapes and errors as above.
 template <class H>
 concept Half16 = std::is_same_v<H, bfloat16> || std::is_same_v<H, float16>;
 

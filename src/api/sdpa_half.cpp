@@ -198,7 +198,11 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
                    const SdpaOptions& options, TensorView<float> dsinks) {
   check_layouts<H>("sdpa_backward", {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}},
                    {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"out", out}});
-  const detail::PinSwitches pin(detail::read_switches());  // one setting for the float32 call
+  // One setting for the float32 call, which knows its inputs are bfloat16 values (for the AVX512-BF16
+  // products of its backward, where the bfloat16 kernel is chosen).
+  detail::Switches sw = detail::read_switches();
+  sw.bf16_values = std::is_same_v<H, bfloat16>;
+  const detail::PinSwitches pin(sw);
   // dout, queries, keys, values, out, dqueries, dkeys, dvalues
   cpu::Scratch<WideArrays<8>> wide(std::array<index_t, 8>{elements(dout), elements(queries), elements(keys),
                                                           elements(values), elements(out), elements(dqueries),

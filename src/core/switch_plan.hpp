@@ -20,6 +20,9 @@ struct Switches {
   std::int64_t simd_bit = 0;
   // The bfloat16 kernel's setting; whether it runs also depends on the CPU (cpu::bf16::dot_chosen).
   Bf16Kernel bf16 = Bf16Kernel::automatic;
+  // Not a user's switch: set by the bfloat16 backward for the float32 call it makes on its tensors
+  // widened (exactly), so that the fused backward may take the bfloat16 kernel's products.
+  bool bf16_values = false;
 };
 
 // The calling thread's switches now: its ScopedBackend and ScopedSimdTarget over the process's

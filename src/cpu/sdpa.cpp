@@ -361,6 +361,9 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   fused::SdpaBackward<T> p{dqueries,    dkeys,         dvalues,          dout,       out,   lse,
                            &plan,       buf->row_max,  buf->row_inv,     buf->row_dot, buf->dq_partial,
                            chunk_keys,  chunks,        simd::target_of(plan.switches())};
+  // bfloat16 inputs (widened by the bfloat16 backward): the AVX512-BF16 products where chosen.
+  p.bf16_products = std::is_same_v<T, float> && plan.switches().bf16_values && p.simd.bit == HWY_AVX3 &&
+                    bf16::dot_chosen(plan.switches().bf16);
   if (plan.hook != nullptr && plan.hook->begin_parts != nullptr) plan.hook->begin_parts(plan.hook->ctx, B * Hk * chunks);
   if (out.empty()) {  // D_i = dout_i . out_i needs the forward's output: recompute it, and lse with it
     const View4<T> o = dense_view4(buf->out, B, H, n, dv);
@@ -368,7 +371,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
     sdpa_forward<T>(o, l, {}, plan);
     p.out = o, p.lse = l;
   }
-  const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv, chunk_keys);
+  const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv, chunk_keys, p.bf16_products);
   const auto stats = [&](index_t t, void* w) {
     fused::sdpa_backward_stats<T>(p, t / blocks / H, t / blocks % H, (t % blocks) * fused::kBlockQ, w);
   };

@@ -2,6 +2,8 @@
 // attribute; none is called unless has_avx512_bf16().
 #include "cpu/bf16/dot_bf16.hpp"
 
+#include "attn/half.hpp"
+
 // GCC 12 reports the _mm512_undefined_* placeholders inside its own intrinsics as uninitialised.
 // (clang, the ThreadSanitizer build's compiler, has no -Wmaybe-uninitialized and warned of it.)
 #if defined(__GNUC__) && !defined(__clang__)
@@ -121,18 +123,88 @@ void scores(const std::uint16_t* k, index_t ks, index_t cnt, index_t d, const st
   if (d % 2 != 0) score_last_element(k, ks, cnt, d, qp, s);
 }
 
-ATTN_BF16_TARGET void pack_weights(const float* w, index_t cnt, std::uint32_t* pp) {
-  for (index_t j = 0; j < cnt; j += 2) {
-    const float* lo = w + j * kLanes;
-    for (int v = 0; v < 4; ++v) {
-      const __m512i a = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(lo + 16 * v)));
-      __m512i pair = a;
-      if (j + 1 < cnt) {
-        const __m512i b = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(lo + kLanes + 16 * v)));
-        pair = _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
-      }
-      _mm512_storeu_si512(pp + (j / 2) * kLanes + 16 * v, pair);
+namespace {
+
+// The bfloat16 bits of x, rounded to nearest even as vcvtneps2bf16 rounds (NaN quieted).
+inline std::uint32_t bf16_bits(float x) { return to_bfloat16(x).bits; }
+
+}  // namespace
+
+ATTN_BF16_TARGET void pack_row_pairs(const float* x, index_t xs, index_t rows, index_t cols, std::uint32_t* out) {
+  for (index_t j = 0; j < rows; j += 2) {
+    const float* lo = x + j * xs;
+    const float* hi = j + 1 < rows ? lo + xs : nullptr;
+    std::uint32_t* o = out + (j / 2) * cols;
+    index_t c = 0;
+    for (; c + 16 <= cols; c += 16) {
+      __m512i pair = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(lo + c)));
+      if (hi != nullptr)
+        pair = _mm512_or_si512(pair, _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(hi + c))), 16));
+      _mm512_storeu_si512(o + c, pair);
     }
+    for (; c < cols; ++c) o[c] = bf16_bits(lo[c]) | (hi != nullptr ? bf16_bits(hi[c]) << 16 : 0u);
+  }
+}
+
+void pack_weights(const float* w, index_t cnt, std::uint32_t* pp) { pack_row_pairs(w, kLanes, cnt, kLanes, pp); }
+
+ATTN_BF16_TARGET void pack_pairs_in_rows(const float* x, index_t xs, index_t rows, index_t cols, std::uint32_t* out) {
+  const index_t words = (cols + 1) / 2;
+  for (index_t r = 0; r < rows; ++r) {
+    const float* row = x + r * xs;
+    std::uint32_t* o = out + r * words;
+    index_t c = 0;
+    for (; c + 32 <= cols; c += 32)  // 32 floats to 32 bfloat16: the lower half from the first 16
+      _mm512_storeu_si512(o + c / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + c + 16), _mm512_loadu_ps(row + c)));
+    for (; c < cols; c += 2) o[c / 2] = bf16_bits(row[c]) | (c + 1 < cols ? bf16_bits(row[c + 1]) << 16 : 0u);
+  }
+}
+
+namespace {
+
+// K rows of c (+)= A B over `pairs` >= 1 pairs, the K x 4 accumulators in registers (as score_rows).
+template <int K>
+ATTN_BF16_TARGET void product_rows(const std::uint32_t* a, index_t a_r, index_t a_k, index_t pairs, const std::uint32_t* b,
+                                   float* c, bool accumulate) {
+  if (pairs < 1) __builtin_unreachable();
+  __m512 acc[K][4];
+  for (int r = 0; r < K; ++r)
+    for (int v = 0; v < 4; ++v) acc[r][v] = accumulate ? _mm512_loadu_ps(c + r * kLanes + 16 * v) : _mm512_setzero_ps();
+  for (index_t p = 0; p < pairs; ++p) {
+    const std::uint32_t* bp = b + p * kLanes;
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
+    const __m512bh b2 = (__m512bh)_mm512_loadu_si512(bp + 32), b3 = (__m512bh)_mm512_loadu_si512(bp + 48);
+    for (int r = 0; r < K; ++r) {
+      const __m512bh ab = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * a_r + p * a_k]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], b0, ab);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], b1, ab);
+      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], b2, ab);
+      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], b3, ab);
+    }
+  }
+  for (int r = 0; r < K; ++r)
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(c + r * kLanes + 16 * v, acc[r][v]);
+}
+
+}  // namespace
+
+void products(const std::uint32_t* a, index_t a_r, index_t a_k, index_t rows, index_t pairs, const std::uint32_t* b,
+              float* c, bool accumulate) {
+  if (pairs == 0) {
+    if (!accumulate) std::fill(c, c + rows * kLanes, 0.0f);
+    return;
+  }
+  constexpr index_t kRows = 6;  // 6 rows x 4 lane vectors: 24 accumulators
+  index_t r = 0;
+  const auto block = [&]<int K>() { product_rows<K>(a + r * a_r, a_r, a_k, pairs, b, c + r * kLanes, accumulate); };
+  for (; r + kRows <= rows; r += kRows) block.template operator()<kRows>();
+  switch (rows - r) {
+    case 5: block.template operator()<5>(); break;
+    case 4: block.template operator()<4>(); break;
+    case 3: block.template operator()<3>(); break;
+    case 2: block.template operator()<2>(); break;
+    case 1: block.template operator()<1>(); break;
+    default: break;
   }
 }
 

@@ -48,4 +48,22 @@ void pack_values(const std::uint16_t* v, index_t vs, index_t cnt, index_t dv, st
 void accumulate(const std::uint32_t* vp, const std::uint32_t* pp, index_t cnt, index_t dv, const float* alpha,
                 float* ot);
 
+// ---- the backward's products (simd/sdpa_backward.cpp, the bfloat16 backward) ----------------------
+// Each of the backward's five products has the form C (rows, 64) (+)= A (rows, depth) B (depth, 64)
+// with 64 lanes of queries or keys; in pairs along the depth:
+//   a word  A(r, p) = (a[r][2p], a[r][2p+1]) at a[r a_r + p a_k]   (broadcast)
+//   B pairs (ceil(depth / 2), 64): word [p][i] = (b[2p][i], b[2p+1][i])
+// Floats are rounded to bfloat16 as they are packed (nearest even; exact for values that are
+// bfloat16 already, as the backward's Q, K, V and dout are), zeros past the depth.
+
+// out (ceil(rows / 2), cols) words = rows of x (stride xs floats) in pairs of rows: word [p][c] =
+// (x[2p][c], x[2p + 1][c]). pack_weights(w, cnt, pp) is pack_row_pairs(w, 64, cnt, 64, pp).
+void pack_row_pairs(const float* x, index_t xs, index_t rows, index_t cols, std::uint32_t* out);
+// out (rows, ceil(cols / 2)) words = each row of x (stride xs floats) in pairs of its elements:
+// word [r][p] = (x[r][2p], x[r][2p + 1]).
+void pack_pairs_in_rows(const float* x, index_t xs, index_t rows, index_t cols, std::uint32_t* out);
+// c (rows, 64) = (accumulate ? c : 0) + sum over p < pairs of A(r, p) B[p][.], in float.
+void products(const std::uint32_t* a, index_t a_r, index_t a_k, index_t rows, index_t pairs, const std::uint32_t* b,
+              float* c, bool accumulate);
+
 }  // namespace attn::cpu::bf16

@@ -319,6 +319,11 @@ struct SdpaBackward {
   index_t chunk_keys;  // keys per chunk, a multiple of kBlockK
   index_t chunks;      // ceil(m / chunk_keys)
   simd::Target simd;
+  // Pass 2's five products by the AVX512-BF16 kernel (bf16/dot_bf16.hpp), P and dS rounded to
+  // bfloat16 for theirs, as FlashAttention's 16-bit backward: for float inputs that hold bfloat16
+  // values (the bfloat16 backward), on the AVX-512 target of a CPU with AVX512-BF16 where the
+  // bfloat16 kernel is chosen.
+  bool bf16_products = false;
 };
 
 // Pass 3, for row i of (b, h), bh = b H + h: out (cols) = scale x the sum over chunks, in chunk
@@ -350,18 +355,33 @@ struct SdpaChunkArrays {
   T* dk_chunk;           // (chunk_keys / kBlockK) x (d, kBlockK): dK^T of each tile
   T* dv_chunk;           // (chunk_keys / kBlockK) x (v, kBlockK): dV^T of each tile
 
-  SdpaChunkArrays(Carve& c, index_t d, index_t v, index_t chunk_keys)
+  // With bf16_products, the operands as bfloat16 pairs (bf16/dot_bf16.hpp), of a query block (q_b,
+  // o_b: Q^T and dout^T in pairs of their rows; q_a, o_a: in pairs along the queries) and of a key
+  // tile (k_a, v_a: its rows in pairs along d and v; k_t: pairs of key rows; w_b, ds_b, dst_b: W, dS
+  // and dS^T in pairs of rows). Empty otherwise.
+  std::uint32_t *q_b, *o_b, *q_a, *o_a, *k_a, *v_a, *k_t, *w_b, *ds_b, *dst_b;
+
+  SdpaChunkArrays(Carve& c, index_t d, index_t v, index_t chunk_keys, bool bf16 = false)
       : block(c, d, v), row_dot(c.take<double>(kBlockQ)), pm(c.take<T>(kBlockQ * kBlockK)),
         dst(c.take<T>(kBlockK * kBlockQ)), dsm(c.take<T>(kBlockQ * kBlockK)), softcap_tanh(c.take<T>(kBlockK * kBlockQ)), raw(c.take<T>(kBlockK * kBlockQ)),
         dk_chunk(c.take<T>(static_cast<std::size_t>(d * chunk_keys))),
-        dv_chunk(c.take<T>(static_cast<std::size_t>(v * chunk_keys))) {}
+        dv_chunk(c.take<T>(static_cast<std::size_t>(v * chunk_keys))),
+        q_b(words(c, bf16, (d + 1) / 2 * kBlockQ)), o_b(words(c, bf16, (v + 1) / 2 * kBlockQ)),
+        q_a(words(c, bf16, d * kBlockQ / 2)), o_a(words(c, bf16, v * kBlockQ / 2)),
+        k_a(words(c, bf16, kBlockK * ((d + 1) / 2))), v_a(words(c, bf16, kBlockK * ((v + 1) / 2))),
+        k_t(words(c, bf16, kBlockK / 2 * d)), w_b(words(c, bf16, kBlockQ / 2 * kBlockK)),
+        ds_b(words(c, bf16, kBlockQ / 2 * kBlockK)), dst_b(words(c, bf16, kBlockK / 2 * kBlockQ)) {}
+
+  static std::uint32_t* words(Carve& c, bool bf16, index_t count) {
+    return c.take<std::uint32_t>(bf16 ? static_cast<std::size_t>(count) : 0);
+  }
 };
 
 // Work space of pass 1 (a block's arrays without an output) and of pass 2 for query size d, value
 // size v and chunks of chunk_keys keys.
 template <class T>
-std::size_t sdpa_backward_work_bytes(index_t d, index_t v, index_t chunk_keys) {
-  return std::max(layout_bytes<BlockArrays<T>>(d, 0), layout_bytes<SdpaChunkArrays<T>>(d, v, chunk_keys));
+std::size_t sdpa_backward_work_bytes(index_t d, index_t v, index_t chunk_keys, bool bf16_products = false) {
+  return std::max(layout_bytes<BlockArrays<T>>(d, 0), layout_bytes<SdpaChunkArrays<T>>(d, v, chunk_keys, bf16_products));
 }
 
 // Pass 1 for rows [i0, i0 + kBlockQ) of (b, h).

@@ -8,6 +8,8 @@
 //   s_ij = scale q_i . k_j                 =>  dQ_i = scale sum_j dS_ij k_j,  dK_j = scale sum_i dS_ij q_i
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/simd/sdpa_backward.cpp"
@@ -16,6 +18,7 @@
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
+#include "cpu/bf16/dot_bf16.hpp"
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/gemm-inl.h"
 #include "cpu/simd/softmax-inl.h"
@@ -250,6 +253,44 @@ void StoreChunkGrads(const SdpaBackward<T>& p, index_t b, index_t hk, index_t k0
   }
 }
 
+// The bfloat16 products of pass 2 (SdpaBackward::bf16_products; bf16/dot_bf16.hpp gives the
+// layouts), for float arrays only (T = double never takes them).
+//
+// c (cnt, kBlockQ) = X_tile B for the tile's cnt rows of x (stride xs) of `cols` elements, packed
+// into `packed` in pairs along the row, B the block's operand in pairs of rows: the scores (x the
+// keys, B = Q^T) and dP^T (x the values, B = dout^T).
+template <class T>
+void TileProductsBf16(const T* x, index_t xs, index_t cnt, index_t cols, std::uint32_t* packed, const std::uint32_t* b,
+                      T* c) {
+  if constexpr (std::is_same_v<T, float>) {
+    const index_t pairs = (cols + 1) / 2;
+    bf16::pack_pairs_in_rows(x, xs, cnt, cols, packed);
+    bf16::products(packed, pairs, 1, cnt, pairs, b, c, false);
+  }
+}
+
+// The tile's shares of the gradients: dV^T += dout^T W and dK^T += Q^T dS over the block's `rows`
+// queries, W and dS rounded to bfloat16 (pm and dsm, query-major); and, unless skip_dq (a masked
+// tile whose keys are not all finite: the caller adds them skipping zeros, in float), the partial
+// dQ^T += K_tile^T dS^T over the tile's cnt keys.
+template <class T>
+void AccumulateGradsBf16(const SdpaChunkArrays<T>& arrays, const T* k_tile, index_t ks, index_t cnt, index_t rows,
+                         index_t dq, index_t dv, bool skip_dq, T* dvt, T* dkt, T* part_blk) {
+  if constexpr (std::is_same_v<T, float>) {
+    // Pairs of the block's rows; an odd count's last pair takes a 0 for the row past it (whose W may
+    // be NaN where a masked key is; Q^T and dout^T are 0 there).
+    const index_t query_pairs = (rows + 1) / 2;
+    bf16::pack_row_pairs(arrays.pm, kBlockK, rows, kBlockK, arrays.w_b);
+    bf16::products(arrays.o_a, kBlockQ / 2, 1, dv, query_pairs, arrays.w_b, dvt, true);
+    bf16::pack_row_pairs(arrays.dsm, kBlockK, rows, kBlockK, arrays.ds_b);
+    bf16::products(arrays.q_a, kBlockQ / 2, 1, dq, query_pairs, arrays.ds_b, dkt, true);
+    if (skip_dq) return;
+    bf16::pack_row_pairs(k_tile, ks, cnt, dq, arrays.k_t);                  // (ceil(cnt / 2), dq)
+    bf16::pack_row_pairs(arrays.dst, kBlockQ, cnt, kBlockQ, arrays.dst_b);  // (ceil(cnt / 2), kBlockQ)
+    bf16::products(arrays.k_t, 1, dq, dq, (cnt + 1) / 2, arrays.dst_b, part_blk, true);
+  }
+}
+
 // Pass 2 for the keys of one chunk of key head hk: see simd/fused.hpp.
 template <class T>
 void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, void* work) {
@@ -259,7 +300,8 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
   const index_t n = a.q.R, m = a.k.R, dq = a.q.C, dv = a.v.C, H = a.q.H;
   const index_t blocks = (n + kBlockQ - 1) / kBlockQ;
   Carve carve(work);
-  const SdpaChunkArrays<T> arrays(carve, dq, dv, p.chunk_keys);
+  const SdpaChunkArrays<T> arrays(carve, dq, dv, p.chunk_keys, p.bf16_products);
+  const bool bf16 = std::is_same_v<T, float> && p.bf16_products;
   BlockState<T> st(arrays.block);
   st.hook = a.hook;
   double* row_dot = arrays.row_dot;
@@ -282,6 +324,14 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
       const index_t first = std::max(k0, keys.begin);
       if (keys_end <= first) continue;
       const bool dead_rows = StartChunkRows(p, st, row_dot, b, h, i0, rows);
+      if constexpr (std::is_same_v<T, float>) {
+        if (bf16) {  // the block's Q^T and dout^T as bfloat16 pairs, both ways
+          bf16::pack_row_pairs(st.qt, kBlockQ, dq, kBlockQ, arrays.q_b);
+          bf16::pack_row_pairs(st.ot, kBlockQ, dv, kBlockQ, arrays.o_b);
+          bf16::pack_pairs_in_rows(st.qt, kBlockQ, dq, kBlockQ, arrays.q_a);
+          bf16::pack_pairs_in_rows(st.ot, kBlockQ, dv, kBlockQ, arrays.o_a);
+        }
+      }
       T* part_blk = part + blk * dq * kBlockQ;
       std::int64_t tiles = 0;  // simd::note_tiles
       for (index_t j0 = first; j0 < keys_end; j0 += kBlockK) {
@@ -292,10 +342,18 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         T* dvt = dv_chunk + (j0 - k0) * dv;
         const T* k_tile = a.k.row(b, hk, j0);
         const T* v_tile = a.v.row(b, hk, j0);
-        BlockGemm<false>(d, k_tile, a.k.sR, 1, st.qt, st.s, cnt, dq);
+        if (bf16) {
+          TileProductsBf16(k_tile, a.k.sR, cnt, dq, arrays.k_a, arrays.q_b, st.s);
+        } else {
+          BlockGemm<false>(d, k_tile, a.k.sR, 1, st.qt, st.s, cnt, dq);
+        }
         const bool partial = RebuildWeights(d, a, st, j0, cnt, arrays.softcap_tanh, arrays.raw);
         // dP^T = V_tile dout^T, then dS^T and W.
-        BlockGemm<false>(d, v_tile, a.v.sR, 1, st.ot, dst, cnt, dv);
+        if (bf16) {
+          TileProductsBf16(v_tile, a.v.sR, cnt, dv, arrays.v_a, arrays.o_b, dst);
+        } else {
+          BlockGemm<false>(d, v_tile, a.v.sR, 1, st.ot, dst, cnt, dv);
+        }
         if (!a.dropout.active && !st.general) {
           RangeScoreGrads(d, st, dst, pm, row_dot, j0, cnt);
         } else {
@@ -309,13 +367,19 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         if (a.softcap != T(0)) SoftcapGrads(d, dst, arrays.softcap_tanh, cnt);
         Transpose(dsm, dst);
         // dV^T += dout^T W, dK^T += Q^T dS (scaled at the end), partial dQ^T += K_tile^T dS^T.
+        const bool keys_not_finite = partial && !rows_finite(k_tile, a.k.sR, cnt, dq);
+        if (bf16) {
+          AccumulateGradsBf16(arrays, k_tile, a.k.sR, cnt, rows, dq, dv, keys_not_finite, dvt, dkt, part_blk);
+          if (keys_not_finite) AccumulateSkippingZeros(part_blk, k_tile, a.k.sR, dst, cnt, dq, rows);
+          continue;
+        }
         BlockGemm<true>(d, p.dout.row(b, h, i0), 1, p.dout.sR, pm, dvt, dv, rows);
         if (dead_rows) {
           BlockGemm<true>(d, st.qt, kBlockQ, 1, dsm, dkt, dq, rows);
         } else {
           BlockGemm<true>(d, a.q.row(b, h, i0), 1, a.q.sR, dsm, dkt, dq, rows);
         }
-        if (partial && !rows_finite(k_tile, a.k.sR, cnt, dq)) {
+        if (keys_not_finite) {
           AccumulateSkippingZeros(part_blk, k_tile, a.k.sR, dst, cnt, dq, rows);
         } else {
           BlockGemm<true>(d, k_tile, 1, a.k.sR, dst, part_blk, dq, cnt);
