@@ -35,6 +35,40 @@ struct Case {
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
+// A case's queries, keys and values (bfloat16 values, held in float), the tensors its masks view, and
+// its options; mask_of builds the mask in float or double (the bias and slopes given in that type).
+struct CaseInputs {
+  Case c;
+  Tensor<float> q, k, v, bias, slopes;
+  Tensor<std::int64_t> lens;
+  Tensor<bool> keep;
+  Tensor<std::int32_t> ids;
+  SdpaOptions options;
+  explicit CaseInputs(const Case& c_)
+      : c(c_), q(to_single(to_bf16(random_tensor<float>({c.B, c.H, c.n, c.d}, 1, -2, 2)))),
+        k(to_single(to_bf16(random_tensor<float>({c.B, c.Hk, c.m, c.d}, 2, -2, 2)))),
+        v(to_single(to_bf16(random_tensor<float>({c.B, c.Hk, c.m, c.dv}, 3, -1, 1)))),
+        bias(random_tensor<float>({c.n, c.m}, 4, -2, 0)), slopes(random_tensor<float>({c.H}, 5, 0.05, 0.4)),
+        lens({c.B}), keep({c.n, c.m}), ids({c.B, c.n}) {
+    for (index_t b = 0; b < c.B; ++b) lens[b] = (b * 41 + c.m * 2 / 3) % (c.m + 1);
+    for (index_t e = 0; e < keep.numel(); ++e) keep[e] = (e / 64 + e % 7) % 4 != 0;
+    for (index_t e = 0; e < ids.numel(); ++e) ids[e] = static_cast<std::int32_t>(e % c.n / 50);
+    if (c.softcap > 0) options.softcap = c.softcap;
+    options.dropout = {c.dropout, 7};
+  }
+  template <class T>
+  Mask<T> mask_of(const Tensor<T>& b, const Tensor<T>& s) const {
+    Mask<T> mask;
+    mask.causal = c.causal, mask.window = c.window;
+    if (c.lens) mask.valid_lens = lens.view();
+    if (c.keep) mask.keep = keep.view();
+    if (c.additive) mask.additive = b.view();
+    if (c.alibi) mask.alibi_slopes = s.view();
+    if (c.segments) mask.segment_ids_q = ids.view();
+    return mask;
+  }
+};
+
 struct Result {
   Tensor<float> out, lse;
 };
@@ -49,29 +83,10 @@ class AvxBf16Kernel : public ::testing::TestWithParam<Case> {
 
 TEST_P(AvxBf16Kernel, WithinTheSixteenBitRuleAndTheBoundOfThePortablePath) {
   const Case& c = GetParam();
-  const Tensor<float> q = to_single(to_bf16(random_tensor<float>({c.B, c.H, c.n, c.d}, 1, -2, 2)));
-  const Tensor<float> k = to_single(to_bf16(random_tensor<float>({c.B, c.Hk, c.m, c.d}, 2, -2, 2)));
-  const Tensor<float> v = to_single(to_bf16(random_tensor<float>({c.B, c.Hk, c.m, c.dv}, 3, -1, 1)));
-  Tensor<std::int64_t> lens({c.B});
-  for (index_t b = 0; b < c.B; ++b) lens[b] = (b * 41 + c.m * 2 / 3) % (c.m + 1);
-  Tensor<bool> keep({c.n, c.m});
-  for (index_t e = 0; e < keep.numel(); ++e) keep[e] = (e / 64 + e % 7) % 4 != 0;
-  const Tensor<float> bias = random_tensor<float>({c.n, c.m}, 4, -2, 0), slopes = random_tensor<float>({c.H}, 5, 0.05, 0.4);
-  Tensor<std::int32_t> ids({c.B, c.n});
-  for (index_t e = 0; e < ids.numel(); ++e) ids[e] = static_cast<std::int32_t>(e % c.n / 50);
-  auto mask_of = [&]<class T>(const Tensor<T>& b, const Tensor<T>& s) {
-    Mask<T> mask;
-    mask.causal = c.causal, mask.window = c.window;
-    if (c.lens) mask.valid_lens = lens.view();
-    if (c.keep) mask.keep = keep.view();
-    if (c.additive) mask.additive = b.view();
-    if (c.alibi) mask.alibi_slopes = s.view();
-    if (c.segments) mask.segment_ids_q = ids.view();
-    return mask;
-  };
-  SdpaOptions options;
-  if (c.softcap > 0) options.softcap = c.softcap;
-  options.dropout = {c.dropout, 7};
+  const CaseInputs in(c);
+  const Tensor<float> &q = in.q, &k = in.k, &v = in.v, &bias = in.bias, &slopes = in.slopes;
+  const SdpaOptions& options = in.options;
+  auto mask_of = [&]<class T>(const Tensor<T>& b, const Tensor<T>& s) { return in.mask_of(b, s); };
   const Mask<float> mask = mask_of(bias, slopes);
   auto bf16_call = [&](bool kernel) {
     set_bf16_kernel(kernel ? Bf16Kernel::on : Bf16Kernel::off);
@@ -126,31 +141,12 @@ TEST_P(AvxBf16Kernel, WithinTheSixteenBitRuleAndTheBoundOfThePortablePath) {
 // largest gradient.
 TEST_P(AvxBf16Kernel, BackwardWithinFlashAttentionsSixteenBitRule) {
   const Case& c = GetParam();
-  const Tensor<float> q = to_single(to_bf16(random_tensor<float>({c.B, c.H, c.n, c.d}, 1, -2, 2)));
-  const Tensor<float> k = to_single(to_bf16(random_tensor<float>({c.B, c.Hk, c.m, c.d}, 2, -2, 2)));
-  const Tensor<float> v = to_single(to_bf16(random_tensor<float>({c.B, c.Hk, c.m, c.dv}, 3, -1, 1)));
-  const Tensor<float> g = to_single(to_bf16(random_tensor<float>({c.B, c.H, c.n, c.dv}, 8, -1, 1)));
-  Tensor<std::int64_t> lens({c.B});
-  for (index_t b = 0; b < c.B; ++b) lens[b] = (b * 41 + c.m * 2 / 3) % (c.m + 1);
-  Tensor<bool> keep({c.n, c.m});
-  for (index_t e = 0; e < keep.numel(); ++e) keep[e] = (e / 64 + e % 7) % 4 != 0;
-  const Tensor<float> bias = random_tensor<float>({c.n, c.m}, 4, -2, 0), slopes = random_tensor<float>({c.H}, 5, 0.05, 0.4);
-  Tensor<std::int32_t> ids({c.B, c.n});
-  for (index_t e = 0; e < ids.numel(); ++e) ids[e] = static_cast<std::int32_t>(e % c.n / 50);
-  auto mask_of = [&]<class T>(const Tensor<T>& b, const Tensor<T>& s) {
-    Mask<T> mask;
-    mask.causal = c.causal, mask.window = c.window;
-    if (c.lens) mask.valid_lens = lens.view();
-    if (c.keep) mask.keep = keep.view();
-    if (c.additive) mask.additive = b.view();
-    if (c.alibi) mask.alibi_slopes = s.view();
-    if (c.segments) mask.segment_ids_q = ids.view();
-    return mask;
-  };
-  SdpaOptions options;
-  if (c.softcap > 0) options.softcap = c.softcap;
-  options.dropout = {c.dropout, 7};
+  const CaseInputs in(c);
+  const Tensor<float> &q = in.q, &k = in.k, &v = in.v, &bias = in.bias, &slopes = in.slopes;
+  const SdpaOptions& options = in.options;
+  auto mask_of = [&]<class T>(const Tensor<T>& b, const Tensor<T>& s) { return in.mask_of(b, s); };
   const Mask<float> mask = mask_of(bias, slopes);
+  const Tensor<float> g = to_single(to_bf16(random_tensor<float>({c.B, c.H, c.n, c.dv}, 8, -1, 1)));
   ScopedBackend cpu(Backend::cpu);
   // The forward once (portable), then the backward both ways on its out and lse.
   const Tensor<bfloat16> qb = to_bf16(q), kb = to_bf16(k), vb = to_bf16(v), gb = to_bf16(g);
