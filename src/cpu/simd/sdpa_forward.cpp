@@ -140,6 +140,15 @@ inline bool Bf16RowsFinite(const std::uint16_t* v, index_t stride, index_t cnt, 
   return true;
 }
 
+// out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T by the AVX512-BF16 products: the tile's weights
+// (st.s, cnt keys) rounded and packed as P pairs into st.bias_t (free once the tile is masked), over
+// the tile's values packed as V pairs; bf16::accumulate rescales out^T as it loads it.
+inline void AccumulateValuePairs(BlockState<float>& st, index_t cnt, index_t dv, const std::uint32_t* value_pairs) {
+  auto* weight_pairs = reinterpret_cast<std::uint32_t*>(st.bias_t);
+  bf16::pack_weights(st.s, cnt, weight_pairs);
+  bf16::accumulate(value_pairs, weight_pairs, cnt, dv, st.alpha, st.ot);
+}
+
 // sdpa_forward_block_bf16 (fused.hpp): ForwardBlock with the AVX512-BF16 products. Compiled for
 // every target, called on AVX-512 only (the products carry their own target attribute).
 void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
@@ -178,9 +187,7 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
         for (index_t c = 0; c < dv; ++c) arrays.tile[j * dv + c] = to_float(bfloat16::from_bits(v0[j * x.v.sR + c]));
       st.accumulate_skipping_zeros(arrays.tile, dv, cnt, dv, rows);
     } else {
-      auto* weight_pairs = reinterpret_cast<std::uint32_t*>(st.bias_t);  // free once the tile is masked
-      bf16::pack_weights(st.s, cnt, weight_pairs);
-      bf16::accumulate(x.value_pairs.of(b, hk, j0), weight_pairs, cnt, dv, st.alpha, st.ot);  // rescales ot first
+      AccumulateValuePairs(st, cnt, dv, x.value_pairs.of(b, hk, j0));
     }
   }
   simd::note_tiles(tiles, masked_tiles);
@@ -314,9 +321,7 @@ void ForwardBlockInt8(const SdpaForward<float>& p, index_t b, index_t h, index_t
       st.rescale(d, st.ot, dv);
       st.accumulate_skipping_zeros(v0, a.v.sR, cnt, dv, rows);
     } else if (x.value_pairs.data != nullptr) {
-      auto* weight_pairs = reinterpret_cast<std::uint32_t*>(st.bias_t);  // free once the tile is masked
-      bf16::pack_weights(st.s, cnt, weight_pairs);
-      bf16::accumulate(x.value_pairs.of(b, hk, j0), weight_pairs, cnt, dv, st.alpha, st.ot);  // rescales ot first
+      AccumulateValuePairs(st, cnt, dv, x.value_pairs.of(b, hk, j0));
     } else {
       st.rescale(d, st.ot, dv);
       BlockGemm<true>(d, v0, 1, a.v.sR, st.s, st.ot, dv, cnt);
