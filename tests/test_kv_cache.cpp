@@ -129,9 +129,11 @@ Tensor<T> expected(const Tensor<float>& q, const Tensor<float>& k, const Tensor<
   const TensorView<const T> qv(q4.data(), {1, kHeads, n, kDim}), kv(k4.data(), {1, kKvHeads, L, kDim}),
       vv(v4.data(), {1, kKvHeads, L, kDim});
   const Tensor<T> slopes = convert<T>(o.alibi_slopes.empty() ? Tensor<float>() : Tensor<float>({kHeads}, std::vector<float>(o.alibi_slopes.data(), o.alibi_slopes.data() + kHeads)));
+  const Tensor<T> sinks = convert<T>(o.sinks.empty() ? Tensor<float>() : Tensor<float>({kHeads}, std::vector<float>(o.sinks.data(), o.sinks.data() + kHeads)));
   Mask<T> mask;
   mask.causal = o.causal, mask.window = o.window;
   if (!o.alibi_slopes.empty()) mask.alibi_slopes = slopes.view();
+  if (!o.sinks.empty()) mask.sinks = sinks.view();
   SdpaOptions so;
   so.scale = o.scale, so.softcap = o.softcap;
   Tensor<T> out({1, kHeads, n, kDim});
@@ -194,6 +196,180 @@ TEST_P(KvCacheTypes, AttendMatchesTheReferenceOverTheStoredKeysAndValues) {
     std::copy(q.data() + seq * kHeads * kDim, q.data() + (seq + 1) * kHeads * kDim, q_seq.data());
     cache.attend(one.view(), seq, q_seq.view());
     EXPECT_TRUE(std::equal(one.data(), one.data() + one.numel(), out.data() + seq * kHeads * kDim)) << seq;
+  }
+}
+
+// A mixed batch in one call (attend_batch): decodes of 1 and 3 queries, prompt chunks of 9 and 17
+// queries (splitting blocks), an empty entry, sequences of lengths 1 to 50 ending mid-block, one of
+// them cut and grown again over freed blocks, entries in another order than the sequences and one
+// sequence left out; every variant (causal, window, ALiBi per entry, soft-capping and a scale, no
+// causal mask, sinks). Each entry against the float64 reference over its sequence's stored keys
+// and values, within twice the float32 reference's error; the same bits at 1 and 2 threads.
+TEST_P(KvCacheTypes, AttendBatchMixesDecodesAndPromptChunks) {
+  const KvDtype type = GetParam();
+  const index_t batch = 6;
+  KvCache cache(batch, kKvHeads, kDim, {.dtype = type, .block_size = kBlock});
+  std::vector<History> history(static_cast<std::size_t>(batch));
+  const index_t lengths[] = {37, 16, 1, 50, 23, 5};
+  std::uint64_t seed = 300;
+  auto grow = [&](index_t seq, index_t t) {
+    const Tensor<float> k = random_tensor<float>({kKvHeads, t, kDim}, ++seed, -2, 2), v = random_tensor<float>({kKvHeads, t, kDim}, ++seed);
+    cache.append(seq, k.view(), v.view());
+    history[static_cast<std::size_t>(seq)].add(k, v);
+  };
+  for (index_t seq = 0; seq < batch; ++seq) grow(seq, lengths[seq]);
+  cache.reset(3), history[3] = History(), grow(3, 20), grow(3, 30);  // freed blocks reused
+  // Entries: (sequence, queries).
+  const std::vector<std::pair<index_t, index_t>> entries{{3, 9}, {0, 1}, {2, 1}, {5, 0}, {4, 17}, {1, 3}};
+  const auto B = static_cast<index_t>(entries.size());
+  Tensor<std::int32_t> cu({B + 1}), seqs({B});
+  for (index_t b = 0; b < B; ++b)
+    seqs[b] = static_cast<std::int32_t>(entries[static_cast<std::size_t>(b)].first),
+    cu[b + 1] = cu[b] + static_cast<std::int32_t>(entries[static_cast<std::size_t>(b)].second);
+  const index_t total = cu[B];
+  const Tensor<float> q = random_tensor<float>({total, kHeads, kDim}, 333, -2, 2);
+  const Tensor<float> slopes = random_tensor<float>({B, kHeads}, 334, 0.05, 0.4), sinks = random_tensor<float>({kHeads}, 335, -1, 1);
+  std::vector<KvAttendOptions> variants(6);
+  variants[1].window = Window{12, 0};
+  variants[2].alibi_slopes = slopes.view();
+  variants[3].softcap = 3.0, variants[3].scale = 0.2;
+  variants[4].causal = Causal::none;
+  variants[5].sinks = sinks.view();
+  for (std::size_t o = 0; o < variants.size(); ++o) {
+    Tensor<float> out({total, kHeads, kDim});
+    testing::expect_same_at_1_and_2_threads<float>([&] {
+      cache.attend_batch(out.view(), q.view(), cu.view(), seqs.view(), variants[o]);
+      return std::vector<Tensor<float>>{out};
+    });
+    for (index_t b = 0; b < B; ++b) {
+      const auto [seq, n] = entries[static_cast<std::size_t>(b)];
+      if (n == 0) continue;
+      const History& h = history[static_cast<std::size_t>(seq)];
+      const Tensor<float> k = h.as_stored(type, false), v = h.as_stored(type, true);
+      Tensor<float> qb({kHeads, n, kDim}), got({kHeads, n, kDim});
+      for (index_t hh = 0; hh < kHeads; ++hh)
+        for (index_t i = 0; i < n; ++i)
+          for (index_t c = 0; c < kDim; ++c) qb(hh, i, c) = q(cu[b] + i, hh, c), got(hh, i, c) = out(cu[b] + i, hh, c);
+      KvAttendOptions own = variants[o];
+      const Tensor<float> row({kHeads}, std::vector<float>(slopes.data() + b * kHeads, slopes.data() + (b + 1) * kHeads));
+      if (!own.alibi_slopes.empty()) own.alibi_slopes = row.view();
+      const Tensor<float> q_used = as_attended(type, qb);
+      Tensor<double> oracle;
+      Tensor<float> ref32;
+      {
+        ScopedBackend reference(Backend::reference);
+        oracle = expected<double>(q_used, k, v, own);
+        ref32 = expected<float>(q_used, k, v, own);
+      }
+      EXPECT_TRUE(testing::within_error_budget(got, ref32, oracle)) << "entry " << b << " (sequence " << seq << ", " << n
+                                                                     << " queries), variant " << o;
+    }
+  }
+}
+
+// A draft tree's parents, and for draft i its ancestors and itself (walked from i up).
+std::vector<std::vector<bool>> ancestry(const std::vector<std::int64_t>& parents) {
+  const auto t = parents.size();
+  std::vector<std::vector<bool>> seen(t, std::vector<bool>(t, false));
+  for (std::size_t i = 0; i < t; ++i)
+    for (std::int64_t a = static_cast<std::int64_t>(i); a >= 0; a = parents[static_cast<std::size_t>(a)]) seen[i][static_cast<std::size_t>(a)] = true;
+  return seen;
+}
+
+// Tree attention (attend with tree_parents) against the dense reference with the equivalent
+// boolean mask (every accepted token, the draft's ancestors and itself) and, for a window and
+// ALiBi, positions by depth; for chains, stars, a deep and wide tree and a random one. Then
+// commit_tree keeps the accepted prefix and the path's rows, and the next decode sees them.
+TEST_P(KvCacheTypes, TreeAttentionMatchesTheDenseMaskAndCommitKeepsThePath) {
+  const KvDtype type = GetParam();
+  const std::vector<std::vector<std::int64_t>> trees{
+      {-1, 0, 1, 2, 3, 4},                   // a chain
+      {-1, -1, -1, -1, -1},                  // a star: every draft a child of the last accepted token
+      {-1, 0, 0, 1, 1, 2, 2, 3, 5, 8, -1, 10, 11},  // deep and wide, two roots
+      {-1, 0, 0, 2, 1, 3, 3, 5, 0, -1, 9, 4, 6, 1, 10, 13, 12, 14, 7},  // random
+  };
+  const std::vector<std::vector<index_t>> paths{{0, 1, 2}, {3}, {0, 2, 5, 8, 9}, {0, 2, 3, 5, 7, 18}};
+  const Tensor<float> slopes = random_tensor<float>({kHeads}, 401, 0.05, 0.4);
+  std::vector<KvAttendOptions> variants(4);
+  variants[1].window = Window{20, 0};
+  variants[2].alibi_slopes = slopes.view();
+  variants[3].softcap = 3.0, variants[3].scale = 0.2;
+  for (std::size_t which = 0; which < trees.size(); ++which) {
+    const std::vector<std::int64_t>& parents = trees[which];
+    const auto t = static_cast<index_t>(parents.size());
+    KvCache cache(1, kKvHeads, kDim, {.dtype = type, .block_size = kBlock});
+    History h;
+    const index_t P = 27 + static_cast<index_t>(which);  // accepted tokens, then the drafts
+    for (const index_t n : {P, t}) {
+      const Tensor<float> k = random_tensor<float>({kKvHeads, n, kDim}, 410 + which + static_cast<std::uint64_t>(n), -2, 2),
+                          v = random_tensor<float>({kKvHeads, n, kDim}, 420 + which + static_cast<std::uint64_t>(n));
+      cache.append(0, k.view(), v.view());
+      h.add(k, v);
+    }
+    const index_t L = P + t;
+    const Tensor<float> k = h.as_stored(type, false), v = h.as_stored(type, true);
+    const Tensor<float> q = random_tensor<float>({kHeads, t, kDim}, 430 + which, -2, 2);
+    const Tensor<float> q_used = as_attended(type, q);
+    const std::vector<std::vector<bool>> anc = ancestry(parents);
+    std::vector<index_t> depth(static_cast<std::size_t>(t));
+    for (index_t i = 0; i < t; ++i) {
+      const std::int64_t p = parents[static_cast<std::size_t>(i)];
+      depth[static_cast<std::size_t>(i)] = p < 0 ? 0 : depth[static_cast<std::size_t>(p)] + 1;
+    }
+    auto position = [&](index_t j) { return j < P ? j : P + depth[static_cast<std::size_t>(j - P)]; };
+    const Tensor<std::int64_t> parent_tensor({t}, parents);
+    for (std::size_t o = 0; o < variants.size(); ++o) {
+      KvAttendOptions options = variants[o];
+      options.tree_parents = parent_tensor.view();
+      Tensor<float> out({kHeads, t, kDim});
+      cache.attend(out.view(), 0, q.view(), options);
+      // The dense reference: keep (1, 1, t, L), ALiBi as an additive (1, H, t, L) by depth.
+      Tensor<bool> keep({1, 1, t, L});
+      Tensor<double> bias({1, kHeads, t, L});
+      for (index_t i = 0; i < t; ++i)
+        for (index_t j = 0; j < L; ++j) {
+          const index_t gap = position(j) - position(P + i);
+          keep(0, 0, i, j) = (j < P || anc[static_cast<std::size_t>(i)][static_cast<std::size_t>(j - P)]) &&
+                             (!options.window || gap >= -options.window->left);
+          for (index_t hh = 0; hh < kHeads; ++hh)
+            bias(0, hh, i, j) = options.alibi_slopes.empty() ? 0.0 : -static_cast<double>(slopes[hh]) * std::abs(gap);
+        }
+      auto run = [&]<class T>() {
+        const Tensor<T> q4 = convert<T>(q_used), k4 = convert<T>(k), v4 = convert<T>(v), b4 = convert<T>(bias);
+        Mask<T> mask;
+        mask.keep = keep.view();
+        if (!options.alibi_slopes.empty()) mask.additive = b4.view();
+        SdpaOptions so;
+        so.scale = options.scale, so.softcap = options.softcap;
+        Tensor<T> r({1, kHeads, t, kDim});
+        sdpa_forward<T>(r.view(), {}, {}, TensorView<const T>(q4.data(), {1, kHeads, t, kDim}),
+                        TensorView<const T>(k4.data(), {1, kKvHeads, L, kDim}), TensorView<const T>(v4.data(), {1, kKvHeads, L, kDim}),
+                        mask, so);
+        return Tensor<T>({kHeads, t, kDim}, std::vector<T>(r.values().begin(), r.values().end()));
+      };
+      Tensor<double> oracle;
+      Tensor<float> ref32;
+      {
+        ScopedBackend reference(Backend::reference);
+        oracle = run.template operator()<double>();
+        ref32 = run.template operator()<float>();
+      }
+      EXPECT_TRUE(testing::within_error_budget(out, ref32, oracle)) << "tree " << which << ", variant " << o;
+    }
+    // Commit the path: the accepted prefix, then the path's drafts in order; the rest dropped.
+    const std::vector<index_t>& path = paths[which];
+    cache.commit_tree(0, path);
+    ASSERT_EQ(cache.length(0), P + static_cast<index_t>(path.size()));
+    const Tensor<float> kept_k = cache.keys(0), kept_v = cache.values(0);
+    for (index_t hk = 0; hk < kKvHeads; ++hk)
+      for (index_t r = 0; r < cache.length(0); ++r) {
+        const index_t from = r < P ? r : P + path[static_cast<std::size_t>(r - P)];
+        for (index_t c = 0; c < kDim; ++c) {
+          ASSERT_EQ(kept_k(hk, r, c), k(hk, from, c)) << "tree " << which << ", row " << r;
+          ASSERT_EQ(kept_v(hk, r, c), v(hk, from, c)) << "tree " << which << ", row " << r;
+        }
+      }
+    testing::expect_error([&] { cache.commit_tree(0, path); }, {"KvCache::commit_tree: sequence 0 has no draft tree"});
   }
 }
 
@@ -479,6 +655,61 @@ TEST(KvCacheBadInput, AttendOverEverySequenceChecksTheLayouts) {
   const TensorView<const float> negative(q.data() + 16, {3, 2, 1, 4}, {-8, 4, 4, 1});
   Tensor<float> out({3, 2, 1, 4});
   testing::expect_error([&] { cache.attend(out.view(), negative); }, {"queries has stride -8 in dimension 0"});
+}
+
+// attend_batch's and the draft tree's bad input, each named: packed rows that do not add up, a
+// sequence out of range or given twice, more queries than a sequence holds, a tree given to a
+// batched call, a parent after its child or itself (a cycle), an accepted list that is not a path
+// from a root, a commit with no tree.
+TEST(KvCacheBadInput, MixedBatchesAndDraftTreesAreChecked) {
+  KvCache cache(3, kKvHeads, kDim, {.block_size = kBlock});
+  const Tensor<float> kv = random_tensor<float>({3, kKvHeads, 5, kDim}, 500);
+  cache.append(kv.view(), kv.view());
+  const Tensor<float> q({7, kHeads, kDim});
+  Tensor<float> out({7, kHeads, kDim});
+  auto ints = [](std::vector<std::int32_t> v) { return Tensor<std::int32_t>({static_cast<index_t>(v.size())}, v); };
+  const Tensor<std::int32_t> cu = ints({0, 1, 7}), cu_short = ints({0, 1, 5}), cu_down = ints({0, 4, 3, 7});
+  const Tensor<std::int32_t> twice = ints({1, 1}), far = ints({0, 3}), one = ints({0});
+  testing::expect_error([&] { cache.attend_batch(out.view(), q.view(), cu_short.view()); },
+                        {"KvCache::attend_batch: cu_seqlens_q runs from 0 to 5; it must run from 0 to total_q = 7"});
+  testing::expect_error([&] { cache.attend_batch(out.view(), q.view(), cu_down.view()); },
+                        {"cu_seqlens_q[2] = 3 is less than cu_seqlens_q[1] = 4"});
+  testing::expect_error([&] { cache.attend_batch(out.view(), q.view(), cu.view(), twice.view()); },
+                        {"sequence 1 is given twice in seqs"});
+  testing::expect_error([&] { cache.attend_batch(out.view(), q.view(), cu.view(), far.view()); },
+                        {"seqs[1] is 3; the cache holds sequences 0 to 2"});
+  testing::expect_error([&] { cache.attend_batch(out.view(), q.view(), cu.view(), one.view()); },
+                        {"seqs has shape (1,); it must be (B,) = (2,)"});
+  testing::expect_error([&] { cache.attend_batch(out.view(), q.view(), cu.view()); },
+                        {"entry 1 has 6 queries for sequence 1, which holds 5 tokens", "append them first"});
+  const Tensor<float> q4({4, kHeads, kDim + 1});
+  testing::expect_error([&] { cache.attend_batch(out.view(), q4.view(), cu.view()); },
+                        {"queries has shape (4,4,65); it must be (total_q, heads, head_dim) with head_dim 64"});
+  const Tensor<std::int64_t> parents({3}, std::vector<std::int64_t>{-1, 0, 0});
+  KvAttendOptions tree;
+  tree.tree_parents = parents.view();
+  testing::expect_error([&] { cache.attend_batch(out.view(), q.view(), cu.view(), {}, tree); },
+                        {"tree_parents is given; a draft tree belongs to one sequence"});
+  const Tensor<float> drafts({kHeads, 3, kDim});
+  Tensor<float> drafts_out({kHeads, 3, kDim});
+  for (const std::vector<std::int64_t>& bad : std::vector<std::vector<std::int64_t>>{{-1, 2, 0}, {-1, 1, 0}, {-2, 0, 0}}) {
+    const Tensor<std::int64_t> p({3}, bad);
+    KvAttendOptions o;
+    o.tree_parents = p.view();
+    testing::expect_error([&] { cache.attend(drafts_out.view(), 0, drafts.view(), o); },
+                          {"KvCache::attend: tree_parents[", "a parent listed after its child, or a cycle, is refused"});
+  }
+  const Tensor<float> two({kHeads, 2, kDim});
+  Tensor<float> two_out({kHeads, 2, kDim});
+  testing::expect_error([&] { cache.attend(two_out.view(), 0, two.view(), tree); },
+                        {"tree_parents has shape (3,); it must be (t,) = (2,)"});
+  testing::expect_error([&] { cache.commit_tree(0, std::vector<index_t>{0}); }, {"sequence 0 has no draft tree"});
+  cache.attend(drafts_out.view(), 0, drafts.view(), tree);
+  testing::expect_error([&] { cache.commit_tree(0, std::vector<index_t>{0, 0}); },
+                        {"accepted[1] is draft 0, whose parent is -1, not 0", "a path from a root"});
+  testing::expect_error([&] { cache.commit_tree(0, std::vector<index_t>{3}); }, {"accepted[0] is 3; the tree has drafts 0 to 2"});
+  cache.commit_tree(0, std::vector<index_t>{0, 2});
+  EXPECT_EQ(cache.length(0), 4);
 }
 
 }  // namespace

@@ -30,6 +30,26 @@
 // and split the keys across threads (the decode path); more queries (a prompt) gather the keys into
 // float32 first.
 //
+// attend_batch runs one call over a mixed batch, as a server's step hands it: some sequences decode
+// (one new query, or a few), others add a chunk of a prompt. Entry b's queries are rows
+// cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of packed queries (total_q, heads, head_dim) (FlashAttention's
+// varlen layout), the newest tokens of sequence seqs[b] (appended already), each aligned bottom-right
+// in its own sequence as attend aligns them. Entries of up to four queries with no window and no
+// ALiBi run as one decode call per query count (the blocks read in place, the keys split across
+// threads); the other entries one call each, threaded over heads and query blocks. The result of each
+// entry is the one attend gives for its sequence and queries, up to the decode path's key chunks
+// (which depend on the call's batch, never on the thread count).
+//
+// Tree attention for speculative decoding: with KvAttendOptions::tree_parents (t,), the last t tokens
+// of the sequence are draft tokens forming a tree, parents[i] = -1 for a child of the last accepted
+// token, else the index (< i) of its parent among the drafts. attend's n = t queries are the drafts:
+// draft i attends every accepted token (a window or ALiBi measures positions by depth: draft i sits
+// at position length - t + depth(i), depth 0 for a child of the last accepted token) and, among the
+// drafts, its ancestors and itself. commit_tree(seq, accepted) then keeps the accepted tokens followed
+// by the drafts listed (a chain from a root: accepted[0]'s parent is -1, accepted[k]'s is
+// accepted[k - 1]), dropping the others; only draft rows move. A sequence remembers the tree of its
+// last tree attend until its next append, truncate, reset or commit_tree.
+//
 // Rotary position embeddings (attn/rotary.hpp), fused: with KvCacheOptions::rotary's tables (cos, sin
 // (max_pos, rotary_dim / 2) float32; views, so the caller keeps their memory alive as long as the
 // cache lives), append stores each key rotated at its position (the sequence's length before the
@@ -44,6 +64,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "attn/mask.hpp"
@@ -73,6 +94,9 @@ struct KvAttendOptions {
   std::optional<double> softcap;
   std::optional<double> scale;  // default 1 / sqrt(head_dim)
   TensorView<const float> sinks;  // (heads,) attention sinks' logits, or empty
+  // attend of one sequence only: the last t tokens are draft tokens, a tree given by their parents
+  // (t,) (above), and the call's n queries are those t drafts; empty: no tree.
+  TensorView<const std::int64_t> tree_parents;
 };
 
 class KvCache {
@@ -107,6 +131,15 @@ class KvCache {
               const KvAttendOptions& options = {}) const;
   // Every sequence: queries and out (batch, heads, n, head_dim).
   void attend(TensorView<float> out, TensorView<const float> queries, const KvAttendOptions& options = {}) const;
+
+  // A mixed batch (above): out and queries (total_q, heads, head_dim); cu_seqlens_q (B + 1,) from 0,
+  // non-decreasing, ending at total_q; seqs (B,) distinct sequences, or empty: entry b is sequence b.
+  // alibi_slopes (heads,) or (B, heads), row b for entry b.
+  void attend_batch(TensorView<float> out, TensorView<const float> queries, TensorView<const std::int32_t> cu_seqlens_q,
+                    TensorView<const std::int32_t> seqs = {}, const KvAttendOptions& options = {}) const;
+
+  // Keeps sequence seq's accepted tokens and the drafts `accepted` of its last tree attend (above).
+  void commit_tree(index_t seq, std::span<const index_t> accepted);
 
   // Sequence seq emptied, or cut to its first `length` tokens; its freed blocks are reused.
   void reset(index_t seq);

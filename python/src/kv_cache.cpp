@@ -73,6 +73,50 @@ py::object torch_out(const py::array& out, const py::object& dtype) {
   return py::module_::import("torch").attr("from_numpy")(out).attr("to")(dtype);
 }
 
+// causal as attend takes it: "bottom_right" or True (default), False or None, "top_left" (which the
+// cache refuses, naming it); a bool, NumPy's among them, as scaled_dot_product_attention takes it.
+attn::Causal causal_from(Call& call, py::handle causal) {
+  const bool flag = py::isinstance<py::bool_>(causal) || py::isinstance(causal, py::module_::import("numpy").attr("bool_"));
+  if (causal.is_none() || (flag && PyObject_IsTrue(causal.ptr()) == 0)) return attn::Causal::none;
+  if (flag || call.text(causal, "causal") == "bottom_right") return attn::Causal::bottom_right;
+  if (call.text(causal, "causal") == "top_left") return attn::Causal::top_left;
+  call.value_error("causal is '" + call.text(causal, "causal") + "'; it must be 'bottom_right' (the default), 'top_left', True or False");
+}
+
+// The scores' options of attend and attend_batch into `options`; the arrays their views read.
+struct ScoreArrays {
+  py::array slopes = no_array(), sinks = no_array();
+};
+ScoreArrays read_scores(Call& call, attn::KvAttendOptions& options, py::handle alibi_slopes, py::handle softcap,
+                        py::handle scale, py::handle sinks) {
+  ScoreArrays kept;
+  // Numbers as float32, others named (found by probing: ['a'] raised NumPy's bare ValueError).
+  if (!alibi_slopes.is_none()) kept.slopes = call.same_dtype(alibi_slopes, "alibi_slopes"), options.alibi_slopes = cview<float>(kept.slopes);
+  if (!sinks.is_none()) kept.sinks = call.same_dtype(sinks, "sinks"), options.sinks = cview<float>(kept.sinks);
+  if (!softcap.is_none()) options.softcap = call.number(softcap, "softcap");
+  if (!scale.is_none()) options.scale = call.number(scale, "scale");
+  return kept;
+}
+
+// An array of integers (any integer dtype, or a list) as int32, each in int32's range.
+py::array int32_array(Call& call, py::handle obj, const char* name) {
+  const py::module_ np = py::module_::import("numpy");
+  const py::array a = np.attr("asarray")(obj);
+  const char kind = a.dtype().kind();
+  if (kind != 'i' && kind != 'u') call.type_error(std::string(name) + " has dtype " + std::string(py::str(a.dtype())) + "; it must hold integers");
+  if (a.size() > 0 && (py::int_(np.attr("min")(a)).cast<long long>() < INT32_MIN || py::int_(np.attr("max")(a)).cast<long long>() > INT32_MAX))
+    call.value_error(std::string(name) + " has an entry outside int32's range");
+  return np.attr("ascontiguousarray")(a, py::arg("dtype") = "int32");
+}
+
+// attend's result as the queries were given: float16 out for float16 queries, a torch tensor of their
+// dtype for torch ones, else float32.
+py::object as_queries(Call& call, const py::array_t<float>& out, py::handle queries) {
+  if (is_torch(queries)) return torch_out(out, queries.attr("dtype"));
+  if (call.dtype() == DType::f16) return to_float16(out);
+  return out;
+}
+
 class KVCache {
  public:
   KVCache(py::object batch, py::object kv_heads, py::object head_dim, py::object dtype, py::object block_size,
@@ -112,33 +156,18 @@ class KVCache {
   }
 
   py::object attend(py::object queries_obj, py::object seq, py::object causal, py::object window, py::object alibi_slopes,
-                   py::object softcap, py::object scale, py::object sinks) {
+                   py::object softcap, py::object scale, py::object sinks, py::object tree_parents) {
     Call call("KVCache.attend", {{"alibi_slopes", "alibi_slopes"}, {"softcap", "softcap"},
                                  {"scale", "scale"}});
     const py::array q = float32_array(call, queries_obj, "queries");
+    const py::array parents = tree_parents.is_none() ? no_array() : call.lengths(tree_parents, "tree_parents");
+    if (parents && seq.is_none()) call.value_error("tree_parents is given without seq; a draft tree belongs to one sequence");
     // torch queries: a torch tensor of their dtype out.
-    const py::object torch_dtype = is_torch(queries_obj) ? queries_obj.attr("dtype") : py::object();
-    const bool half_out = call.dtype() == DType::f16 && !torch_dtype;  // float16 queries: float16 out
     attn::KvAttendOptions options;
-    // A bool, NumPy's among them, as scaled_dot_product_attention takes it.
-    const bool flag = py::isinstance<py::bool_>(causal) || py::isinstance(causal, py::module_::import("numpy").attr("bool_"));
-    if (causal.is_none() || (flag && PyObject_IsTrue(causal.ptr()) == 0)) {
-      options.causal = attn::Causal::none;
-    } else if (flag || call.text(causal, "causal") == "bottom_right") {
-      options.causal = attn::Causal::bottom_right;
-    } else if (call.text(causal, "causal") == "top_left") {
-      options.causal = attn::Causal::top_left;
-    } else {
-      call.value_error("causal is '" + call.text(causal, "causal") + "'; it must be 'bottom_right' (the default), 'top_left', True or False");
-    }
+    options.causal = causal_from(call, causal);
     options.window = window_from(call, window);
-    // Numbers as float32, others named (found by probing: ['a'] raised NumPy's bare ValueError).
-    const py::array slopes = alibi_slopes.is_none() ? no_array() : call.same_dtype(alibi_slopes, "alibi_slopes");
-    if (slopes) options.alibi_slopes = cview<float>(slopes);
-    const py::array sink_logits = sinks.is_none() ? no_array() : call.same_dtype(sinks, "sinks");
-    if (sink_logits) options.sinks = cview<float>(sink_logits);
-    if (!softcap.is_none()) options.softcap = call.number(softcap, "softcap");
-    if (!scale.is_none()) options.scale = call.number(scale, "scale");
+    if (parents) options.tree_parents = cview<std::int64_t>(parents);
+    const ScoreArrays kept = read_scores(call, options, alibi_slopes, softcap, scale, sinks);
     py::array_t<float> out = new_array<float>(dims(q));
     const auto o = view_of<float>(out);
     const auto qv = cview<float>(q);
@@ -148,9 +177,36 @@ class KVCache {
       const index_t s = call.integer(seq, "seq");
       call.run([&] { cache_->attend(o, s, qv, options); });
     }
-    if (half_out) return to_float16(out);
-    if (torch_dtype) return torch_out(out, torch_dtype);
-    return out;
+    return as_queries(call, out, queries_obj);
+  }
+
+  py::object attend_batch(py::object queries_obj, py::object cu_seqlens_q, py::object seqs, py::object causal, py::object window,
+                          py::object alibi_slopes, py::object softcap, py::object scale, py::object sinks) {
+    Call call("KVCache.attend_batch", {{"alibi_slopes", "alibi_slopes"}, {"softcap", "softcap"}, {"scale", "scale"}});
+    const py::array q = float32_array(call, queries_obj, "queries");
+    const py::array cu = int32_array(call, cu_seqlens_q, "cu_seqlens_q");
+    const py::array which = seqs.is_none() ? no_array() : int32_array(call, seqs, "seqs");
+    attn::KvAttendOptions options;
+    options.causal = causal_from(call, causal);
+    options.window = window_from(call, window);
+    const ScoreArrays kept = read_scores(call, options, alibi_slopes, softcap, scale, sinks);
+    py::array_t<float> out = new_array<float>(dims(q));
+    const auto o = view_of<float>(out);
+    const auto qv = cview<float>(q);
+    const auto cuv = cview<std::int32_t>(cu);
+    const auto seqv = which ? cview<std::int32_t>(which) : attn::TensorView<const std::int32_t>();
+    call.run([&] { cache_->attend_batch(o, qv, cuv, seqv, options); });
+    return as_queries(call, out, queries_obj);
+  }
+
+  void commit_tree(py::object seq, py::object accepted) {
+    Call call("KVCache.commit_tree", {});
+    const index_t s = call.integer(seq, "seq");
+    const py::array a = call.lengths(accepted, "accepted");
+    const auto v = cview<std::int64_t>(a);
+    if (v.rank() != 1) call.value_error("accepted has " + std::to_string(v.rank()) + " dimensions; it must be a list of draft indices");
+    const std::vector<index_t> drafts(v.data(), v.data() + v.dim(0));
+    call.run([&] { cache_->commit_tree(s, drafts); });
   }
 
   void reset(py::object seq) {
@@ -222,7 +278,7 @@ torch tensor of the queries' dtype for torch queries.)")
 sequence when seq is None.)")
       .def("attend", &KVCache::attend, arg("queries"), arg("seq") = py::none(), py::kw_only(), arg("causal") = "bottom_right",
            arg("window") = py::none(), arg("alibi_slopes") = py::none(), arg("softcap") = py::none(), arg("scale") = py::none(),
-           arg("sinks") = py::none(),
+           arg("sinks") = py::none(), arg("tree_parents") = py::none(),
            R"(Attention of new queries over the cache: queries (heads, n, head_dim) or (1, heads, n, head_dim) for
 sequence seq, or (batch, heads, n, head_dim) for every sequence when seq is None (each over its own
 length). heads a multiple of kv_heads (grouped-query attention). Returns an array shaped like queries,
@@ -233,7 +289,27 @@ flash_attn_with_kvcache places them).
 causal: "bottom_right" or True (default: query i sees the keys up to its position), or False (every
   key; a window still ends at the query's position); "top_left" is refused.
 window, softcap, scale, sinks: as scaled_dot_product_attention. alibi_slopes: (heads,), or (batch,
-  heads) when seq is None (row b for sequence b).)")
+  heads) when seq is None (row b for sequence b).
+tree_parents: (t,) integers, with seq: the sequence's last t tokens are draft tokens of a tree
+  (speculative decoding), tree_parents[i] = -1 for a child of the last accepted token, else the index
+  (< i) of its parent among the drafts; the queries are the t drafts, and draft i attends every
+  accepted token, its ancestors and itself (a window and ALiBi measure positions by depth in the
+  tree). commit_tree then keeps the accepted path.)")
+      .def("attend_batch", &KVCache::attend_batch, arg("queries"), arg("cu_seqlens_q"), arg("seqs") = py::none(), py::kw_only(),
+           arg("causal") = "bottom_right", arg("window") = py::none(), arg("alibi_slopes") = py::none(),
+           arg("softcap") = py::none(), arg("scale") = py::none(), arg("sinks") = py::none(),
+           R"(Attention of a mixed batch (decodes and prompt chunks) over the cache in one call: queries
+(total_q, heads, head_dim) packed as FlashAttention's varlen layout; cu_seqlens_q (B + 1,) integers
+from 0, non-decreasing, ending at total_q; entry b's rows cu_seqlens_q[b]:cu_seqlens_q[b+1] are the
+newest tokens (appended already) of sequence seqs[b] (default b; distinct sequences), aligned
+bottom-right in it as attend aligns them. alibi_slopes (heads,) or (B, heads), row b for entry b;
+the other options as attend. Entries of up to four queries (no window, no ALiBi) run as one decode
+call per query count over the blocks in place. Returns (total_q, heads, head_dim), of the queries'
+dtype.)")
+      .def("commit_tree", &KVCache::commit_tree, arg("seq"), arg("accepted"),
+           R"(After attend with tree_parents: keeps sequence seq's accepted tokens followed by the drafts listed in
+accepted (a path from a root: accepted[0]'s parent is -1, each next one the child of the one before),
+dropping the other drafts; only draft rows move.)")
       .def("reset", &KVCache::reset, arg("seq"), "Empties sequence seq (its blocks are reused).")
       .def("truncate", &KVCache::truncate, arg("seq"), arg("length"), "Cuts sequence seq to its first `length` tokens.")
       .def("length", &KVCache::length, arg("seq"), "Tokens sequence seq holds.")

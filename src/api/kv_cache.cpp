@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "api/checks.hpp"
@@ -112,6 +113,10 @@ struct KvCache::State {
   std::vector<index_t> free;                      // ids of the blocks no sequence holds
   std::vector<std::vector<index_t>> table;        // per sequence: its blocks' ids, in order
   std::vector<index_t> lengths;                   // per sequence: its tokens
+  // Per sequence: the parents of the draft tree its last tree attend was given, kept for
+  // commit_tree (written by attend, a const call: the tree is a note, not the cache's contents);
+  // cleared by every change of the sequence.
+  mutable std::vector<std::vector<index_t>> trees;
 
   index_t block_rows() const { return kv_heads * options.block_size; }
   index_t new_block() {
@@ -149,6 +154,15 @@ struct KvCache::State {
       k.push_back(b.k.data()), v.push_back(b.v.data()), ks.push_back(b.k_scales.data()), vs.push_back(b.v_scales.data());
     }
   }
+  // One decode call over sequences seqs[g] with queries q and out (G, heads, n, head_dim), n at most
+  // cpu::fused::kDecodeRows: each sequence's length and the causal rule as per-query valid lengths,
+  // blocks past a sequence's length never read.
+  void decode_batch(TensorView<float> out, TensorView<const float> q, std::span<const index_t> seqs,
+                    const KvAttendOptions& how, const char* op) const;
+  // Attention of sequence seq's last t tokens, a draft tree (kv_cache.hpp), over its keys; q and out
+  // (1, heads, t, head_dim), q rotated already.
+  void attend_tree(TensorView<float> out, TensorView<const float> q, index_t seq, const KvAttendOptions& how,
+                   const char* op) const;
   Tensor<float> gather(index_t seq, bool values) const {
     const index_t L = lengths[static_cast<std::size_t>(seq)];
     Tensor<float> t({kv_heads, L, head_dim});
@@ -206,6 +220,7 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
   s.elem = static_cast<index_t>(elem);
   s.table.resize(static_cast<std::size_t>(batch));
   s.lengths.assign(static_cast<std::size_t>(batch), 0);
+  s.trees.resize(static_cast<std::size_t>(batch));
   for (index_t seq = 0; seq < batch; ++seq)  // a capacity's blocks, allocated up front
     for (index_t i = 0; i < per_seq; ++i) s.table[static_cast<std::size_t>(seq)].push_back(s.new_block());
 }
@@ -304,6 +319,7 @@ void KvCache::State::store(index_t seq, const TensorView<const float>& given_key
                 block->v.data() + at * elem, int8 ? block->v_scales.data() + at / 32 : nullptr);
     }
   lengths[static_cast<std::size_t>(seq)] = length + t;
+  trees[static_cast<std::size_t>(seq)].clear();
 }
 
 Tensor<float> KvCache::State::rotated_queries(const char* op, const TensorView<const float>& q, index_t seq) const {
@@ -355,6 +371,106 @@ void check_causal(const KvAttendOptions& options, const char* op) {
 }
 }  // namespace
 
+void KvCache::State::decode_batch(TensorView<float> out, TensorView<const float> q, std::span<const index_t> seqs,
+                                   const KvAttendOptions& how, const char* op) const {
+  const auto G = static_cast<index_t>(seqs.size());
+  const index_t n = q.dim(2);
+  index_t m = 0;
+  for (const index_t seq : seqs) m = std::max(m, lengths[static_cast<std::size_t>(seq)]);
+  const index_t per_seq = (m + options.block_size - 1) / options.block_size;
+  Tensor<std::int64_t> lens({G, n});
+  std::vector<const void*> kp(static_cast<std::size_t>(G * per_seq)), vp(kp.size());
+  std::vector<const float*> ksp(kp.size()), vsp(kp.size());
+  for (index_t g = 0; g < G; ++g) {
+    const index_t seq = seqs[static_cast<std::size_t>(g)], L = lengths[static_cast<std::size_t>(seq)];
+    for (index_t i = 0; i < n; ++i)
+      lens(g, i) = how.causal == Causal::bottom_right ? std::clamp<index_t>(L - n + i + 1, 0, L) : L;
+    const auto& ids = table[static_cast<std::size_t>(seq)];
+    for (index_t k = 0; k < std::min<index_t>(per_seq, static_cast<index_t>(ids.size())); ++k) {
+      const Block& block = blocks[static_cast<std::size_t>(ids[static_cast<std::size_t>(k)])];
+      const auto at = static_cast<std::size_t>(g * per_seq + k);
+      kp[at] = block.k.data(), vp[at] = block.v.data(), ksp[at] = block.k_scales.data(), vsp[at] = block.v_scales.data();
+    }
+  }
+  KvRows k;
+  k.type = kv_type(options.dtype), k.sH = options.block_size * head_dim, k.sR = head_dim;
+  k.block_size = options.block_size, k.table_stride = per_seq;
+  KvRows v = k;
+  k.blocks = kp.data(), v.blocks = vp.data(), k.scale_blocks = ksp.data(), v.scale_blocks = vsp.data();
+  Mask<float> mask;
+  mask.valid_lens = lens.view(), mask.sinks = how.sinks;
+  SdpaOptions sdpa;
+  sdpa.scale = how.scale, sdpa.softcap = how.softcap;
+  static const float never_read = 0;  // the keys' and values' shapes for the checks
+  const TensorView<const float> shape(&never_read, {G, kv_heads, m, head_dim}, {0, 0, 0, 1});
+  detail::sdpa_decode_rows(out, {}, q, shape, shape, k, v, mask, sdpa, op);
+}
+
+namespace {
+
+// The parents of a draft tree of t tokens (kv_cache.hpp) checked, and each draft's depth.
+std::vector<index_t> tree_depths(const TensorView<const std::int64_t>& parents, index_t t, index_t length, const char* op) {
+  if (parents.rank() != 1 || parents.dim(0) != t)
+    detail::fail(op, ": tree_parents has shape ", parents.shape_string(), "; it must be (t,) = (", t,
+                 ",), one parent for each of the queries' ", t, " draft tokens");
+  if (t > length)
+    detail::fail(op, ": tree_parents names ", t, " draft tokens, but the sequence holds ", length,
+                 ": the drafts are its last tokens, appended first");
+  std::vector<index_t> depth(static_cast<std::size_t>(t));
+  for (index_t i = 0; i < t; ++i) {
+    const std::int64_t p = parents.data()[i * parents.stride(0)];
+    if (p < -1 || p >= i)
+      detail::fail(op, ": tree_parents[", i, "] is ", p, "; a draft's parent is -1 (the last accepted token) or an ",
+                   "earlier draft, in [0, ", i, ") (a parent listed after its child, or a cycle, is refused)");
+    depth[static_cast<std::size_t>(i)] = p < 0 ? 0 : depth[static_cast<std::size_t>(p)] + 1;
+  }
+  return depth;
+}
+
+}  // namespace
+
+void KvCache::State::attend_tree(TensorView<float> out, TensorView<const float> q, index_t seq,
+                                 const KvAttendOptions& how, const char* op) const {
+  const index_t H = q.dim(1), t = q.dim(2), L = lengths[static_cast<std::size_t>(seq)], P = L - t;
+  const std::vector<index_t> depth = tree_depths(how.tree_parents, t, L, op);
+  std::vector<index_t> parents(static_cast<std::size_t>(t));
+  for (index_t i = 0; i < t; ++i) parents[static_cast<std::size_t>(i)] = how.tree_parents.data()[i * how.tree_parents.stride(0)];
+  if (!how.alibi_slopes.empty() && (how.alibi_slopes.rank() != 1 || how.alibi_slopes.dim(0) != H))
+    detail::fail(op, ": alibi_slopes has shape ", how.alibi_slopes.shape_string(), "; it must be (heads,) = (", H, ",)");
+  // Positions: accepted token j at j, draft i at P + depth(i); the window and ALiBi measure them.
+  auto position = [&](index_t j) { return j < P ? j : P + depth[static_cast<std::size_t>(j - P)]; };
+  Tensor<bool> keep({1, 1, t, L});
+  for (index_t i = 0; i < t; ++i) {
+    for (index_t j = 0; j < L; ++j) keep(0, 0, i, j) = j < P;
+    for (index_t a = i; a >= 0; a = parents[static_cast<std::size_t>(a)]) keep(0, 0, i, P + a) = true;  // ancestors, itself
+    if (how.window)
+      for (index_t j = 0; j < L; ++j) {
+        const index_t gap = position(j) - position(P + i);  // key minus query
+        if ((how.window->left >= 0 && gap < -how.window->left) || (how.window->right >= 0 && gap > how.window->right))
+          keep(0, 0, i, j) = false;
+      }
+  }
+  Tensor<float> bias;  // ALiBi by position: -slope |p(i) - p(j)|
+  if (!how.alibi_slopes.empty()) {
+    bias = Tensor<float>({1, H, t, L});
+    for (index_t h = 0; h < H; ++h)
+      for (index_t i = 0; i < t; ++i)
+        for (index_t j = 0; j < L; ++j)
+          bias(0, h, i, j) = -how.alibi_slopes.data()[h * how.alibi_slopes.stride(0)] *
+                             static_cast<float>(std::abs(position(P + i) - position(j)));
+  }
+  Mask<float> mask;
+  mask.keep = keep.view(), mask.sinks = how.sinks;
+  if (bias.numel() > 0) mask.additive = bias.view();
+  SdpaOptions sdpa;
+  sdpa.scale = how.scale, sdpa.softcap = how.softcap;
+  const Tensor<float> keys = gather(seq, false), values = gather(seq, true);
+  const Tensor<float> rounded = options.dtype == KvDtype::int8 ? rounded_queries(q) : Tensor<float>();
+  sdpa_forward<float>(out, {}, {}, rounded.numel() > 0 ? rounded.view() : q, detail::with_batch_of_one(keys.view()),
+                      detail::with_batch_of_one(values.view()), mask, sdpa);
+  trees[static_cast<std::size_t>(seq)] = std::move(parents);
+}
+
 void KvCache::attend(TensorView<float> out, index_t seq, TensorView<const float> queries,
                      const KvAttendOptions& options) const {
   attend_sequence(out, seq, queries, options, false);
@@ -384,6 +500,10 @@ void KvCache::attend_sequence(TensorView<float> out, index_t seq, TensorView<con
     detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", H, " heads; the cache has ", s.kv_heads,
                  " key heads, and the query heads must be a multiple of them");
   check_causal(options, op);
+  if (!options.tree_parents.empty()) {
+    s.attend_tree(o, q, seq, options, op);
+    return;
+  }
   // The queries are the sequence's newest tokens: aligned bottom-right, causal or not.
   Mask<float> mask;
   mask.causal = options.causal, mask.align = Align::bottom_right, mask.window = options.window;
@@ -432,38 +552,12 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
   if (queries.dim(1) % s.kv_heads != 0)  // here, not in a sequence's attend, which would name its slice
     detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", queries.dim(1), " heads; the cache has ",
                  s.kv_heads, " key heads, and the query heads must be a multiple of them");
+  if (!options.tree_parents.empty())
+    detail::fail(op, ": tree_parents is given; a draft tree belongs to one sequence: give it to attend with seq");
   if (backend() == Backend::cpu && n <= cpu::fused::kDecodeRows && !options.window && options.alibi_slopes.empty()) {
-    // One decode call over every sequence (its keys split across threads): each sequence's length and
-    // the causal rule as per-query valid lengths, blocks past a sequence's length never read.
-    index_t m = 0;
-    for (const index_t L : s.lengths) m = std::max(m, L);
-    const index_t per_seq = (m + s.options.block_size - 1) / s.options.block_size;
-    Tensor<std::int64_t> lens({s.batch, n});
-    std::vector<const void*> kp(static_cast<std::size_t>(s.batch * per_seq)), vp(kp.size());
-    std::vector<const float*> ksp(kp.size()), vsp(kp.size());
-    for (index_t b = 0; b < s.batch; ++b) {
-      const index_t L = s.lengths[static_cast<std::size_t>(b)];
-      for (index_t i = 0; i < n; ++i)
-        lens(b, i) = options.causal == Causal::bottom_right ? std::clamp<index_t>(L - n + i + 1, 0, L) : L;
-      const auto& table = s.table[static_cast<std::size_t>(b)];
-      for (index_t k = 0; k < std::min<index_t>(per_seq, static_cast<index_t>(table.size())); ++k) {
-        const Block& block = s.blocks[static_cast<std::size_t>(table[static_cast<std::size_t>(k)])];
-        const auto at = static_cast<std::size_t>(b * per_seq + k);
-        kp[at] = block.k.data(), vp[at] = block.v.data(), ksp[at] = block.k_scales.data(), vsp[at] = block.v_scales.data();
-      }
-    }
-    KvRows k;
-    k.type = kv_type(s.options.dtype), k.sH = s.options.block_size * s.head_dim, k.sR = s.head_dim;
-    k.block_size = s.options.block_size, k.table_stride = per_seq;
-    KvRows v = k;
-    k.blocks = kp.data(), v.blocks = vp.data(), k.scale_blocks = ksp.data(), v.scale_blocks = vsp.data();
-    Mask<float> mask;
-    mask.valid_lens = lens.view(), mask.sinks = options.sinks;
-    SdpaOptions sdpa;
-    sdpa.scale = options.scale, sdpa.softcap = options.softcap;
-    static const float never_read = 0;
-    const TensorView<const float> shape(&never_read, {s.batch, s.kv_heads, m, s.head_dim}, {0, 0, 0, 1});
-    detail::sdpa_decode_rows(out, {}, rq, shape, shape, k, v, mask, sdpa, op);
+    std::vector<index_t> every(static_cast<std::size_t>(s.batch));
+    for (index_t b = 0; b < s.batch; ++b) every[static_cast<std::size_t>(b)] = b;
+    s.decode_batch(out, rq, every, options, op);
     return;
   }
   // ALiBi slopes (heads,) for every sequence, or (batch, heads): row b for sequence b.
@@ -480,6 +574,153 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
   }
 }
 
+namespace {
+
+// Element i of a rank-1 int32 tensor, read through its stride.
+index_t entry(const TensorView<const std::int32_t>& t, index_t i) { return t.data()[i * t.stride(0)]; }
+
+}  // namespace
+
+void KvCache::attend_batch(TensorView<float> out, TensorView<const float> queries, TensorView<const std::int32_t> cu_seqlens_q,
+                           TensorView<const std::int32_t> seqs, const KvAttendOptions& options) const {
+  const char* op = "KvCache::attend_batch";
+  const State& s = *s_;
+  if (queries.rank() != 3 || queries.dim(2) != s.head_dim)
+    detail::fail(op, ": queries has shape ", queries.shape_string(), "; it must be (total_q, heads, head_dim) with head_dim ", s.head_dim);
+  if (out.rank() != 3 || !std::equal(out.shape().begin(), out.shape().end(), queries.shape().begin()))
+    detail::fail(op, ": out has shape ", out.shape_string(), "; it must be the shape of queries ", queries.shape_string());
+  detail::check_strides(queries, op, "queries"), detail::check_strides(out, op, "out");
+  detail::require_no_aliasing<float>(op, {{"out", out}}, {{"queries", queries}});
+  const index_t total_q = queries.dim(0), H = queries.dim(1);
+  if (H % s.kv_heads != 0)
+    detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", H, " heads; the cache has ", s.kv_heads,
+                 " key heads, and the query heads must be a multiple of them");
+  check_causal(options, op);
+  if (!options.tree_parents.empty())
+    detail::fail(op, ": tree_parents is given; a draft tree belongs to one sequence: give it to attend with seq");
+  if (cu_seqlens_q.rank() != 1 || cu_seqlens_q.dim(0) < 1)
+    detail::fail(op, ": cu_seqlens_q has shape ", cu_seqlens_q.shape_string(), "; it must be (B + 1,), B >= 0 entries");
+  const index_t B = cu_seqlens_q.dim(0) - 1;
+  if (entry(cu_seqlens_q, 0) != 0 || entry(cu_seqlens_q, B) != total_q)
+    detail::fail(op, ": cu_seqlens_q runs from ", entry(cu_seqlens_q, 0), " to ", entry(cu_seqlens_q, B),
+                 "; it must run from 0 to total_q = ", total_q, " (queries has shape ", queries.shape_string(), ")");
+  if (!seqs.empty() && (seqs.rank() != 1 || seqs.dim(0) != B))
+    detail::fail(op, ": seqs has shape ", seqs.shape_string(), "; it must be (B,) = (", B, ",), one sequence per entry of cu_seqlens_q");
+  if (seqs.empty() && B > s.batch)
+    detail::fail(op, ": cu_seqlens_q has ", B, " entries and seqs is not given, so entry b is sequence b, but the cache holds ",
+                 s.batch, " sequences");
+  const TensorView<const float>& slopes = options.alibi_slopes;
+  if (!slopes.empty() && !(slopes.rank() == 1 && slopes.dim(0) == H) && !(slopes.rank() == 2 && slopes.dim(0) == B && slopes.dim(1) == H))
+    detail::fail(op, ": alibi_slopes has shape ", slopes.shape_string(), "; it must be (heads,) = (", H, ",) or (B, heads) = (", B,
+                 ", ", H, ")");
+  std::vector<index_t> seq_of(static_cast<std::size_t>(B)), first(static_cast<std::size_t>(B)), rows(static_cast<std::size_t>(B));
+  std::vector<bool> taken(static_cast<std::size_t>(s.batch), false);
+  for (index_t b = 0; b < B; ++b) {
+    const index_t seq = seqs.empty() ? b : entry(seqs, b), lo = entry(cu_seqlens_q, b), hi = entry(cu_seqlens_q, b + 1);
+    if (seq < 0 || seq >= s.batch) detail::fail(op, ": seqs[", b, "] is ", seq, "; the cache holds sequences 0 to ", s.batch - 1);
+    if (taken[static_cast<std::size_t>(seq)])
+      detail::fail(op, ": sequence ", seq, " is given twice in seqs; each entry's queries are its sequence's newest tokens, "
+                   "so a sequence takes one entry");
+    taken[static_cast<std::size_t>(seq)] = true;
+    if (hi < lo) detail::fail(op, ": cu_seqlens_q[", b + 1, "] = ", hi, " is less than cu_seqlens_q[", b, "] = ", lo, "; it must not decrease");
+    const index_t L = s.lengths[static_cast<std::size_t>(seq)];
+    if (hi - lo > L)
+      detail::fail(op, ": entry ", b, " has ", hi - lo, " queries for sequence ", seq, ", which holds ", L,
+                   " tokens; the queries are the sequence's newest tokens: append them first");
+    seq_of[static_cast<std::size_t>(b)] = seq, first[static_cast<std::size_t>(b)] = lo, rows[static_cast<std::size_t>(b)] = hi - lo;
+  }
+  // Entry b's queries and out as (1, heads, n_b, head_dim) views of the packed rows.
+  auto rows_of = [&](const auto& t, index_t b) {
+    using V = std::remove_cvref_t<decltype(t)>;
+    const index_t n = rows[static_cast<std::size_t>(b)];
+    return V(t.data() + first[static_cast<std::size_t>(b)] * t.stride(0), {1, H, n, s.head_dim},
+             {std::max<index_t>(1, n) * t.stride(0), t.stride(1), t.stride(0), t.stride(2)});
+  };
+  // With rotary tables, the queries rotated at their positions, packed as given.
+  Tensor<float> rotated;
+  if (!s.options.rotary.empty()) {
+    rotated = Tensor<float>({total_q, H, s.head_dim});
+    for (index_t b = 0; b < B; ++b) {
+      if (rows[static_cast<std::size_t>(b)] == 0) continue;
+      const Tensor<float> r = s.rotated_queries(op, rows_of(queries, b), seq_of[static_cast<std::size_t>(b)]);
+      TensorView<float> to = rows_of(rotated.view(), b);
+      for (index_t h = 0; h < H; ++h)
+        for (index_t i = 0; i < rows[static_cast<std::size_t>(b)]; ++i)
+          std::copy_n(&r.view()(0, h, i, 0), s.head_dim, &to(0, h, i, 0));
+    }
+  }
+  const TensorView<const float> q = rotated.numel() > 0 ? TensorView<const float>(rotated.view()) : queries;
+  // Entries of up to kDecodeRows queries (no window, no ALiBi): one decode call per query count,
+  // their rows copied into (G, heads, n, head_dim) and back. The others: a call each.
+  const bool decodes = backend() == Backend::cpu && !options.window && slopes.empty();
+  for (index_t n = 1; decodes && n <= cpu::fused::kDecodeRows; ++n) {
+    std::vector<index_t> group, entries;
+    for (index_t b = 0; b < B; ++b)
+      if (rows[static_cast<std::size_t>(b)] == n) group.push_back(seq_of[static_cast<std::size_t>(b)]), entries.push_back(b);
+    if (group.empty()) continue;
+    const auto G = static_cast<index_t>(group.size());
+    Tensor<float> gq({G, H, n, s.head_dim}), go({G, H, n, s.head_dim});
+    for (index_t g = 0; g < G; ++g) {
+      const TensorView<const float> from = rows_of(q, entries[static_cast<std::size_t>(g)]);
+      for (index_t h = 0; h < H; ++h)
+        for (index_t i = 0; i < n; ++i) std::copy_n(&from(0, h, i, 0), s.head_dim, &gq(g, h, i, 0));
+    }
+    s.decode_batch(go.view(), gq.view(), group, options, op);
+    for (index_t g = 0; g < G; ++g) {
+      TensorView<float> to = rows_of(out, entries[static_cast<std::size_t>(g)]);
+      for (index_t h = 0; h < H; ++h)
+        for (index_t i = 0; i < n; ++i) std::copy_n(&go(g, h, i, 0), s.head_dim, &to(0, h, i, 0));
+    }
+  }
+  for (index_t b = 0; b < B; ++b) {
+    const index_t n = rows[static_cast<std::size_t>(b)];
+    if (n == 0 || (decodes && n <= cpu::fused::kDecodeRows)) continue;
+    KvAttendOptions one = options;
+    if (slopes.rank() == 2) one.alibi_slopes = detail::step(slopes, b, op, "alibi_slopes");
+    attend_sequence(rows_of(out, b), seq_of[static_cast<std::size_t>(b)], rows_of(q, b), one, true);
+  }
+}
+
+void KvCache::commit_tree(index_t seq, std::span<const index_t> accepted) {
+  const char* op = "KvCache::commit_tree";
+  State& s = *s_;
+  s.check_seq(seq, op);
+  const std::vector<index_t>& parents = s.trees[static_cast<std::size_t>(seq)];
+  if (parents.empty())
+    detail::fail(op, ": sequence ", seq, " has no draft tree: call attend with tree_parents first (an append, truncate or "
+                 "reset since then forgets it)");
+  const auto t = static_cast<index_t>(parents.size());
+  const auto kept = static_cast<index_t>(accepted.size());
+  for (index_t k = 0; k < kept; ++k) {
+    const index_t a = accepted[static_cast<std::size_t>(k)];
+    if (a < 0 || a >= t) detail::fail(op, ": accepted[", k, "] is ", a, "; the tree has drafts 0 to ", t - 1);
+    const index_t want = k == 0 ? -1 : accepted[static_cast<std::size_t>(k - 1)];
+    if (parents[static_cast<std::size_t>(a)] != want)
+      detail::fail(op, ": accepted[", k, "] is draft ", a, ", whose parent is ", parents[static_cast<std::size_t>(a)],
+                   ", not ", want, "; the accepted drafts must be a path from a root (parent -1), each the child of the one before");
+  }
+  // Draft accepted[k] moves to position P + k: accepted[k] >= k (parents come before their
+  // children), so no row is overwritten before it is read.
+  const index_t P = s.lengths[static_cast<std::size_t>(seq)] - t;
+  const bool int8 = s.options.dtype == KvDtype::int8;
+  const auto row_bytes = static_cast<std::size_t>(s.head_dim * s.elem);
+  for (index_t k = 0; k < kept; ++k) {
+    const index_t from = P + accepted[static_cast<std::size_t>(k)], to = P + k;
+    if (from == to) continue;
+    for (index_t hk = 0; hk < s.kv_heads; ++hk) {
+      auto [src, at_src] = s.place(seq, hk, from);
+      auto [dst, at_dst] = s.place(seq, hk, to);
+      std::memcpy(dst->k.data() + at_dst * s.elem, src->k.data() + at_src * s.elem, row_bytes);
+      std::memcpy(dst->v.data() + at_dst * s.elem, src->v.data() + at_src * s.elem, row_bytes);
+      if (int8) {
+        std::copy_n(src->k_scales.data() + at_src / 32, s.head_dim / 32, dst->k_scales.data() + at_dst / 32);
+        std::copy_n(src->v_scales.data() + at_src / 32, s.head_dim / 32, dst->v_scales.data() + at_dst / 32);
+      }
+    }
+  }
+  truncate(seq, P + kept);  // forgets the tree
+}
+
 void KvCache::reset(index_t seq) { truncate(seq, 0); }
 
 void KvCache::truncate(index_t seq, index_t length) {
@@ -489,6 +730,7 @@ void KvCache::truncate(index_t seq, index_t length) {
   if (length < 0 || length > now)
     detail::fail("KvCache::truncate: length is ", length, "; sequence ", seq, " holds ", now, " tokens, so it must lie in [0, ", now, "]");
   s.lengths[static_cast<std::size_t>(seq)] = length;
+  s.trees[static_cast<std::size_t>(seq)].clear();
   if (s.options.capacity > 0) return;  // blocks allocated up front stay with their sequence
   auto& blocks = s.table[static_cast<std::size_t>(seq)];
   const auto keep = static_cast<std::size_t>((length + s.options.block_size - 1) / s.options.block_size);

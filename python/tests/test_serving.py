@@ -1,0 +1,169 @@
+"""attn.KVCache as a server drives it: attend_batch over a mixed batch (decodes and prompt chunks,
+random traces over a paged cache whose blocks are freed and reused), tree attention for speculative
+decoding (attend with tree_parents) and commit_tree, each against a NumPy float64 reference over the
+cache's stored keys and values (keys() and values()): the error at most twice that of the same
+reference in float32, plus 1e-6. Bad input named.
+"""
+import numpy as np
+import pytest
+
+import attn
+
+HEADS, KV_HEADS, D = 4, 2, 32
+
+
+def reference(q, k, v, allowed, scale=None, bias=None, sinks=None, dtype=np.float64):
+    """Attention of q (H, n, D) over k, v (Hk, L, D) where allowed (n, L) is True, in `dtype`; bias
+    (H, n, L) added to the scores; sinks (H,) join each row's softmax; an empty row outputs 0."""
+    q, k, v = (x.astype(dtype) for x in (q, k, v))
+    group = q.shape[0] // k.shape[0]
+    k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)
+    s = np.einsum("hnd,hld->hnl", q, k) * dtype(scale if scale is not None else 1 / np.sqrt(q.shape[-1]))
+    if bias is not None:
+        s = s + bias.astype(dtype)
+    s = np.where(allowed[None], s, -np.inf)
+    top = s.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        top = np.maximum(top, sinks.astype(dtype)[:, None, None])
+    top = np.where(np.isfinite(top), top, 0)
+    e = np.exp(s - top)
+    total = e.sum(axis=-1, keepdims=True)
+    if sinks is not None:
+        total = total + np.exp(sinks.astype(dtype)[:, None, None] - top)
+    w = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
+    return np.einsum("hnl,hld->hnd", w, v)
+
+
+def close(got, q, k, v, allowed, **kw):
+    ref = reference(q, k, v, allowed, **kw)
+    f32 = reference(q, k, v, allowed, dtype=np.float32, **kw)
+    return np.abs(got - ref).max() <= 2 * np.abs(f32 - ref).max() + 1e-6
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("trial", range(3))
+def test_attend_batch_matches_each_sequence_on_random_traces(dtype, trial):
+    rng = np.random.default_rng(trial)
+    batch = 7
+    cache = attn.KVCache(batch, KV_HEADS, D, dtype=dtype, block_size=8)
+    for s in range(batch):  # lengths from 1, ending mid-block; some cut and regrown over freed blocks
+        L = int(rng.integers(1, 40))
+        cache.append(rng.standard_normal((KV_HEADS, L, D), dtype=np.float32),
+                     rng.standard_normal((KV_HEADS, L, D), dtype=np.float32), seq=s)
+        if s % 3 == 0:
+            cache.truncate(s, int(rng.integers(0, L)))
+            extra = int(rng.integers(1, 20))
+            cache.append(rng.standard_normal((KV_HEADS, extra, D), dtype=np.float32),
+                         rng.standard_normal((KV_HEADS, extra, D), dtype=np.float32), seq=s)
+    seqs = rng.permutation(batch)[: batch - 1]  # one sequence left out, the others in another order
+    counts = [int(rng.choice([0, 1, 1, 2, 4, 5, 13])) for _ in seqs]
+    counts = [min(c, cache.length(int(s))) for c, s in zip(counts, seqs)]
+    cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    q = rng.standard_normal((int(cu[-1]), HEADS, D), dtype=np.float32)
+    sinks = rng.standard_normal(HEADS).astype(np.float32)
+    for kw in ({}, {"causal": False}, {"sinks": sinks}, {"scale": 0.3}):
+        out = cache.attend_batch(q, cu, seqs, **kw)
+        assert out.shape == q.shape and out.dtype == np.float32
+        for b, s in enumerate(seqs):
+            n, L = counts[b], cache.length(int(s))
+            if n == 0:
+                continue
+            qb = q[cu[b] : cu[b + 1]].transpose(1, 0, 2)
+            own = cache.attend(np.ascontiguousarray(qb), int(s), **kw)
+            pos = np.arange(L - n, L)[:, None]
+            allowed = np.ones((n, L), bool) if kw.get("causal") is False else np.arange(L)[None] <= pos
+            k, v = cache.keys(int(s)), cache.values(int(s))
+            got = out[cu[b] : cu[b + 1]].transpose(1, 0, 2)
+            if dtype == "int8":  # queries rounded to 16 bits for int8 keys: compare with attend
+                assert np.abs(got - own).max() <= 1e-5, (b, kw)
+            else:
+                assert close(got, qb, k, v, allowed, scale=kw.get("scale"), sinks=kw.get("sinks")), (b, kw)
+
+
+def random_tree(rng, t, kind):
+    if kind == "chain":
+        return np.arange(-1, t - 1)
+    if kind == "star":
+        return np.full(t, -1)
+    if kind == "wide":
+        return np.array([-1] + [int(rng.integers(0, max(1, i // 4 + 1))) if i > 0 else -1 for i in range(1, t)])
+    return np.array([-1] + [int(rng.integers(-1, i)) for i in range(1, t)])
+
+
+@pytest.mark.parametrize("kind", ["chain", "star", "wide", "random"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_tree_attention_matches_the_dense_mask_and_commit_keeps_the_path(kind, dtype):
+    rng = np.random.default_rng(len(kind))
+    t, P = 11, 21
+    parents = random_tree(rng, t, kind)
+    cache = attn.KVCache(1, KV_HEADS, D, dtype=dtype, block_size=8)
+    cache.append(rng.standard_normal((KV_HEADS, P + t, D), dtype=np.float32),
+                 rng.standard_normal((KV_HEADS, P + t, D), dtype=np.float32), seq=0)
+    k, v = cache.keys(0), cache.values(0)
+    q = rng.standard_normal((HEADS, t, D), dtype=np.float32)
+    allowed = np.zeros((t, P + t), bool)
+    allowed[:, :P] = True
+    depth = np.zeros(t, int)
+    for i in range(t):
+        depth[i] = 0 if parents[i] < 0 else depth[parents[i]] + 1
+        a = i
+        while a >= 0:
+            allowed[i, P + a] = True
+            a = parents[a]
+    out = cache.attend(q, 0, tree_parents=parents)
+    assert close(out, q, k, v, allowed)
+    # ALiBi measures positions by depth: draft i at P + depth[i].
+    slopes = rng.uniform(0.05, 0.4, HEADS).astype(np.float32)
+    position = np.concatenate([np.arange(P), P + depth])
+    bias = -slopes[:, None, None].astype(np.float64) * np.abs((P + depth)[:, None] - position[None])[None]
+    out = cache.attend(q, 0, tree_parents=parents, alibi_slopes=slopes)
+    assert close(out, q, k, v, allowed, bias=bias)
+    # The longest root-to-leaf path accepted.
+    leaf = int(np.argmax(depth))
+    path = []
+    while leaf >= 0:
+        path.insert(0, leaf)
+        leaf = int(parents[leaf])
+    cache.commit_tree(0, path)
+    assert cache.length(0) == P + len(path)
+    rows = list(range(P)) + [P + i for i in path]
+    assert np.array_equal(cache.keys(0), k[:, rows]) and np.array_equal(cache.values(0), v[:, rows])
+
+
+def test_bad_input_is_named():
+    cache = attn.KVCache(2, KV_HEADS, D)
+    cache.append(np.zeros((2, KV_HEADS, 3, D), np.float32), np.zeros((2, KV_HEADS, 3, D), np.float32))
+    q = np.zeros((4, HEADS, D), np.float32)
+    with pytest.raises(TypeError, match="cu_seqlens_q has dtype float64; it must hold integers"):
+        cache.attend_batch(q, np.array([0.0, 4.0]))
+    with pytest.raises(ValueError, match="entry 0 has 4 queries for sequence 0, which holds 3 tokens"):
+        cache.attend_batch(q, [0, 4])
+    with pytest.raises(ValueError, match="sequence 1 is given twice in seqs"):
+        cache.attend_batch(q, [0, 2, 4], seqs=[1, 1])
+    with pytest.raises(ValueError, match="cu_seqlens_q runs from 0 to 3; it must run from 0 to total_q = 4"):
+        cache.attend_batch(q, [0, 3])
+    with pytest.raises(ValueError, match=r"tree_parents\[1\] is 1; a draft's parent is -1"):
+        cache.attend(np.zeros((HEADS, 2, D), np.float32), 0, tree_parents=[-1, 1])
+    with pytest.raises(ValueError, match="tree_parents is given without seq"):
+        cache.attend(np.zeros((2, HEADS, 2, D), np.float32), tree_parents=[-1, 0])
+    with pytest.raises(ValueError, match="sequence 0 has no draft tree"):
+        cache.commit_tree(0, [0])
+    cache.attend(np.zeros((HEADS, 2, D), np.float32), 0, tree_parents=[-1, -1])
+    with pytest.raises(ValueError, match="accepted\\[1\\] is draft 1, whose parent is -1, not 0"):
+        cache.commit_tree(0, [0, 1])
+
+
+def test_attend_batch_rotates_each_entry_at_its_own_positions():
+    rng = np.random.default_rng(5)
+    angles = rng.standard_normal((100, 8))
+    cache = attn.KVCache(3, KV_HEADS, D, block_size=8, rotary_cos=np.cos(angles), rotary_sin=np.sin(angles))
+    for s, L in enumerate([20, 7, 33]):
+        cache.append(rng.standard_normal((KV_HEADS, L, D), dtype=np.float32),
+                     rng.standard_normal((KV_HEADS, L, D), dtype=np.float32), seq=s)
+    counts, seqs = [5, 1, 2], [2, 0, 1]
+    cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    q = rng.standard_normal((int(cu[-1]), HEADS, D), dtype=np.float32)
+    out = cache.attend_batch(q, cu, seqs)
+    for b, s in enumerate(seqs):  # the same bits as the sequence's own attend (the same paths)
+        own = cache.attend(np.ascontiguousarray(q[cu[b] : cu[b + 1]].transpose(1, 0, 2)), s)
+        assert np.array_equal(out[cu[b] : cu[b + 1]], own.transpose(1, 0, 2))
