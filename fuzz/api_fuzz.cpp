@@ -672,7 +672,7 @@ void kv_cache_case(Bytes& in) {
   static constexpr index_t kBlock[9] = {1, 2, 3, 4, 16, 256, 0, -1, index_t(1) << 30}, kCapacity[8] = {0, 0, 1, 2, 3, 5, 8, -1};
   const index_t batch = kBatch[in.pick(6)], kvh = kHeads[in.pick(5)], hd = kDim[in.pick(9)];
   attn::KvCacheOptions options;
-  options.dtype = static_cast<attn::KvDtype>(in.pick(4));
+  options.dtype = static_cast<attn::KvDtype>(in.pick(6));
   options.block_size = kBlock[in.pick(9)], options.capacity = kCapacity[in.pick(8)], options.grow = !in.chance(60);
   std::optional<attn::KvCache> cache;
   if (!computes([&] { cache.emplace(batch, kvh, hd, options); })) return;
@@ -821,6 +821,9 @@ void kv_cache_case(Bytes& in) {
               case attn::KvDtype::float32: bound = 0; break;
               case attn::KvDtype::bfloat16: bound = std::abs(want) / 256; break;
               case attn::KvDtype::float16: bound = std::abs(want) / 2048 + 3e-8; break;
+              // Scale 1: half a step of 3 or 2 mantissa bits, or of the subnormals (kv_cache.hpp).
+              case attn::KvDtype::float8_e4m3: bound = std::abs(want) / 16 + 0x1p-10; break;
+              case attn::KvDtype::float8_e5m2: bound = std::abs(want) / 8 + 0x1p-17; break;
               case attn::KvDtype::int8: {
                 double top = 0;
                 for (index_t e = c / 32 * 32; e < c / 32 * 32 + 32; ++e)

@@ -22,6 +22,8 @@ std::string type_name(KvDtype t) {
     case KvDtype::bfloat16: return "bfloat16";
     case KvDtype::float16: return "float16";
     case KvDtype::int8: return "int8";
+    case KvDtype::float8_e4m3: return "float8_e4m3";
+    case KvDtype::float8_e5m2: return "float8_e5m2";
   }
   return "?";
 }
@@ -61,8 +63,34 @@ Tensor<double> dequantised(const Tensor<float>& x) {
   return Tensor<double>(std::span<const index_t>(x.shape()), d);
 }
 
+// Every finite value of an 8-bit float with `mantissa` bits and exponent `bias` (e4m3: 3, 7, its
+// top code 0x7F NaN; e5m2: 2, 15, exponent field 31 infinities and NaNs), from the bit layout, with
+// its code: (value, code) for codes 0 to 0x7F (positive).
+std::vector<std::pair<double, int>> float8_values(int mantissa, int bias) {
+  std::vector<std::pair<double, int>> out;
+  const int top = (1 << (7 - mantissa)) - 1;
+  for (int code = 0; code < 0x80; ++code) {
+    const int e = code >> mantissa, m = code & ((1 << mantissa) - 1);
+    if ((mantissa == 3 && code == 0x7F) || (mantissa == 2 && e == top)) continue;
+    out.emplace_back(e == 0 ? std::ldexp(m, 1 - bias - mantissa) : std::ldexp(m + (1 << mantissa), e - bias - mantissa), code);
+  }
+  return out;
+}
+
+// x (finite, in range) rounded to the nearest of those values, a tie to the even code; the sign kept.
+double nearest_float8(double x, int mantissa, int bias) {
+  double best = 0;
+  int best_code = 0;
+  double best_gap = INFINITY;
+  for (const auto& [value, code] : float8_values(mantissa, bias)) {
+    const double gap = std::abs(std::abs(x) - value);
+    if (gap < best_gap || (gap == best_gap && code % 2 == 0)) best = value, best_code = code, best_gap = gap;
+  }
+  return std::copysign(best, x);
+}
+
 // What the cache stores for x, from the definitions in kv_cache.hpp (int8: the q8_0 values rounded
-// to float32, as keys() and values() return them).
+// to float32, as keys() and values() return them; float8 with scale 1).
 std::vector<float> stored(KvDtype type, const float* x, index_t count) {
   std::vector<float> out(x, x + count);
   if (type == KvDtype::bfloat16)
@@ -73,6 +101,10 @@ std::vector<float> stored(KvDtype type, const float* x, index_t count) {
     const std::vector<double> d = q8_0(x, count);
     for (std::size_t c = 0; c < d.size(); ++c) out[c] = static_cast<float>(d[c]);
   }
+  if (type == KvDtype::float8_e4m3)
+    for (float& v : out) v = static_cast<float>(nearest_float8(v, 3, 7));
+  if (type == KvDtype::float8_e5m2)
+    for (float& v : out) v = static_cast<float>(nearest_float8(v, 2, 15));
   return out;
 }
 
@@ -374,8 +406,77 @@ TEST_P(KvCacheTypes, TreeAttentionMatchesTheDenseMaskAndCommitKeepsThePath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KvCacheTypes,
-                         ::testing::Values(KvDtype::float32, KvDtype::bfloat16, KvDtype::float16, KvDtype::int8),
+                         ::testing::Values(KvDtype::float32, KvDtype::bfloat16, KvDtype::float16, KvDtype::int8,
+                                           KvDtype::float8_e4m3, KvDtype::float8_e5m2),
                          [](const auto& info) { return type_name(info.param); });
+
+// float8 caches with scales: every finite code stored and read back exactly (values code x scale),
+// keys() and values() the nearest codes times the scales, ties to the even code; attention (decode in
+// place with the scales folded, and a prompt's queries over the dequantized keys) against the
+// float64 reference over the dequantized cache; out of range, non-finite and bad scales refused.
+TEST(KvCacheFloat8, ScalesAndRoundingAsStated) {
+  for (const KvDtype type : {KvDtype::float8_e4m3, KvDtype::float8_e5m2}) {
+    const int mantissa = type == KvDtype::float8_e4m3 ? 3 : 2, bias = type == KvDtype::float8_e4m3 ? 7 : 15;
+    const float k_scale = 0.25f, v_scale = 5;  // ties exact over a power of two; v / 5 rounded in float32
+    // Every code, both signs, then halfway points between neighbours (ties), as keys and values.
+    std::vector<double> codes;
+    for (const auto& [value, code] : float8_values(mantissa, bias)) codes.push_back(value), codes.push_back(-value);
+    std::vector<float> keys_in, values_in;
+    for (const double c : codes) keys_in.push_back(static_cast<float>(c * k_scale)), values_in.push_back(static_cast<float>(c * v_scale));
+    const std::vector<std::pair<double, int>> all = float8_values(mantissa, bias);
+    for (std::size_t i = 0; i + 1 < all.size(); ++i) {
+      const double mid = (all[i].first + all[i + 1].first) / 2;
+      keys_in.push_back(static_cast<float>(mid * k_scale)), values_in.push_back(static_cast<float>(mid * v_scale));
+    }
+    while (keys_in.size() % 32 != 0) keys_in.push_back(0), values_in.push_back(0);  // whole rows of 32
+    const auto rows = static_cast<index_t>(keys_in.size()) / 32;
+    KvCache cache(1, 1, 32, {.dtype = type, .block_size = 16, .k_scale = k_scale, .v_scale = v_scale});
+    const Tensor<float> k({1, rows, 32}, std::vector<float>(keys_in.begin(), keys_in.begin() + rows * 32)),
+        v({1, rows, 32}, std::vector<float>(values_in.begin(), values_in.begin() + rows * 32));
+    cache.append(0, k.view(), v.view());
+    const Tensor<float> back_k = cache.keys(0), back_v = cache.values(0);
+    for (index_t i = 0; i < rows * 32; ++i) {
+      const double want_k = nearest_float8(static_cast<double>(static_cast<float>(k[i] / k_scale)), mantissa, bias) * k_scale;
+      const double want_v = nearest_float8(static_cast<double>(static_cast<float>(v[i] / v_scale)), mantissa, bias) * v_scale;
+      ASSERT_EQ(back_k[i], static_cast<float>(want_k)) << type_name(type) << " key " << i << " = " << k[i];
+      ASSERT_EQ(back_v[i], static_cast<float>(want_v)) << type_name(type) << " value " << i << " = " << v[i];
+    }
+    // Attention over realistic keys (one channel 20 times the rest) against float64 over what is stored.
+    KvCache att(1, kKvHeads, kDim, {.dtype = type, .block_size = kBlock, .k_scale = 0.1f, .v_scale = 0.02f});
+    Tensor<float> kk = random_tensor<float>({kKvHeads, 45, kDim}, 601, -2, 2);
+    const Tensor<float> vv = random_tensor<float>({kKvHeads, 45, kDim}, 602);
+    for (index_t h = 0; h < kKvHeads; ++h)
+      for (index_t r = 0; r < 45; ++r) kk(h, r, 5) *= 20;
+    att.append(0, kk.view(), vv.view());
+    const Tensor<float> ks = att.keys(0), vs = att.values(0);
+    for (const index_t n : {1, 9}) {
+      const Tensor<float> q = random_tensor<float>({kHeads, n, kDim}, 603 + static_cast<std::uint64_t>(n), -1, 1);
+      Tensor<float> out({kHeads, n, kDim});
+      KvAttendOptions o;
+      o.softcap = 30.0;
+      att.attend(out.view(), 0, q.view(), o);
+      Tensor<double> oracle;
+      Tensor<float> ref32;
+      {
+        ScopedBackend reference(Backend::reference);
+        oracle = expected<double>(q, ks, vs, o);
+        ref32 = expected<float>(q, ks, vs, o);
+      }
+      EXPECT_TRUE(testing::within_error_budget(out, ref32, oracle)) << type_name(type) << ", n " << n;
+    }
+    Tensor<float> big({1, 1, 32});
+    big[3] = type == KvDtype::float8_e4m3 ? 449 * k_scale : 57345 * k_scale;
+    testing::expect_error([&] { cache.append(0, big.view(), big.view()); },
+                          {"KvCache::append: sequence 0 was given keys holding", "make the scale larger"});
+    big[3] = NAN;
+    testing::expect_error([&] { cache.append(0, big.view(), big.view()); }, {"cache stores finite values up to"});
+  }
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::float8_e4m3, .k_scale = 0}); },
+                        {"KvCache: k_scale is 0; a float8 cache's scale must be finite and greater than 0"});
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::float8_e5m2, .v_scale = INFINITY}); }, {"v_scale is inf"});
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::int8, .k_scale = 2}); },
+                        {"k_scale is 2; scales belong to float8 caches"});
+}
 
 TEST(KvCacheInt8, DequantisedValuesWithinTheStatedBound) {
   KvCache cache(1, 1, 64, {.dtype = KvDtype::int8, .block_size = 8});

@@ -12,7 +12,13 @@
 // q8_0 layout: each 32 values of a row share one float32 scale s = max|x| / 127 and are stored as
 // round(x / s), so a dequantised value is within s / 2 = max|x| / 254 of the appended one, up to
 // float32's rounding (where s falls below float32's normal range, max|x| < 127 * 2^-126 ~ 1.5e-36, its
-// subnormal rounding adds at most 2^-143 ~ 1.1e-43); head_dim must be a multiple of 32. Attention
+// subnormal rounding adds at most 2^-143 ~ 1.1e-43); head_dim must be a multiple of 32; float8_e4m3
+// and float8_e5m2 (OCP's 8-bit floats, as PyTorch's float8_e4m3fn and float8_e5m2): x / scale
+// rounded to nearest even with 3 or 2 mantissa bits, so a stored value is within 2^-4 (e4m3) or 2^-3
+// (e5m2) of x relatively, or within scale 2^-10 (e4m3) or scale 2^-17 (e5m2) where |x / scale| is
+// below the smallest normal (2^-6, 2^-14), up to float32's rounding; |x / scale| above the largest finite
+// (448, 57344) or not finite is refused at append. Over float8 keys the keys' scale multiplies the
+// softmax scale and the values' the output, once (vLLM's convention). Attention
 // computes in float32 over the values as stored. Over int8 keys each query row is rounded to
 // integers of 16 bits, q ~ r sigma with sigma = max|q| / 32767 and r = round(q / sigma) (to nearest
 // even in the default rounding mode), and its products with the stored integers are summed in
@@ -73,7 +79,7 @@
 
 namespace attn {
 
-enum class KvDtype { float32, bfloat16, float16, int8 };
+enum class KvDtype { float32, bfloat16, float16, int8, float8_e4m3, float8_e5m2 };
 
 struct KvCacheOptions {
   KvDtype dtype = KvDtype::float32;
@@ -83,6 +89,10 @@ struct KvCacheOptions {
   // append past them is an error when `grow` is false (capacity 0 with grow false is refused).
   index_t capacity = 0;
   bool grow = true;
+  // float8 caches: the keys' and values' scales (vLLM's k_scale and v_scale, one per tensor): a key
+  // x is stored as the 8-bit float nearest x / k_scale (computed in float32) and read as that times
+  // k_scale; finite and > 0, 1 for other types.
+  float k_scale = 1, v_scale = 1;
   // Rotary tables the keys and queries are rotated with (above), or empty: none.
   RotaryTables rotary = {};
 };

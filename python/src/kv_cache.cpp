@@ -21,7 +21,9 @@ attn::KvDtype kv_dtype(Call& call, py::handle obj) {
   if (name == "bfloat16") return attn::KvDtype::bfloat16;
   if (name == "float16") return attn::KvDtype::float16;
   if (name == "int8") return attn::KvDtype::int8;
-  call.value_error("dtype is '" + name + "'; it must be 'float32', 'bfloat16', 'float16' or 'int8'");
+  if (name == "float8_e4m3") return attn::KvDtype::float8_e4m3;
+  if (name == "float8_e5m2") return attn::KvDtype::float8_e5m2;
+  call.value_error("dtype is '" + name + "'; it must be 'float32', 'bfloat16', 'float16', 'int8', 'float8_e4m3' or 'float8_e5m2'");
 }
 
 const char* kv_dtype_name(attn::KvDtype t) {
@@ -30,6 +32,8 @@ const char* kv_dtype_name(attn::KvDtype t) {
     case attn::KvDtype::bfloat16: return "bfloat16";
     case attn::KvDtype::float16: return "float16";
     case attn::KvDtype::int8: return "int8";
+    case attn::KvDtype::float8_e4m3: return "float8_e4m3";
+    case attn::KvDtype::float8_e5m2: return "float8_e5m2";
   }
   return "?";
 }
@@ -120,13 +124,16 @@ py::object as_queries(Call& call, const py::array_t<float>& out, py::handle quer
 class KVCache {
  public:
   KVCache(py::object batch, py::object kv_heads, py::object head_dim, py::object dtype, py::object block_size,
-          py::object capacity, bool grow, py::object rotary_cos, py::object rotary_sin, bool rotary_interleaved) {
+          py::object capacity, bool grow, py::object rotary_cos, py::object rotary_sin, bool rotary_interleaved,
+          py::object k_scale, py::object v_scale) {
     Call call("KVCache", {});
     attn::KvCacheOptions options;
     options.dtype = kv_dtype(call, dtype);
     options.block_size = call.integer(block_size, "block_size");
     options.capacity = call.integer(capacity, "capacity");
     options.grow = grow;
+    options.k_scale = static_cast<float>(call.number(k_scale, "k_scale"));
+    options.v_scale = static_cast<float>(call.number(v_scale, "v_scale"));
     const index_t b = call.integer(batch, "batch"), h = call.integer(kv_heads, "kv_heads"), d = call.integer(head_dim, "head_dim");
     // Rotary tables as float32 arrays the cache keeps alive (its C++ options hold views of them).
     if (!rotary_cos.is_none() || !rotary_sin.is_none()) {
@@ -252,7 +259,7 @@ blocks of block_size tokens (a block table per sequence), so sequences of differ
 without copying.
 
 KVCache(batch, kv_heads, head_dim, *, dtype="float32", block_size=256, capacity=0, grow=True,
-        rotary_cos=None, rotary_sin=None, rotary_interleaved=False)
+        rotary_cos=None, rotary_sin=None, rotary_interleaved=False, k_scale=1.0, v_scale=1.0)
 rotary_cos, rotary_sin: (max_pos, rotary_dim / 2) tables (kept as float32 by the cache): append stores
   keys rotated at their positions and attend rotates the queries at theirs (query i of n at
   length - n + i), as attn.apply_rotary would (interleaved: rotary_interleaved).
@@ -260,7 +267,12 @@ dtype: "float32", "bfloat16", "float16" (rounded to nearest even) or "int8" (one
   32 values, ggml's q8_0: within max|x|/254 of the value appended, plus at most 2^-143 where
   max|x| < 1.5e-36 and the scale is subnormal; head_dim a multiple of 32; attend rounds each query
   row to 16-bit integers times max|q|/32767 for its products with the int8 keys, moving a score by at
-  most max|q|/65534 * sum|k| up to float32's rounding, as kv_cache.hpp states).
+  most max|q|/65534 * sum|k| up to float32's rounding, as kv_cache.hpp states), "float8_e4m3" or
+  "float8_e5m2" (8-bit floats as torch.float8_e4m3fn and torch.float8_e5m2: x / k_scale or x / v_scale
+  rounded to nearest even, within 2^-4 or 2^-3 relatively, or scale 2^-10 or scale 2^-17 for the
+  smallest; a value over its scale beyond 448 or 57344 raises ValueError).
+k_scale, v_scale: float8 caches' scales per tensor (vLLM's): the keys' scale multiplies the softmax
+  scale, the values' the output.
 capacity: tokens per sequence allocated up front (0: as sequences grow); with grow=False an append
   past them raises ValueError (capacity=0 with grow=False is refused). An append to every sequence
   stores nothing if any sequence's tokens are refused.
@@ -268,11 +280,11 @@ Arrays are float32 (float16 is widened, and float16 queries get float16 out; flo
 torch CPU tensors are taken as well (float32, float16, bfloat16 read as float32); attend returns a
 torch tensor of the queries' dtype for torch queries.)")
       .def(py::init<py::object, py::object, py::object, py::object, py::object, py::object, bool, py::object, py::object,
-                    bool>(),
+                    bool, py::object, py::object>(),
            arg("batch"),
            arg("kv_heads"), arg("head_dim"), py::kw_only(), arg("dtype") = "float32", arg("block_size") = 256,
            arg("capacity") = 0, arg("grow") = true, arg("rotary_cos") = py::none(), arg("rotary_sin") = py::none(),
-           arg("rotary_interleaved") = false, "An empty cache of `batch` sequences (see the class).")
+           arg("rotary_interleaved") = false, arg("k_scale") = 1.0, arg("v_scale") = 1.0, "An empty cache of `batch` sequences (see the class).")
       .def("append", &KVCache::append, arg("keys"), arg("values"), arg("seq") = py::none(),
            R"(Appends keys and values (kv_heads, t, head_dim) to sequence seq, or (batch, kv_heads, t, head_dim) to every
 sequence when seq is None.)")
@@ -326,7 +338,8 @@ dropping the other drafts; only draft rows move.)")
       .def_property_readonly("block_size", [](const KVCache& c) { return c.cache().block_size(); },
                              "Tokens per block of storage.")
       .def_property_readonly("dtype", [](const KVCache& c) { return kv_dtype_name(c.cache().dtype()); },
-                             "How keys and values are stored: \"float32\", \"float16\", \"bfloat16\" or \"int8\".")
+                             "How keys and values are stored: \"float32\", \"float16\", \"bfloat16\", \"int8\", "
+                             "\"float8_e4m3\" or \"float8_e5m2\".")
       .def_property_readonly("nbytes", [](const KVCache& c) { return c.cache().bytes(); },
                              "Bytes of the blocks allocated (keys, values and int8 scales).");
 }

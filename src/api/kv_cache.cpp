@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "attn/sdpa.hpp"
 #include "core/buffer.hpp"
 #include "core/view4.hpp"
+#include "core/float8.hpp"
 #include "cpu/quant/q8_0.hpp"
 
 namespace attn {
@@ -34,7 +37,9 @@ index_t element_bytes(KvDtype t) {
     case KvDtype::float32: return 4;
     case KvDtype::bfloat16:
     case KvDtype::float16: return 2;
-    case KvDtype::int8: return 1;
+    case KvDtype::int8:
+    case KvDtype::float8_e4m3:
+    case KvDtype::float8_e5m2: return 1;
   }
   return 4;
 }
@@ -45,6 +50,8 @@ KvType kv_type(KvDtype t) {
     case KvDtype::bfloat16: return KvType::bf16;
     case KvDtype::float16: return KvType::f16;
     case KvDtype::int8: return KvType::i8;
+    case KvDtype::float8_e4m3: return KvType::f8e4m3;
+    case KvDtype::float8_e5m2: return KvType::f8e5m2;
   }
   return KvType::f32;
 }
@@ -73,8 +80,21 @@ struct Block {
   detail::Buffer<float> k_scales, v_scales;
 };
 
-// Row `from` (head_dim floats) stored as `type` at `to` (and its scales for int8).
-void store_row(KvDtype type, const float* from, index_t count, std::uint8_t* to, float* scales) {
+bool is_float8(KvDtype t) { return t == KvDtype::float8_e4m3 || t == KvDtype::float8_e5m2; }
+
+// x / scale as the 8-bit float F, for each of count values (checked finite and in range).
+template <class F>
+void store_float8(const float* x, index_t count, float scale, std::uint8_t* to) {
+  for (index_t c = 0; c < count; ++c) to[c] = detail::to_float8<F>(x[c] / scale).bits;
+}
+template <class F>
+void load_float8(const std::uint8_t* from, index_t count, float scale, float* to) {
+  for (index_t c = 0; c < count; ++c) to[c] = detail::to_float(F{from[c]}) * scale;
+}
+
+// Row `from` (head_dim floats) stored as `type` at `to` (and its scales for int8; `scale` divides
+// it for float8).
+void store_row(KvDtype type, const float* from, index_t count, std::uint8_t* to, float* scales, float scale) {
   const auto n = static_cast<std::size_t>(count);
   switch (type) {
     case KvDtype::float32: std::memcpy(to, from, n * sizeof(float)); return;
@@ -85,11 +105,13 @@ void store_row(KvDtype type, const float* from, index_t count, std::uint8_t* to,
       convert(std::span<const float>(from, n), std::span<float16>(reinterpret_cast<float16*>(to), n));
       return;
     case KvDtype::int8: cpu::quant::q8_0_pack(from, count, reinterpret_cast<std::int8_t*>(to), scales); return;
+    case KvDtype::float8_e4m3: store_float8<detail::float8_e4m3>(from, count, scale, to); return;
+    case KvDtype::float8_e5m2: store_float8<detail::float8_e5m2>(from, count, scale, to); return;
   }
 }
 
-// The stored row as float32.
-void load_row(KvDtype type, const std::uint8_t* from, const float* scales, index_t count, float* to) {
+// The stored row as float32 (float8: times `scale`).
+void load_row(KvDtype type, const std::uint8_t* from, const float* scales, index_t count, float* to, float scale) {
   const auto n = static_cast<std::size_t>(count);
   switch (type) {
     case KvDtype::float32: std::memcpy(to, from, n * sizeof(float)); return;
@@ -100,6 +122,8 @@ void load_row(KvDtype type, const std::uint8_t* from, const float* scales, index
       convert(std::span<const float16>(reinterpret_cast<const float16*>(from), n), std::span<float>(to, n));
       return;
     case KvDtype::int8: cpu::quant::q8_0_unpack(reinterpret_cast<const std::int8_t*>(from), scales, count, to); return;
+    case KvDtype::float8_e4m3: load_float8<detail::float8_e4m3>(from, count, scale, to); return;
+    case KvDtype::float8_e5m2: load_float8<detail::float8_e5m2>(from, count, scale, to); return;
   }
 }
 
@@ -163,6 +187,19 @@ struct KvCache::State {
   // (1, heads, t, head_dim), q rotated already.
   void attend_tree(TensorView<float> out, TensorView<const float> q, index_t seq, const KvAttendOptions& how,
                    const char* op) const;
+  // The softmax scale of a call that reads the keys in place: a float8 cache's k_scale folded in.
+  std::optional<double> read_scale(const std::optional<double>& scale) const {
+    if (!is_float8(options.dtype)) return scale;
+    return scale.value_or(1 / std::sqrt(static_cast<double>(head_dim))) * static_cast<double>(options.k_scale);
+  }
+  // out (rank 4) times a float8 cache's v_scale, after a call that read the values in place.
+  void scale_values(const TensorView<float>& out) const {
+    if (!is_float8(options.dtype) || options.v_scale == 1) return;
+    for (index_t b = 0; b < out.dim(0); ++b)
+      for (index_t h = 0; h < out.dim(1); ++h)
+        for (index_t i = 0; i < out.dim(2); ++i)
+          for (index_t c = 0; c < out.dim(3); ++c) out(b, h, i, c) *= options.v_scale;
+  }
   Tensor<float> gather(index_t seq, bool values) const {
     const index_t L = lengths[static_cast<std::size_t>(seq)];
     Tensor<float> t({kv_heads, L, head_dim});
@@ -171,7 +208,8 @@ struct KvCache::State {
         const Block& b = blocks[static_cast<std::size_t>(table[static_cast<std::size_t>(seq)][static_cast<std::size_t>(r / options.block_size)])];
         const index_t at = (hk * options.block_size + r % options.block_size) * head_dim;
         const float* scales = options.dtype == KvDtype::int8 ? (values ? b.v_scales : b.k_scales).data() + at / 32 : nullptr;
-        load_row(options.dtype, (values ? b.v : b.k).data() + at * elem, scales, head_dim, t.data() + (hk * L + r) * head_dim);
+        load_row(options.dtype, (values ? b.v : b.k).data() + at * elem, scales, head_dim, t.data() + (hk * L + r) * head_dim,
+                 values ? options.v_scale : options.k_scale);
       }
     return t;
   }
@@ -186,6 +224,12 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
   if (options.capacity < 0) detail::fail(op, ": capacity is ", options.capacity, "; it must be 0 (no limit) or more");
   if (options.dtype == KvDtype::int8 && head_dim % 32 != 0)
     detail::fail(op, ": head_dim is ", head_dim, "; an int8 cache stores groups of 32 values, so head_dim must be a multiple of 32");
+  for (const auto& [scale, name] : {std::pair{options.k_scale, "k_scale"}, std::pair{options.v_scale, "v_scale"}}) {
+    if (!(std::isfinite(scale) && scale > 0))
+      detail::fail(op, ": ", name, " is ", scale, "; a float8 cache's scale must be finite and greater than 0");
+    if (scale != 1 && !is_float8(options.dtype))
+      detail::fail(op, ": ", name, " is ", scale, "; scales belong to float8 caches (dtype float8_e4m3 or float8_e5m2)");
+  }
   if (options.capacity == 0 && !options.grow)
     detail::fail(op, ": capacity is 0 (no limit: blocks allocated as sequences grow) and grow is false, so no token "
                  "could ever be appended; give a capacity, or let the cache grow");
@@ -285,6 +329,19 @@ void KvCache::State::check_append(const char* op, index_t seq, const TensorView<
           for (index_t c = 0; c < head_dim; ++c)
             if (!std::isfinite(v.data()[hk * v.stride(0) + r * v.stride(1) + c]))
               detail::fail(op, ": an int8 cache stores finite values only; sequence ", seq, " was given a non-finite one");
+  if (is_float8(options.dtype)) {
+    const float top = options.dtype == KvDtype::float8_e4m3 ? 448.0f : 57344.0f;
+    for (const auto& [v, scale, name] : {std::tuple{keys, options.k_scale, "keys"}, std::tuple{values, options.v_scale, "values"}})
+      for (index_t hk = 0; hk < kv_heads; ++hk)
+        for (index_t r = 0; r < t; ++r)
+          for (index_t c = 0; c < head_dim; ++c) {
+            const float x = v.data()[hk * v.stride(0) + r * v.stride(1) + c];
+            if (!(std::abs(x / scale) <= top))
+              detail::fail(op, ": sequence ", seq, " was given ", name, " holding ", x, ", which over the scale ", scale, " is ",
+                           x / scale, "; a ", options.dtype == KvDtype::float8_e4m3 ? "float8_e4m3" : "float8_e5m2",
+                           " cache stores finite values up to ", top, " times its scale (make the scale larger)");
+          }
+  }
   if (!options.grow && length + t > options.capacity)
     detail::fail(op, ": sequence ", seq, " holds ", length, " of its ", options.capacity, " tokens; ", t,
                  " more do not fit (the cache was made with grow = false)");
@@ -314,9 +371,9 @@ void KvCache::State::store(index_t seq, const TensorView<const float>& given_key
     for (index_t hk = 0; hk < kv_heads; ++hk) {
       auto [block, at] = place(seq, hk, length + r);
       store_row(options.dtype, keys.data() + hk * keys.stride(0) + r * keys.stride(1), head_dim, block->k.data() + at * elem,
-                int8 ? block->k_scales.data() + at / 32 : nullptr);
+                int8 ? block->k_scales.data() + at / 32 : nullptr, options.k_scale);
       store_row(options.dtype, values.data() + hk * values.stride(0) + r * values.stride(1), head_dim,
-                block->v.data() + at * elem, int8 ? block->v_scales.data() + at / 32 : nullptr);
+                block->v.data() + at * elem, int8 ? block->v_scales.data() + at / 32 : nullptr, options.v_scale);
     }
   lengths[static_cast<std::size_t>(seq)] = length + t;
   trees[static_cast<std::size_t>(seq)].clear();
@@ -400,10 +457,11 @@ void KvCache::State::decode_batch(TensorView<float> out, TensorView<const float>
   Mask<float> mask;
   mask.valid_lens = lens.view(), mask.sinks = how.sinks;
   SdpaOptions sdpa;
-  sdpa.scale = how.scale, sdpa.softcap = how.softcap;
+  sdpa.scale = read_scale(how.scale), sdpa.softcap = how.softcap;
   static const float never_read = 0;  // the keys' and values' shapes for the checks
   const TensorView<const float> shape(&never_read, {G, kv_heads, m, head_dim}, {0, 0, 0, 1});
   detail::sdpa_decode_rows(out, {}, q, shape, shape, k, v, mask, sdpa, op);
+  scale_values(out);
 }
 
 namespace {
@@ -522,7 +580,9 @@ void KvCache::attend_sequence(TensorView<float> out, index_t seq, TensorView<con
     // The keys' and values' shapes for the checks: (1, kv_heads, length, head_dim), never read.
     static const float never_read = 0;
     const TensorView<const float> shape(&never_read, {1, s.kv_heads, L, s.head_dim}, {0, 0, 0, 1});
+    sdpa.scale = s.read_scale(options.scale);
     detail::sdpa_decode_rows(o, {}, q, shape, shape, k, v, mask, sdpa, op);
+    s.scale_values(o);
     return;
   }
   const Tensor<float> keys = s.gather(seq, false), values = s.gather(seq, true);

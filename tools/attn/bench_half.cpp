@@ -165,11 +165,16 @@ BenchCase cache_decode_case(const char* type, attn::KvDtype dtype, index_t B, in
   auto s = std::make_shared<Data>();
   BenchCase c;
   c.name = std::string("sdpa decode ") + type + " (" + std::to_string(B) + ",1," + std::to_string(m) + "," + std::to_string(d) + ")";
-  const double bytes_per_value = dtype == attn::KvDtype::int8 ? 1.0 + 4.0 / 32 : 2.0;
+  const bool eight_bit_float = dtype == attn::KvDtype::float8_e4m3 || dtype == attn::KvDtype::float8_e5m2;
+  const double bytes_per_value = dtype == attn::KvDtype::int8 ? 1.0 + 4.0 / 32 : eight_bit_float ? 1.0 : 2.0;
   c.bytes = static_cast<double>(B) * (2.0 * m * d * bytes_per_value + 8.0 * d);
   c.formula = "bytes of the cache's keys and values (int8 with its scales), queries and out; float32 in the unfused column";
   c.flops = 4.0 * static_cast<double>(B) * m * d;
-  c.tolerance = dtype == attn::KvDtype::int8 ? kInt8Tolerance : kBf16Tolerance;
+  // float8: a value within 2^-4 (e4m3) or 2^-3 (e5m2) of the float32 one, relatively (kv_cache.hpp).
+  c.tolerance = dtype == attn::KvDtype::int8          ? kInt8Tolerance
+                : dtype == attn::KvDtype::float8_e4m3 ? 4.0 / 16
+                : dtype == attn::KvDtype::float8_e5m2 ? 4.0 / 8
+                                                      : kBf16Tolerance;
   c.prepare = [s, dtype, B, m, d] {
     s->q = uniform({B, 1, 1, d}, 1), s->k = uniform({B, 1, m, d}, 2), s->v = uniform({B, 1, m, d}, 3);
     s->out = Tensor<float>({B, 1, 1, d}), s->out32 = Tensor<float>({B, 1, 1, d});
@@ -231,6 +236,7 @@ std::vector<BenchCase> half_cases() {
           int8_forward_case(1, 4096, 4096, 128),
           cache_decode_case("int8", attn::KvDtype::int8, 32, 8192, 128),
           cache_decode_case("bf16 cache", attn::KvDtype::bfloat16, 32, 8192, 128),
+          cache_decode_case("float8_e4m3 cache", attn::KvDtype::float8_e4m3, 32, 8192, 128),
           cache_append_case(32, 8, 128)};
 }
 

@@ -112,7 +112,7 @@ struct BlockArrays {
 
 // The element types the kernels read in place of the plan's float tensors: float, bfloat16,
 // float16 or int8 (the decode path's KvRows, below; the 16-bit forward's HalfViews).
-enum class KvType : int { f32, bf16, f16, i8 };
+enum class KvType : int { f32, bf16, f16, i8, f8e4m3, f8e5m2 };
 
 // Values as bfloat16 V pairs (bf16/dot_bf16.hpp), packed once per call for every block of queries
 // of the AVX512-BF16 products: tile t (keys t kBlockK ..) of key head (b, hk) of `heads` at

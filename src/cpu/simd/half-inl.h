@@ -19,6 +19,7 @@
 #include <hwy/highway.h>
 
 #include "attn/half.hpp"
+#include "core/float8.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::simd::HWY_NAMESPACE {
@@ -117,6 +118,38 @@ HWY_INLINE hn::Vec<D> LoadWide(D d, const std::int8_t* p) {
   return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(di8, p)));
 }
 
+// 8-bit floats (core/float8.hpp) through float16's bits: e5m2 is float16's top byte; e4m3's sign,
+// exponent and mantissa placed as float16's give its value times 2^-8 (the biases differ by 8; a
+// subnormal stays one), so the float is multiplied by 2^8. e4m3's NaN codes read as 480 (the cache
+// stores finite values only).
+// float16 bits h (in 16-bit lanes of du16, one per lane of d) as float lanes: F16C where the target
+// has it, else FloatBitsOfHalf.
+template <class D, class DU16>
+HWY_INLINE hn::Vec<D> FloatOfHalfBits(D d, [[maybe_unused]] DU16 du16, hn::Vec<DU16> h) {
+  if constexpr (kF16C) {
+    const hn::Rebind<hwy::float16_t, D> df16;
+    return hn::PromoteTo(d, hn::BitCast(df16, h));
+  } else {
+    const hn::RebindToUnsigned<D> du;
+    return hn::BitCast(d, FloatBitsOfHalf(du, hn::PromoteTo(du, h)));
+  }
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWide(D d, const detail::float8_e5m2* p) {
+  const hn::Rebind<std::uint16_t, D> du16;
+  const hn::Rebind<std::uint8_t, D> du8;
+  return FloatOfHalfBits(d, du16, hn::ShiftLeft<8>(hn::PromoteTo(du16, hn::LoadU(du8, reinterpret_cast<const std::uint8_t*>(p)))));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWide(D d, const detail::float8_e4m3* p) {
+  const hn::Rebind<std::uint16_t, D> du16;
+  const hn::Rebind<std::uint8_t, D> du8;
+  const auto byte = hn::PromoteTo(du16, hn::LoadU(du8, reinterpret_cast<const std::uint8_t*>(p)));
+  const auto half = hn::Or(hn::ShiftLeft<8>(hn::And(byte, hn::Set(du16, std::uint16_t{0x80}))),
+                           hn::ShiftLeft<7>(hn::And(byte, hn::Set(du16, std::uint16_t{0x7F}))));
+  return hn::Mul(FloatOfHalfBits(d, du16, half), hn::Set(d, 256.0f));
+}
+
 // L float lanes v stored as L bfloat16 or float16 elements at p, rounded to nearest even.
 template <class D>
 HWY_INLINE void StoreNarrow(D /*d*/, hn::Vec<D> v, bfloat16* p) {
@@ -144,6 +177,8 @@ inline T Wide(T x) { return x; }
 inline float Wide(bfloat16 x) { return to_float(x); }
 inline float Wide(float16 x) { return to_float(x); }
 inline float Wide(std::int8_t x) { return static_cast<float>(x); }
+inline float Wide(detail::float8_e4m3 x) { return detail::to_float(x); }
+inline float Wide(detail::float8_e5m2 x) { return detail::to_float(x); }
 
 // to[0, count) = from[0, count) as floats (from: any type LoadWide reads).
 template <class E>

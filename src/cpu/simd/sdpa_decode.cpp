@@ -531,6 +531,8 @@ void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t heads, i
         case KvType::bf16: return DecodeChunkFrom<bfloat16>(p, b, hk, heads, chunk, *p.keys, *p.values);
         case KvType::f16: return DecodeChunkFrom<float16>(p, b, hk, heads, chunk, *p.keys, *p.values);
         case KvType::i8: return DecodeChunkFrom<std::int8_t>(p, b, hk, heads, chunk, *p.keys, *p.values);
+        case KvType::f8e4m3: return DecodeChunkFrom<detail::float8_e4m3>(p, b, hk, heads, chunk, *p.keys, *p.values);
+        case KvType::f8e5m2: return DecodeChunkFrom<detail::float8_e5m2>(p, b, hk, heads, chunk, *p.keys, *p.values);
       }
     }
   }
