@@ -302,7 +302,7 @@ void check_tokens(const char* op, index_t batch, index_t kv_heads, index_t head_
   for (const auto& [name, t] : {std::pair{"keys", keys}, std::pair{"values", values}}) {
     if (t.rank() != rank || (batched && t.dim(0) != batch) || t.dim(lead) != kv_heads || t.dim(lead + 2) != head_dim)
       detail::fail(op, ": ", name, " has shape ", t.shape_string(), "; it must be ", want);
-    if (t.data() == nullptr && t.numel() > 0) detail::fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
+    if (t.rank() > 0 && t.data() == nullptr && t.numel() > 0) detail::fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
     if (t.dim(rank - 1) > 1 && t.stride(rank - 1) != 1)
       detail::fail(op, ": ", name, " has stride ", t.stride(rank - 1), " in its last dimension; it must be 1");
     detail::check_strides(t, op, name);
@@ -661,6 +661,8 @@ void KvCache::attend_batch(TensorView<float> out, TensorView<const float> querie
   if (cu_seqlens_q.rank() != 1 || cu_seqlens_q.dim(0) < 1)
     detail::fail(op, ": cu_seqlens_q has shape ", cu_seqlens_q.shape_string(), "; it must be (B + 1,), B >= 0 entries");
   const index_t B = cu_seqlens_q.dim(0) - 1;
+  for (const auto& [t, name] : {std::pair{cu_seqlens_q, "cu_seqlens_q"}, std::pair{seqs, "seqs"}})
+    if (t.rank() > 0 && t.data() == nullptr && t.numel() > 0) detail::fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
   if (entry(cu_seqlens_q, 0) != 0 || entry(cu_seqlens_q, B) != total_q)
     detail::fail(op, ": cu_seqlens_q runs from ", entry(cu_seqlens_q, 0), " to ", entry(cu_seqlens_q, B),
                  "; it must run from 0 to total_q = ", total_q, " (queries has shape ", queries.shape_string(), ")");
