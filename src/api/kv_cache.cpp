@@ -302,7 +302,7 @@ void check_tokens(const char* op, index_t batch, index_t kv_heads, index_t head_
   for (const auto& [name, t] : {std::pair{"keys", keys}, std::pair{"values", values}}) {
     if (t.rank() != rank || (batched && t.dim(0) != batch) || t.dim(lead) != kv_heads || t.dim(lead + 2) != head_dim)
       detail::fail(op, ": ", name, " has shape ", t.shape_string(), "; it must be ", want);
-    if (t.rank() > 0 && t.data() == nullptr && t.numel() > 0) detail::fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
+    if (t.data() == nullptr && t.numel() > 0) detail::fail(op, ": ", name, " has shape ", t.shape_string(), " but no data");
     if (t.dim(rank - 1) > 1 && t.stride(rank - 1) != 1)
       detail::fail(op, ": ", name, " has stride ", t.stride(rank - 1), " in its last dimension; it must be 1");
     detail::check_strides(t, op, name);
