@@ -209,10 +209,15 @@ class KVCache {
   void commit_tree(py::object seq, py::object accepted) {
     Call call("KVCache.commit_tree", {});
     const index_t s = call.integer(seq, "seq");
-    const py::array a = call.lengths(accepted, "accepted");
-    const auto v = cview<std::int64_t>(a);
-    if (v.rank() != 1) call.value_error("accepted has " + std::to_string(v.rank()) + " dimensions; it must be a list of draft indices");
-    const std::vector<index_t> drafts(v.data(), v.data() + v.dim(0));
+    // An empty list (no draft accepted) reads as float64 in NumPy: taken as no integers.
+    const py::array given = py::module_::import("numpy").attr("asarray")(accepted);
+    std::vector<index_t> drafts;
+    if (given.size() > 0 || given.ndim() != 1) {
+      const py::array a = int32_array(call, given, "accepted");
+      const auto v = cview<std::int32_t>(a);
+      if (v.rank() != 1) call.value_error("accepted has " + std::to_string(v.rank()) + " dimensions; it must be a list of draft indices");
+      drafts.assign(v.data(), v.data() + v.dim(0));
+    }
     call.run([&] { cache_->commit_tree(s, drafts); });
   }
 

@@ -152,6 +152,10 @@ def test_bad_input_is_named():
     cache.attend(np.zeros((HEADS, 2, D), np.float32), 0, tree_parents=[-1, -1])
     with pytest.raises(ValueError, match="accepted\\[1\\] is draft 1, whose parent is -1, not 0"):
         cache.commit_tree(0, [0, 1])
+    with pytest.raises(TypeError, match="accepted has dtype float64; it must hold integers"):
+        cache.commit_tree(0, [0.5])
+    cache.commit_tree(0, [])  # no draft accepted: the accepted prefix alone
+    assert cache.length(0) == 1
 
 
 def test_attend_batch_rotates_each_entry_at_its_own_positions():
