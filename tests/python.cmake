@@ -2,7 +2,8 @@
 # one CTest test, python.<file>, run by pytest under Debian's /usr/bin/python3 (the interpreter the
 # module is built for) with PYTHONPATH set to the build's module, so that the build is tested, never a
 # copy installed in site-packages. python.example runs examples/d2l_notebook.py the same way, its
-# heatmaps written to build/tests/python_example; python.example_torch runs examples/torch_transformer.py.
+# heatmaps written to build/tests/python_example; python.example_torch runs examples/torch_transformer.py,
+# python.example_serve examples/serve_toy_decoder.py.
 # Registered only when python/CMakeLists.txt built the module (not in sanitizer builds).
 if(TARGET attn_python)
   file(GLOB attn_python_tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/python/tests/test_*.py)
@@ -26,4 +27,10 @@ if(TARGET attn_python)
                    ${CMAKE_CURRENT_BINARY_DIR}/python_example_torch)
   set_tests_properties(python.example_torch PROPERTIES LABELS python ENVIRONMENT "${attn_python_env}" TIMEOUT 300
                                                        SKIP_REGULAR_EXPRESSION "No module named 'torch'")
+  # examples/serve_toy_decoder.py at a small shape: continuous batching through KVCache.attend_batch,
+  # its batched attention checked against one attend per sequence (the example exits 1 otherwise).
+  add_test(NAME python.example_serve
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples/serve_toy_decoder.py --small --requests 6
+                   --prompt-min 5 --prompt-max 60 --generate 5 --budget 40 --block-size 16)
+  set_tests_properties(python.example_serve PROPERTIES LABELS python ENVIRONMENT "${attn_python_env}" TIMEOUT 300)
 endif()
