@@ -430,7 +430,7 @@ TEST(KvCacheFloat8, ScalesAndRoundingAsStated) {
     }
     while (keys_in.size() % 32 != 0) keys_in.push_back(0), values_in.push_back(0);  // whole rows of 32
     const auto rows = static_cast<index_t>(keys_in.size()) / 32;
-    KvCache cache(1, 1, 32, {.dtype = type, .block_size = 16, .k_scale = k_scale, .v_scale = v_scale});
+    KvCache cache(1, 1, 32, {.dtype = type, .block_size = 16, .k_scale = {k_scale}, .v_scale = {v_scale}});
     const Tensor<float> k({1, rows, 32}, std::vector<float>(keys_in.begin(), keys_in.begin() + rows * 32)),
         v({1, rows, 32}, std::vector<float>(values_in.begin(), values_in.begin() + rows * 32));
     cache.append(0, k.view(), v.view());
@@ -442,7 +442,8 @@ TEST(KvCacheFloat8, ScalesAndRoundingAsStated) {
       ASSERT_EQ(back_v[i], static_cast<float>(want_v)) << type_name(type) << " value " << i << " = " << v[i];
     }
     // Attention over realistic keys (one channel 20 times the rest) against float64 over what is stored.
-    KvCache att(1, kKvHeads, kDim, {.dtype = type, .block_size = kBlock, .k_scale = 0.1f, .v_scale = 0.02f});
+    // Scales per key head (kKvHeads = 2): the second head's keys and values at other scales.
+    KvCache att(1, kKvHeads, kDim, {.dtype = type, .block_size = kBlock, .k_scale = {0.1f, 0.3f}, .v_scale = {0.02f, 0.05f}});
     Tensor<float> kk = random_tensor<float>({kKvHeads, 45, kDim}, 601, -2, 2);
     const Tensor<float> vv = random_tensor<float>({kKvHeads, 45, kDim}, 602);
     for (index_t h = 0; h < kKvHeads; ++h)
@@ -471,11 +472,13 @@ TEST(KvCacheFloat8, ScalesAndRoundingAsStated) {
     big[3] = NAN;
     testing::expect_error([&] { cache.append(0, big.view(), big.view()); }, {"cache stores finite values up to"});
   }
-  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::float8_e4m3, .k_scale = 0}); },
-                        {"KvCache: k_scale is 0; a float8 cache's scale must be finite and greater than 0"});
-  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::float8_e5m2, .v_scale = INFINITY}); }, {"v_scale is inf"});
-  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::int8, .k_scale = 2}); },
-                        {"k_scale is 2; scales belong to float8 caches"});
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::float8_e4m3, .k_scale = {0}}); },
+                        {"KvCache: k_scale holds 0; a float8 cache's scale must be finite and greater than 0"});
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::float8_e5m2, .v_scale = {INFINITY}}); }, {"v_scale holds inf"});
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::int8, .k_scale = {2}}); },
+                        {"k_scale holds 2; scales belong to float8 caches"});
+  testing::expect_error([&] { KvCache bad(1, 2, 32, {.dtype = KvDtype::float8_e4m3, .k_scale = {1, 2, 3}}); },
+                        {"k_scale has 3 values; it must have 1 (every head) or kv_heads = 2"});
 }
 
 TEST(KvCacheInt8, DequantisedValuesWithinTheStatedBound) {

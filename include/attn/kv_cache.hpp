@@ -17,8 +17,9 @@
 // rounded to nearest even with 3 or 2 mantissa bits, so a stored value is within 2^-4 (e4m3) or 2^-3
 // (e5m2) of x relatively, or within scale 2^-10 (e4m3) or scale 2^-17 (e5m2) where |x / scale| is
 // below the smallest normal (2^-6, 2^-14), up to float32's rounding; |x / scale| above the largest finite
-// (448, 57344) or not finite is refused at append. Over float8 keys the keys' scale multiplies the
-// softmax scale and the values' the output, once (vLLM's convention). Attention
+// (448, 57344) or not finite is refused at append. Over float8 keys read in place the keys' scale
+// multiplies each query (of its key head's group) and the values' the output, once (vLLM's
+// convention, per head). Attention
 // computes in float32 over the values as stored. Over int8 keys each query row is rounded to
 // integers of 16 bits, q ~ r sigma with sigma = max|q| / 32767 and r = round(q / sigma) (to nearest
 // even in the default rounding mode), and its products with the stored integers are summed in
@@ -89,10 +90,11 @@ struct KvCacheOptions {
   // append past them is an error when `grow` is false (capacity 0 with grow false is refused).
   index_t capacity = 0;
   bool grow = true;
-  // float8 caches: the keys' and values' scales (vLLM's k_scale and v_scale, one per tensor): a key
-  // x is stored as the 8-bit float nearest x / k_scale (computed in float32) and read as that times
-  // k_scale; finite and > 0, 1 for other types.
-  float k_scale = 1, v_scale = 1;
+  // float8 caches: the keys' and values' scales (vLLM's k_scale and v_scale), one for every head or
+  // one per key head (kv_heads values): a key x of head hk is stored as the 8-bit float nearest
+  // x / k_scale[hk] (computed in float32) and read as that times k_scale[hk]; finite and > 0, {1}
+  // for other types.
+  std::vector<float> k_scale{1.0f}, v_scale{1.0f};
   // Rotary tables the keys and queries are rotated with (above), or empty: none.
   RotaryTables rotary = {};
 };

@@ -113,6 +113,18 @@ py::array int32_array(Call& call, py::handle obj, const char* name) {
   return np.attr("ascontiguousarray")(a, py::arg("dtype") = "int32");
 }
 
+// A float8 cache's scale: a number (every head), or one per key head (a list or 1-D array).
+std::vector<float> scales(Call& call, py::handle obj, const char* name) {
+  if (py::isinstance<py::float_>(obj) || py::isinstance<py::int_>(obj)) return {static_cast<float>(call.number(obj, name))};
+  const py::array a = py::module_::import("numpy").attr("asarray")(obj);
+  if (a.dtype().kind() != 'f' && a.dtype().kind() != 'i' && a.dtype().kind() != 'u')
+    call.type_error(std::string(name) + " has dtype " + std::string(py::str(a.dtype())) + "; it must be a number or one per key head");
+  if (a.ndim() > 1) call.value_error(std::string(name) + " has " + std::to_string(a.ndim()) + " dimensions; it must be a number or one per key head");
+  const py::array f = py::module_::import("numpy").attr("ascontiguousarray")(a, py::arg("dtype") = "float32").attr("reshape")(-1);
+  const auto v = cview<float>(f);
+  return std::vector<float>(v.data(), v.data() + v.dim(0));
+}
+
 // attend's result as the queries were given: float16 out for float16 queries, a torch tensor of their
 // dtype for torch ones, else float32.
 py::object as_queries(Call& call, const py::array_t<float>& out, py::handle queries) {
@@ -132,8 +144,7 @@ class KVCache {
     options.block_size = call.integer(block_size, "block_size");
     options.capacity = call.integer(capacity, "capacity");
     options.grow = grow;
-    options.k_scale = static_cast<float>(call.number(k_scale, "k_scale"));
-    options.v_scale = static_cast<float>(call.number(v_scale, "v_scale"));
+    options.k_scale = scales(call, k_scale, "k_scale"), options.v_scale = scales(call, v_scale, "v_scale");
     const index_t b = call.integer(batch, "batch"), h = call.integer(kv_heads, "kv_heads"), d = call.integer(head_dim, "head_dim");
     // Rotary tables as float32 arrays the cache keeps alive (its C++ options hold views of them).
     if (!rotary_cos.is_none() || !rotary_sin.is_none()) {
@@ -276,8 +287,8 @@ dtype: "float32", "bfloat16", "float16" (rounded to nearest even) or "int8" (one
   "float8_e5m2" (8-bit floats as torch.float8_e4m3fn and torch.float8_e5m2: x / k_scale or x / v_scale
   rounded to nearest even, within 2^-4 or 2^-3 relatively, or scale 2^-10 or scale 2^-17 for the
   smallest; a value over its scale beyond 448 or 57344 raises ValueError).
-k_scale, v_scale: float8 caches' scales per tensor (vLLM's): the keys' scale multiplies the softmax
-  scale, the values' the output.
+k_scale, v_scale: float8 caches' scales (vLLM's): a number for every head, or one per key head; the
+  keys' scale multiplies the queries of its heads, the values' the output.
 capacity: tokens per sequence allocated up front (0: as sequences grow); with grow=False an append
   past them raises ValueError (capacity=0 with grow=False is refused). An append to every sequence
   stores nothing if any sequence's tokens are refused.

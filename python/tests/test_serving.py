@@ -245,3 +245,19 @@ def test_end_to_end_error_on_keys_with_outlier_channels(dtype):
         assert cos.min() >= FLOORS[dtype], (dtype, seed, cos.min())
         tol = 1e-4 if dtype == "int8" else 1e-5  # int8 rounds the queries to 16 bits too (kv_cache.hpp)
         assert np.abs(got - reference(q, cache.keys(0), cache.values(0), np.ones((1, L), bool))).max() <= tol
+
+
+def test_float8_scales_per_key_head():
+    rng = np.random.default_rng(11)
+    k = rng.standard_normal((KV_HEADS, 40, D)).astype(np.float32) * np.array([1, 20], np.float32)[:, None, None]
+    v = rng.standard_normal((KV_HEADS, 40, D)).astype(np.float32)
+    per_head = attn.KVCache(1, KV_HEADS, D, dtype="float8_e4m3", k_scale=[0.01, 0.2], v_scale=np.array([0.01, 0.02]))
+    per_head.append(k, v, seq=0)
+    for h, (ks, vs) in enumerate([(0.01, 0.01), (0.2, 0.02)]):  # each head as a cache of its own scale
+        alone = attn.KVCache(1, 1, D, dtype="float8_e4m3", k_scale=ks, v_scale=vs)
+        alone.append(k[h : h + 1], v[h : h + 1], seq=0)
+        assert np.array_equal(per_head.keys(0)[h], alone.keys(0)[0]) and np.array_equal(per_head.values(0)[h], alone.values(0)[0])
+    q = rng.standard_normal((HEADS, 1, D)).astype(np.float32)
+    assert close(per_head.attend(q, 0), q, per_head.keys(0), per_head.values(0), np.ones((1, 40), bool))
+    with pytest.raises(ValueError, match="k_scale has 3 values; it must have 1 \\(every head\\) or kv_heads = 2"):
+        attn.KVCache(1, KV_HEADS, D, dtype="float8_e4m3", k_scale=[1, 2, 3])

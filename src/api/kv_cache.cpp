@@ -187,18 +187,37 @@ struct KvCache::State {
   // (1, heads, t, head_dim), q rotated already.
   void attend_tree(TensorView<float> out, TensorView<const float> q, index_t seq, const KvAttendOptions& how,
                    const char* op) const;
-  // The softmax scale of a call that reads the keys in place: a float8 cache's k_scale folded in.
-  std::optional<double> read_scale(const std::optional<double>& scale) const {
-    if (!is_float8(options.dtype)) return scale;
-    return scale.value_or(1 / std::sqrt(static_cast<double>(head_dim))) * static_cast<double>(options.k_scale);
+  // A float8 cache's scale of key head hk's keys or values (one for all heads, or one each).
+  float scale_of(bool values, index_t hk) const {
+    const std::vector<float>& scale = values ? options.v_scale : options.k_scale;
+    return scale.size() == 1 ? scale[0] : scale[static_cast<std::size_t>(hk)];
   }
-  // out (rank 4) times a float8 cache's v_scale, after a call that read the values in place.
+  bool scaled() const {
+    for (const auto* scale : {&options.k_scale, &options.v_scale})
+      for (const float x : *scale)
+        if (x != 1) return true;
+    return false;
+  }
+  // The queries (B, H, n, d) of a call that reads float8 keys in place, each head times its key
+  // head's k_scale; empty when no scale is not 1.
+  Tensor<float> scaled_queries(const TensorView<const float>& q) const {
+    if (!scaled()) return {};
+    Tensor<float> t(q.shape());
+    const index_t group = q.dim(1) / kv_heads;
+    for (index_t b = 0; b < q.dim(0); ++b)
+      for (index_t h = 0; h < q.dim(1); ++h)
+        for (index_t i = 0; i < q.dim(2); ++i)
+          for (index_t c = 0; c < q.dim(3); ++c) t(b, h, i, c) = q(b, h, i, c) * scale_of(false, h / group);
+    return t;
+  }
+  // out (B, H, n, v) of such a call, each head times its key head's v_scale.
   void scale_values(const TensorView<float>& out) const {
-    if (!is_float8(options.dtype) || options.v_scale == 1) return;
+    if (!scaled()) return;
+    const index_t group = out.dim(1) / kv_heads;
     for (index_t b = 0; b < out.dim(0); ++b)
       for (index_t h = 0; h < out.dim(1); ++h)
         for (index_t i = 0; i < out.dim(2); ++i)
-          for (index_t c = 0; c < out.dim(3); ++c) out(b, h, i, c) *= options.v_scale;
+          for (index_t c = 0; c < out.dim(3); ++c) out(b, h, i, c) *= scale_of(true, h / group);
   }
   Tensor<float> gather(index_t seq, bool values) const {
     const index_t L = lengths[static_cast<std::size_t>(seq)];
@@ -209,7 +228,7 @@ struct KvCache::State {
         const index_t at = (hk * options.block_size + r % options.block_size) * head_dim;
         const float* scales = options.dtype == KvDtype::int8 ? (values ? b.v_scales : b.k_scales).data() + at / 32 : nullptr;
         load_row(options.dtype, (values ? b.v : b.k).data() + at * elem, scales, head_dim, t.data() + (hk * L + r) * head_dim,
-                 values ? options.v_scale : options.k_scale);
+                 scale_of(values, hk));
       }
     return t;
   }
@@ -224,11 +243,15 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
   if (options.capacity < 0) detail::fail(op, ": capacity is ", options.capacity, "; it must be 0 (no limit) or more");
   if (options.dtype == KvDtype::int8 && head_dim % 32 != 0)
     detail::fail(op, ": head_dim is ", head_dim, "; an int8 cache stores groups of 32 values, so head_dim must be a multiple of 32");
-  for (const auto& [scale, name] : {std::pair{options.k_scale, "k_scale"}, std::pair{options.v_scale, "v_scale"}}) {
-    if (!(std::isfinite(scale) && scale > 0))
-      detail::fail(op, ": ", name, " is ", scale, "; a float8 cache's scale must be finite and greater than 0");
-    if (scale != 1 && !is_float8(options.dtype))
-      detail::fail(op, ": ", name, " is ", scale, "; scales belong to float8 caches (dtype float8_e4m3 or float8_e5m2)");
+  for (const auto& [scale, name] : {std::pair{&options.k_scale, "k_scale"}, std::pair{&options.v_scale, "v_scale"}}) {
+    if (scale->size() != 1 && static_cast<index_t>(scale->size()) != kv_heads)
+      detail::fail(op, ": ", name, " has ", scale->size(), " values; it must have 1 (every head) or kv_heads = ", kv_heads);
+    for (const float x : *scale) {
+      if (!(std::isfinite(x) && x > 0))
+        detail::fail(op, ": ", name, " holds ", x, "; a float8 cache's scale must be finite and greater than 0");
+      if (x != 1 && !is_float8(options.dtype))
+        detail::fail(op, ": ", name, " holds ", x, "; scales belong to float8 caches (dtype float8_e4m3 or float8_e5m2)");
+    }
   }
   if (options.capacity == 0 && !options.grow)
     detail::fail(op, ": capacity is 0 (no limit: blocks allocated as sequences grow) and grow is false, so no token "
@@ -331,11 +354,11 @@ void KvCache::State::check_append(const char* op, index_t seq, const TensorView<
               detail::fail(op, ": an int8 cache stores finite values only; sequence ", seq, " was given a non-finite one");
   if (is_float8(options.dtype)) {
     const float top = options.dtype == KvDtype::float8_e4m3 ? 448.0f : 57344.0f;
-    for (const auto& [v, scale, name] : {std::tuple{keys, options.k_scale, "keys"}, std::tuple{values, options.v_scale, "values"}})
+    for (const auto& [v, of_values, name] : {std::tuple{keys, false, "keys"}, std::tuple{values, true, "values"}})
       for (index_t hk = 0; hk < kv_heads; ++hk)
         for (index_t r = 0; r < t; ++r)
           for (index_t c = 0; c < head_dim; ++c) {
-            const float x = v.data()[hk * v.stride(0) + r * v.stride(1) + c];
+            const float x = v.data()[hk * v.stride(0) + r * v.stride(1) + c], scale = scale_of(of_values, hk);
             if (!(std::abs(x / scale) <= top))
               detail::fail(op, ": sequence ", seq, " was given ", name, " holding ", x, ", which over the scale ", scale, " is ",
                            x / scale, "; a ", options.dtype == KvDtype::float8_e4m3 ? "float8_e4m3" : "float8_e5m2",
@@ -371,9 +394,9 @@ void KvCache::State::store(index_t seq, const TensorView<const float>& given_key
     for (index_t hk = 0; hk < kv_heads; ++hk) {
       auto [block, at] = place(seq, hk, length + r);
       store_row(options.dtype, keys.data() + hk * keys.stride(0) + r * keys.stride(1), head_dim, block->k.data() + at * elem,
-                int8 ? block->k_scales.data() + at / 32 : nullptr, options.k_scale);
+                int8 ? block->k_scales.data() + at / 32 : nullptr, scale_of(false, hk));
       store_row(options.dtype, values.data() + hk * values.stride(0) + r * values.stride(1), head_dim,
-                block->v.data() + at * elem, int8 ? block->v_scales.data() + at / 32 : nullptr, options.v_scale);
+                block->v.data() + at * elem, int8 ? block->v_scales.data() + at / 32 : nullptr, scale_of(true, hk));
     }
   lengths[static_cast<std::size_t>(seq)] = length + t;
   trees[static_cast<std::size_t>(seq)].clear();
@@ -457,10 +480,11 @@ void KvCache::State::decode_batch(TensorView<float> out, TensorView<const float>
   Mask<float> mask;
   mask.valid_lens = lens.view(), mask.sinks = how.sinks;
   SdpaOptions sdpa;
-  sdpa.scale = read_scale(how.scale), sdpa.softcap = how.softcap;
+  sdpa.scale = how.scale, sdpa.softcap = how.softcap;
   static const float never_read = 0;  // the keys' and values' shapes for the checks
   const TensorView<const float> shape(&never_read, {G, kv_heads, m, head_dim}, {0, 0, 0, 1});
-  detail::sdpa_decode_rows(out, {}, q, shape, shape, k, v, mask, sdpa, op);
+  const Tensor<float> scaled_q = scaled_queries(q);
+  detail::sdpa_decode_rows(out, {}, scaled_q.numel() > 0 ? scaled_q.view() : q, shape, shape, k, v, mask, sdpa, op);
   scale_values(out);
 }
 
@@ -580,8 +604,8 @@ void KvCache::attend_sequence(TensorView<float> out, index_t seq, TensorView<con
     // The keys' and values' shapes for the checks: (1, kv_heads, length, head_dim), never read.
     static const float never_read = 0;
     const TensorView<const float> shape(&never_read, {1, s.kv_heads, L, s.head_dim}, {0, 0, 0, 1});
-    sdpa.scale = s.read_scale(options.scale);
-    detail::sdpa_decode_rows(o, {}, q, shape, shape, k, v, mask, sdpa, op);
+    const Tensor<float> scaled_q = s.scaled_queries(q);
+    detail::sdpa_decode_rows(o, {}, scaled_q.numel() > 0 ? scaled_q.view() : q, shape, shape, k, v, mask, sdpa, op);
     s.scale_values(o);
     return;
   }
