@@ -55,7 +55,9 @@
 // drafts, its ancestors and itself. commit_tree(seq, accepted) then keeps the accepted tokens followed
 // by the drafts listed (a chain from a root: accepted[0]'s parent is -1, accepted[k]'s is
 // accepted[k - 1]), dropping the others; only draft rows move. A sequence remembers the tree of its
-// last tree attend until its next append, truncate, reset or commit_tree.
+// last tree attend until its next append, truncate, reset or commit_tree. A cache with rotary tables
+// refuses trees (it rotates keys by their index, a draft's position is its depth): rotate drafts'
+// keys and queries at their depths before appending them to a cache without tables.
 //
 // Rotary position embeddings (attn/rotary.hpp), fused: with KvCacheOptions::rotary's tables (cos, sin
 // (max_pos, rotary_dim / 2) float32; views, so the caller keeps their memory alive as long as the

@@ -261,3 +261,11 @@ def test_float8_scales_per_key_head():
     assert close(per_head.attend(q, 0), q, per_head.keys(0), per_head.values(0), np.ones((1, 40), bool))
     with pytest.raises(ValueError, match="k_scale has 3 values; it must have 1 \\(every head\\) or kv_heads = 2"):
         attn.KVCache(1, KV_HEADS, D, dtype="float8_e4m3", k_scale=[1, 2, 3])
+
+
+def test_a_cache_with_rotary_tables_refuses_a_tree():
+    angles = np.random.default_rng(1).standard_normal((20, D // 2))
+    cache = attn.KVCache(1, KV_HEADS, D, rotary_cos=np.cos(angles), rotary_sin=np.sin(angles))
+    cache.append(np.ones((KV_HEADS, 4, D), np.float32), np.ones((KV_HEADS, 4, D), np.float32), seq=0)
+    with pytest.raises(ValueError, match="tree_parents is given to a cache with rotary tables"):
+        cache.attend(np.ones((HEADS, 2, D), np.float32), 0, tree_parents=[-1, 0])

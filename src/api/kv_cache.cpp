@@ -514,6 +514,10 @@ std::vector<index_t> tree_depths(const TensorView<const std::int64_t>& parents, 
 void KvCache::State::attend_tree(TensorView<float> out, TensorView<const float> q, index_t seq,
                                  const KvAttendOptions& how, const char* op) const {
   const index_t H = q.dim(1), t = q.dim(2), L = lengths[static_cast<std::size_t>(seq)], P = L - t;
+  if (!options.rotary.empty())
+    detail::fail(op, ": tree_parents is given to a cache with rotary tables, which rotates every key at its index in "
+                 "the sequence; a draft sits at its depth in the tree: give such a cache keys and queries rotated by the "
+                 "caller instead");
   const std::vector<index_t> depth = tree_depths(how.tree_parents, t, L, op);
   std::vector<index_t> parents(static_cast<std::size_t>(t));
   for (index_t i = 0; i < t; ++i) parents[static_cast<std::size_t>(i)] = how.tree_parents.data()[i * how.tree_parents.stride(0)];
