@@ -107,6 +107,7 @@ enum class Unit { flops, bytes, tanhs, pairs };
 struct Result {
   std::string name, formula;
   double seconds = 0, rate = 0, fraction = 0, extra_mib = 0, unfused_seconds = 0, baseline_mib = 0, error = 0;
+  double tolerance = 0;  // the largest error the case allows (BenchCase::tolerance)
   // Memory-bound cases: the median of a plain read of as many bytes and the case's own median, the
   // two timed in turn (the case's fraction of the limit is their ratio), and the case's fraction of
   // the machine's best read bandwidth (read_bandwidth).
@@ -143,7 +144,7 @@ void print_json(const std::vector<Result>& results, double peak, double bandwidt
       std::cout << ", \"read_same_bytes_median_s\": " << r.read_seconds << ", \"fraction_of_read_bandwidth\": " << r.fraction_of_best_read;
     std::cout << ", \"speedup\": "
               << (r.unfused_seconds > 0 ? r.unfused_seconds / r.seconds : 0) << ", \"max_rel_diff\": " << r.error
-              << ", \"counted\": \"" << r.formula << "\"}" << (i + 1 < results.size() ? "," : "") << "\n";
+              << ", \"tolerance\": " << r.tolerance << ", \"counted\": \"" << r.formula << "\"}" << (i + 1 < results.size() ? "," : "") << "\n";
   }
   std::cout << "]}\n";
 }
@@ -183,7 +184,7 @@ void run_bench(const Options& o) {
       r.unfused_seconds = unfused * c.baseline_scale;
       r.scaled_baseline = c.baseline_scale != 1;
       r.baseline_mib = c.baseline_bytes / (1 << 20);
-      r.error = c.check();
+      r.error = c.check(), r.tolerance = c.tolerance;
       if (!(r.error <= c.tolerance))
         mismatches += (mismatches.empty() ? "" : "; ") + c.name + " by " + fixed(r.error, 6) + " (allowed " + fixed(c.tolerance, 6) + ")";
     } else {
