@@ -4,6 +4,7 @@
 // reference over the stored keys and values (bottom-right causal, GQA, windows, ALiBi,
 // soft-capping), within twice the float32 reference's error; truncate, reset and block reuse; bad
 // input. Registered for every SIMD target (the decode path reads the blocks with SIMD).
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -24,6 +25,8 @@ std::string type_name(KvDtype t) {
     case KvDtype::int8: return "int8";
     case KvDtype::float8_e4m3: return "float8_e4m3";
     case KvDtype::float8_e5m2: return "float8_e5m2";
+    case KvDtype::int4: return "int4";
+    case KvDtype::int4_kivi: return "int4_kivi";
   }
   return "?";
 }
@@ -89,8 +92,43 @@ double nearest_float8(double x, int mantissa, int bias) {
   return std::copysign(best, x);
 }
 
+// A 4-bit group as kv_cache.hpp defines it: the 32 values x[i stride] with lo = their minimum,
+// s = (max - lo) / 15 in float32, r = round((x - lo) / s) to nearest even in [0, 15] (0 where s is
+// 0), stored as fma(r, s, lo); written to out[i stride].
+void q4_group(const float* x, index_t stride, float* out) {
+  float lo = x[0], hi = x[0];
+  for (index_t i = 0; i < 32; ++i) lo = std::min(lo, x[i * stride]), hi = std::max(hi, x[i * stride]);
+  const float s = (hi - lo) / 15.0f;
+  for (index_t i = 0; i < 32; ++i) {
+    const float r = s == 0 ? 0.0f : std::clamp(std::nearbyint((x[i * stride] - lo) / s), 0.0f, 15.0f);
+    out[i * stride] = std::fma(r, s, lo);
+  }
+}
+
+// An int4_kivi sequence (kv_heads, L, d) as kv_cache.hpp defines it: every value rounded to
+// bfloat16; the full groups of 32 tokens then quantized from those, keys per channel (a group: one
+// channel of 32 tokens), values per token (32 values of a row); the last L % 32 tokens left in
+// bfloat16.
+Tensor<float> kivi_stored(const Tensor<float>& x, bool of_values) {
+  Tensor<float> t = x;
+  const index_t L = x.dim(1), d = x.dim(2);
+  for (float& v : t.values()) v = to_float(to_bfloat16(v));
+  for (index_t hk = 0; hk < x.dim(0); ++hk)
+    for (index_t g = 0; g < L / 32; ++g) {
+      float* rows = &t(hk, g * 32, 0);
+      if (of_values) {
+        for (index_t i = 0; i < 32; ++i)
+          for (index_t c = 0; c < d; c += 32) q4_group(rows + i * d + c, 1, rows + i * d + c);
+      } else {
+        for (index_t c = 0; c < d; ++c) q4_group(rows + c, d, rows + c);
+      }
+    }
+  return t;
+}
+
 // What the cache stores for x, from the definitions in kv_cache.hpp (int8: the q8_0 values rounded
-// to float32, as keys() and values() return them; float8 with scale 1).
+// to float32, as keys() and values() return them; float8 with scale 1; int4 per row; not int4_kivi,
+// whose keys are quantized across tokens: kivi_stored).
 std::vector<float> stored(KvDtype type, const float* x, index_t count) {
   std::vector<float> out(x, x + count);
   if (type == KvDtype::bfloat16)
@@ -105,6 +143,8 @@ std::vector<float> stored(KvDtype type, const float* x, index_t count) {
     for (float& v : out) v = static_cast<float>(nearest_float8(v, 3, 7));
   if (type == KvDtype::float8_e5m2)
     for (float& v : out) v = static_cast<float>(nearest_float8(v, 2, 15));
+  if (type == KvDtype::int4)
+    for (index_t c = 0; c < count; c += 32) q4_group(out.data() + c, 1, out.data() + c);
   return out;
 }
 
@@ -127,6 +167,8 @@ Tensor<float> as_attended(KvDtype type, const Tensor<float>& q) {
 }
 
 constexpr index_t kHeads = 4, kKvHeads = 2, kDim = 64, kBlock = 16;
+// The typed tests' blocks: kBlock tokens, or 32 for int4_kivi (its groups of 32 tokens lie in one block).
+index_t block_for(KvDtype type) { return type == KvDtype::int4_kivi ? 32 : kBlock; }
 
 // A sequence's appended keys and values (kv_heads, L, d), as given and as the cache must store them.
 struct History {
@@ -144,6 +186,7 @@ struct History {
   }
   Tensor<float> as_stored(KvDtype type, bool of_values) const {
     const Tensor<float>& x = of_values ? values : keys;
+    if (type == KvDtype::int4_kivi) return kivi_stored(x, of_values);
     Tensor<float> t(x.shape());
     for (index_t row = 0; row < x.numel() / kDim; ++row) {
       const std::vector<float> s = stored(type, x.data() + row * kDim, kDim);
@@ -178,7 +221,7 @@ class KvCacheTypes : public ::testing::TestWithParam<KvDtype> {};
 TEST_P(KvCacheTypes, AttendMatchesTheReferenceOverTheStoredKeysAndValues) {
   const KvDtype type = GetParam();
   const index_t batch = 3;
-  KvCache cache(batch, kKvHeads, kDim, {.dtype = type, .block_size = kBlock});
+  KvCache cache(batch, kKvHeads, kDim, {.dtype = type, .block_size = block_for(type)});
   std::vector<History> history(static_cast<std::size_t>(batch));
   // Appends of 5, 16, 1 and 30 tokens, shifted per sequence: lengths 52, 36 and 21 cross blocks at
   // different places.
@@ -240,7 +283,7 @@ TEST_P(KvCacheTypes, AttendMatchesTheReferenceOverTheStoredKeysAndValues) {
 TEST_P(KvCacheTypes, AttendBatchMixesDecodesAndPromptChunks) {
   const KvDtype type = GetParam();
   const index_t batch = 6;
-  KvCache cache(batch, kKvHeads, kDim, {.dtype = type, .block_size = kBlock});
+  KvCache cache(batch, kKvHeads, kDim, {.dtype = type, .block_size = block_for(type)});
   std::vector<History> history(static_cast<std::size_t>(batch));
   const index_t lengths[] = {37, 16, 1, 50, 23, 5};
   std::uint64_t seed = 300;
@@ -329,7 +372,7 @@ TEST_P(KvCacheTypes, TreeAttentionMatchesTheDenseMaskAndCommitKeepsThePath) {
   for (std::size_t which = 0; which < trees.size(); ++which) {
     const std::vector<std::int64_t>& parents = trees[which];
     const auto t = static_cast<index_t>(parents.size());
-    KvCache cache(1, kKvHeads, kDim, {.dtype = type, .block_size = kBlock});
+    KvCache cache(1, kKvHeads, kDim, {.dtype = type, .block_size = block_for(type)});
     History h;
     const index_t P = 27 + static_cast<index_t>(which);  // accepted tokens, then the drafts
     for (const index_t n : {P, t}) {
@@ -393,21 +436,32 @@ TEST_P(KvCacheTypes, TreeAttentionMatchesTheDenseMaskAndCommitKeepsThePath) {
     cache.commit_tree(0, path);
     ASSERT_EQ(cache.length(0), P + static_cast<index_t>(path.size()));
     const Tensor<float> kept_k = cache.keys(0), kept_v = cache.values(0);
+    // The rows kept: the accepted prefix and the path's drafts as they read back, moved. An int4_kivi
+    // cache cuts its first group of 32 (P < 32 <= L), keeping the prefix's rows as they read back in
+    // bfloat16, and appends the drafts again as they read back: those rows, stored again.
+    History kept;
+    const bool kivi = type == KvDtype::int4_kivi;
+    Tensor<float> rows_k({kKvHeads, cache.length(0), kDim}), rows_v({kKvHeads, cache.length(0), kDim});
     for (index_t hk = 0; hk < kKvHeads; ++hk)
       for (index_t r = 0; r < cache.length(0); ++r) {
         const index_t from = r < P ? r : P + path[static_cast<std::size_t>(r - P)];
-        for (index_t c = 0; c < kDim; ++c) {
-          ASSERT_EQ(kept_k(hk, r, c), k(hk, from, c)) << "tree " << which << ", row " << r;
-          ASSERT_EQ(kept_v(hk, r, c), v(hk, from, c)) << "tree " << which << ", row " << r;
-        }
+        for (index_t c = 0; c < kDim; ++c) rows_k(hk, r, c) = k(hk, from, c), rows_v(hk, r, c) = v(hk, from, c);
       }
+    kept.add(rows_k, rows_v);
+    const Tensor<float> want_k = kivi ? kept.as_stored(type, false) : rows_k, want_v = kivi ? kept.as_stored(type, true) : rows_v;
+    for (index_t hk = 0; hk < kKvHeads; ++hk)
+      for (index_t r = 0; r < cache.length(0); ++r)
+        for (index_t c = 0; c < kDim; ++c) {
+          ASSERT_EQ(kept_k(hk, r, c), want_k(hk, r, c)) << "tree " << which << ", row " << r;
+          ASSERT_EQ(kept_v(hk, r, c), want_v(hk, r, c)) << "tree " << which << ", row " << r;
+        }
     testing::expect_error([&] { cache.commit_tree(0, path); }, {"KvCache::commit_tree: sequence 0 has no draft tree"});
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KvCacheTypes,
                          ::testing::Values(KvDtype::float32, KvDtype::bfloat16, KvDtype::float16, KvDtype::int8,
-                                           KvDtype::float8_e4m3, KvDtype::float8_e5m2),
+                                           KvDtype::float8_e4m3, KvDtype::float8_e5m2, KvDtype::int4, KvDtype::int4_kivi),
                          [](const auto& info) { return type_name(info.param); });
 
 // float8 caches with scales: every finite code stored and read back exactly (values code x scale),

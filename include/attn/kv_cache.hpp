@@ -19,8 +19,20 @@
 // below the smallest normal (2^-6, 2^-14), up to float32's rounding; |x / scale| above the largest finite
 // (448, 57344) or not finite is refused at append. Over float8 keys read in place the keys' scale
 // multiplies each query (of its key head's group) and the values' the output, once (vLLM's
-// convention, per head). Attention
-// computes in float32 over the values as stored. Over int8 keys each query row is rounded to
+// convention, per head). int4 (ggml's q4_1 with float32 scale and minimum): each 32 values of a
+// row form a group stored as codes r in [0, 15] with the group's minimum lo and scale
+// s = (max - lo) / 15 (float32), r = round((x - lo) / s) to nearest even, read as fma(r, s, lo): a
+// value is within s / 2 = (max - lo) / 30 of the appended one, up to float32's rounding (a few ulp
+// of max|x|); head_dim a multiple of 32. int4_kivi (KIVI's layout): keys quantized per channel,
+// each group one channel of 32 consecutive tokens (tokens 32 g .. 32 g + 31 of a sequence), values
+// per token as int4; a sequence's newest length % 32 tokens (keys and values) are kept in bfloat16
+// until their group fills, then quantized from those bfloat16 values (so a stored value is within
+// (max - lo) / 30 of the bfloat16 value, and the tail within bfloat16's rounding of the appended
+// one); head_dim and block_size multiples of 32. A 4-bit cache stores finite values of magnitude
+// up to 2^126 (others are refused at append). Truncating an int4_kivi sequence inside a full group
+// keeps that group's first tokens as they read back (rounded to bfloat16, in the tail again), and
+// its commit_tree appends the accepted drafts again as they read back. Attention
+// computes in float32 over the values as stored (4-bit rows widened a tile at a time). Over int8 keys each query row is rounded to
 // integers of 16 bits, q ~ r sigma with sigma = max|q| / 32767 and r = round(q / sigma) (to nearest
 // even in the default rounding mode), and its products with the stored integers are summed in
 // integers (ggml rounds a query to 8 bits): a score q . k moves by at most sigma / 2 sum|k_c| (k as
@@ -82,7 +94,7 @@
 
 namespace attn {
 
-enum class KvDtype { float32, bfloat16, float16, int8, float8_e4m3, float8_e5m2 };
+enum class KvDtype { float32, bfloat16, float16, int8, float8_e4m3, float8_e5m2, int4, int4_kivi };
 
 struct KvCacheOptions {
   KvDtype dtype = KvDtype::float32;
@@ -130,7 +142,8 @@ class KvCache {
   KvDtype dtype() const;
   index_t block_size() const;
   index_t length(index_t seq) const;
-  // Bytes of the blocks allocated (keys, values and int8 scales).
+  // Bytes of the blocks allocated (keys, values and the int8 and int4 scales and minima; not an
+  // int4_kivi sequence's bfloat16 tail).
   std::size_t bytes() const;
 
   // Appends keys and values (kv_heads, t, head_dim) to sequence seq.

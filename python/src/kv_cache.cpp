@@ -23,7 +23,10 @@ attn::KvDtype kv_dtype(Call& call, py::handle obj) {
   if (name == "int8") return attn::KvDtype::int8;
   if (name == "float8_e4m3") return attn::KvDtype::float8_e4m3;
   if (name == "float8_e5m2") return attn::KvDtype::float8_e5m2;
-  call.value_error("dtype is '" + name + "'; it must be 'float32', 'bfloat16', 'float16', 'int8', 'float8_e4m3' or 'float8_e5m2'");
+  if (name == "int4") return attn::KvDtype::int4;
+  if (name == "int4_kivi") return attn::KvDtype::int4_kivi;
+  call.value_error("dtype is '" + name + "'; it must be 'float32', 'bfloat16', 'float16', 'int8', 'float8_e4m3', "
+                   "'float8_e5m2', 'int4' or 'int4_kivi'");
 }
 
 const char* kv_dtype_name(attn::KvDtype t) {
@@ -34,6 +37,8 @@ const char* kv_dtype_name(attn::KvDtype t) {
     case attn::KvDtype::int8: return "int8";
     case attn::KvDtype::float8_e4m3: return "float8_e4m3";
     case attn::KvDtype::float8_e5m2: return "float8_e5m2";
+    case attn::KvDtype::int4: return "int4";
+    case attn::KvDtype::int4_kivi: return "int4_kivi";
   }
   return "?";
 }
@@ -286,7 +291,12 @@ dtype: "float32", "bfloat16", "float16" (rounded to nearest even) or "int8" (one
   most max|q|/65534 * sum|k| up to float32's rounding, as kv_cache.hpp states), "float8_e4m3" or
   "float8_e5m2" (8-bit floats as torch.float8_e4m3fn and torch.float8_e5m2: x / k_scale or x / v_scale
   rounded to nearest even, within 2^-4 or 2^-3 relatively, or scale 2^-10 or scale 2^-17 for the
-  smallest; a value over its scale beyond 448 or 57344 raises ValueError).
+  smallest; a value over its scale beyond 448 or 57344 raises ValueError), "int4" (ggml's q4_1: each 32
+  values of a row as 4-bit codes with a float32 scale s = (max - min) / 15 and min, within s / 2 of
+  the value appended; head_dim a multiple of 32) or "int4_kivi" (KIVI: keys per channel in groups of
+  32 tokens, values per token as int4; a sequence's newest length % 32 tokens kept in bfloat16 until
+  their group fills; block_size a multiple of 32). 4-bit caches refuse values beyond 2^126 in
+  magnitude (ValueError).
 k_scale, v_scale: float8 caches' scales (vLLM's): a number for every head, or one per key head; the
   keys' scale multiplies the queries of its heads, the values' the output.
 capacity: tokens per sequence allocated up front (0: as sequences grow); with grow=False an append
@@ -355,9 +365,9 @@ dropping the other drafts; only draft rows move.)")
                              "Tokens per block of storage.")
       .def_property_readonly("dtype", [](const KVCache& c) { return kv_dtype_name(c.cache().dtype()); },
                              "How keys and values are stored: \"float32\", \"float16\", \"bfloat16\", \"int8\", "
-                             "\"float8_e4m3\" or \"float8_e5m2\".")
+                             "\"float8_e4m3\", \"float8_e5m2\", \"int4\" or \"int4_kivi\".")
       .def_property_readonly("nbytes", [](const KVCache& c) { return c.cache().bytes(); },
-                             "Bytes of the blocks allocated (keys, values and int8 scales).");
+                             "Bytes of the blocks allocated (keys, values, and the int8 and int4 scales and minima).");
 }
 
 }  // namespace attn_py

@@ -24,6 +24,7 @@
 #include "core/buffer.hpp"
 #include "core/view4.hpp"
 #include "core/float8.hpp"
+#include "cpu/quant/q4.hpp"
 #include "cpu/quant/q8_0.hpp"
 
 namespace attn {
@@ -39,7 +40,9 @@ index_t element_bytes(KvDtype t) {
     case KvDtype::float16: return 2;
     case KvDtype::int8:
     case KvDtype::float8_e4m3:
-    case KvDtype::float8_e5m2: return 1;
+    case KvDtype::float8_e5m2:
+    case KvDtype::int4:  // two codes a byte: State::bytes_of
+    case KvDtype::int4_kivi: return 1;
   }
   return 4;
 }
@@ -52,6 +55,8 @@ KvType kv_type(KvDtype t) {
     case KvDtype::int8: return KvType::i8;
     case KvDtype::float8_e4m3: return KvType::f8e4m3;
     case KvDtype::float8_e5m2: return KvType::f8e5m2;
+    case KvDtype::int4:
+    case KvDtype::int4_kivi: return KvType::i4;  // an int4_kivi cache's keys: i4_channels (State::key_rows)
   }
   return KvType::f32;
 }
@@ -73,14 +78,19 @@ Tensor<float> rounded_queries(TensorView<const float> q) {
   return out;
 }
 
-// One block: keys and values (kv_heads, block_size, head_dim) in the storage type, and for int8 one
-// scale per 32 of them.
+// One block: keys and values (kv_heads, block_size, head_dim) in the storage type, for int8 one
+// scale per 32 of them, for the 4-bit types one scale and one minimum per group of 32 (cpu/quant/q4.hpp).
 struct Block {
   detail::Buffer<std::uint8_t> k, v;  // counted against the memory limit (attn/memory.hpp)
-  detail::Buffer<float> k_scales, v_scales;
+  detail::Buffer<float> k_scales, v_scales, k_mins, v_mins;
 };
 
 bool is_float8(KvDtype t) { return t == KvDtype::float8_e4m3 || t == KvDtype::float8_e5m2; }
+bool is_int4(KvDtype t) { return t == KvDtype::int4 || t == KvDtype::int4_kivi; }
+// Storage types with a scale per 32 values.
+bool has_group_scales(KvDtype t) { return t == KvDtype::int8 || is_int4(t); }
+// The largest magnitude a 4-bit cache stores: the range of a group, max - min, stays finite.
+constexpr float kInt4Largest = 0x1p126f;
 
 // x / scale as the 8-bit float F, for each of count values (checked finite and in range).
 template <class F>
@@ -92,9 +102,9 @@ void load_float8(const std::uint8_t* from, index_t count, float scale, float* to
   for (index_t c = 0; c < count; ++c) to[c] = detail::to_float(F{from[c]}) * scale;
 }
 
-// Row `from` (head_dim floats) stored as `type` at `to` (and its scales for int8; `scale` divides
-// it for float8).
-void store_row(KvDtype type, const float* from, index_t count, std::uint8_t* to, float* scales, float scale) {
+// Row `from` (head_dim floats) stored as `type` at `to` (and its scales for int8, scales and mins
+// for int4; `scale` divides it for float8). Not for an int4_kivi cache's keys (State::store).
+void store_row(KvDtype type, const float* from, index_t count, std::uint8_t* to, float* scales, float* mins, float scale) {
   const auto n = static_cast<std::size_t>(count);
   switch (type) {
     case KvDtype::float32: std::memcpy(to, from, n * sizeof(float)); return;
@@ -107,11 +117,14 @@ void store_row(KvDtype type, const float* from, index_t count, std::uint8_t* to,
     case KvDtype::int8: cpu::quant::q8_0_pack(from, count, reinterpret_cast<std::int8_t*>(to), scales); return;
     case KvDtype::float8_e4m3: store_float8<detail::float8_e4m3>(from, count, scale, to); return;
     case KvDtype::float8_e5m2: store_float8<detail::float8_e5m2>(from, count, scale, to); return;
+    case KvDtype::int4:
+    case KvDtype::int4_kivi: cpu::quant::q4_pack_row(from, count, to, scales, mins); return;
   }
 }
 
-// The stored row as float32 (float8: times `scale`).
-void load_row(KvDtype type, const std::uint8_t* from, const float* scales, index_t count, float* to, float scale) {
+// The stored row as float32 (float8: times `scale`; int4 rows with their scales and mins).
+void load_row(KvDtype type, const std::uint8_t* from, const float* scales, const float* mins, index_t count, float* to,
+              float scale) {
   const auto n = static_cast<std::size_t>(count);
   switch (type) {
     case KvDtype::float32: std::memcpy(to, from, n * sizeof(float)); return;
@@ -124,6 +137,8 @@ void load_row(KvDtype type, const std::uint8_t* from, const float* scales, index
     case KvDtype::int8: cpu::quant::q8_0_unpack(reinterpret_cast<const std::int8_t*>(from), scales, count, to); return;
     case KvDtype::float8_e4m3: load_float8<detail::float8_e4m3>(from, count, scale, to); return;
     case KvDtype::float8_e5m2: load_float8<detail::float8_e5m2>(from, count, scale, to); return;
+    case KvDtype::int4:
+    case KvDtype::int4_kivi: cpu::quant::q4_unpack_row(from, scales, mins, count, to); return;
   }
 }
 
@@ -141,8 +156,27 @@ struct KvCache::State {
   // commit_tree (written by attend, a const call: the tree is a note, not the cache's contents);
   // cleared by every change of the sequence.
   mutable std::vector<std::vector<index_t>> trees;
+  // Per sequence of an int4_kivi cache: its newest tokens' keys then values in bfloat16, (2, kv_heads,
+  // 32, head_dim), token p at row p % 32 (those from tail_from(seq) on are the sequence's).
+  std::vector<detail::Buffer<std::uint16_t>> tails;
 
   index_t block_rows() const { return kv_heads * options.block_size; }
+  bool kivi() const { return options.dtype == KvDtype::int4_kivi; }
+  // Bytes of `values` stored values (a multiple of 32 for the 4-bit types: two codes a byte).
+  index_t bytes_of(index_t values) const { return is_int4(options.dtype) ? values / 2 : values * elem; }
+  // The first token of sequence seq in its bfloat16 tail (int4_kivi), or its length.
+  index_t tail_from(index_t seq) const {
+    const index_t L = lengths[static_cast<std::size_t>(seq)];
+    return kivi() ? L / cpu::quant::kQ4Group * cpu::quant::kQ4Group : L;
+  }
+  std::uint16_t* tail_row(index_t seq, bool values, index_t hk, index_t p) const {
+    return const_cast<std::uint16_t*>(tails[static_cast<std::size_t>(seq)].data()) +
+           ((static_cast<index_t>(values) * kv_heads + hk) * 32 + p % 32) * head_dim;
+  }
+  // An int4_kivi block's scale or min of channel c of the 32 tokens from row r (r % 32 == 0) of head hk.
+  index_t channel_group(index_t hk, index_t r, index_t c) const {
+    return hk * options.block_size * head_dim / 32 + r % options.block_size / 32 * head_dim + c;
+  }
   index_t new_block() {
     if (!free.empty()) {
       const index_t id = free.back();
@@ -151,14 +185,18 @@ struct KvCache::State {
     }
     Block b;
     const auto values = static_cast<std::size_t>(block_rows() * head_dim);
-    b.k.resize(values * static_cast<std::size_t>(elem)), b.v.resize(values * static_cast<std::size_t>(elem));
-    if (options.dtype == KvDtype::int8) b.k_scales.resize(values / 32), b.v_scales.resize(values / 32);
+    const auto bytes = static_cast<std::size_t>(bytes_of(static_cast<index_t>(values)));
+    b.k.resize(bytes), b.v.resize(bytes);
+    if (has_group_scales(options.dtype)) b.k_scales.resize(values / 32), b.v_scales.resize(values / 32);
+    if (is_int4(options.dtype)) b.k_mins.resize(values / 32), b.v_mins.resize(values / 32);
     blocks.push_back(std::move(b));
     return static_cast<index_t>(blocks.size()) - 1;
   }
   void check_append(const char* op, index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values) const;
   void hold(index_t seq, index_t tokens);
   void store(index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values);
+  // int4_kivi: the 32 tokens from 32 g of sequence seq, full in its tail, quantized into its block.
+  void store_group(index_t seq, index_t g);
   // Queries (1, H, n, d) of sequence seq, or (batch, H, n, d) of every sequence (seq < 0), rotated at
   // their positions length - n + i; empty without rotary tables.
   Tensor<float> rotated_queries(const char* op, const TensorView<const float>& q, index_t seq) const;
@@ -170,13 +208,46 @@ struct KvCache::State {
     Block& b = blocks[static_cast<std::size_t>(table[static_cast<std::size_t>(seq)][static_cast<std::size_t>(r / options.block_size)])];
     return {&b, (hk * options.block_size + r % options.block_size) * head_dim};
   }
-  // The sequence's blocks for the decode path.
-  void rows(index_t seq, std::vector<const void*>& k, std::vector<const void*>& v, std::vector<const float*>& ks,
-            std::vector<const float*>& vs) const {
-    for (const index_t id : table[static_cast<std::size_t>(seq)]) {
-      const Block& b = blocks[static_cast<std::size_t>(id)];
-      k.push_back(b.k.data()), v.push_back(b.v.data()), ks.push_back(b.k_scales.data()), vs.push_back(b.v_scales.data());
+  // The blocks of sequences seqs[g] for the decode path (batch entry g), as KvRows of keys and of
+  // values; valid while this lives (and the cache is not changed).
+  struct Sources {
+    std::vector<const void*> k, v;
+    std::vector<const float*> k_scales, v_scales, k_mins, v_mins;
+    std::vector<const std::uint16_t*> k_tails, v_tails;
+    std::vector<index_t> tail_from;
+    KvRows keys, values;
+  };
+  Sources sources(std::span<const index_t> seqs) const {
+    Sources x;
+    index_t per_seq = 0;
+    for (const index_t seq : seqs) per_seq = std::max(per_seq, static_cast<index_t>(table[static_cast<std::size_t>(seq)].size()));
+    const auto slots = static_cast<std::size_t>(static_cast<index_t>(seqs.size()) * per_seq);
+    x.k.resize(slots), x.v.resize(slots), x.k_scales.resize(slots), x.v_scales.resize(slots), x.k_mins.resize(slots), x.v_mins.resize(slots);
+    for (std::size_t g = 0; g < seqs.size(); ++g) {
+      const auto& ids = table[static_cast<std::size_t>(seqs[g])];
+      for (std::size_t k = 0; k < ids.size(); ++k) {
+        const Block& b = blocks[static_cast<std::size_t>(ids[k])];
+        const std::size_t at = g * static_cast<std::size_t>(per_seq) + k;
+        x.k[at] = b.k.data(), x.v[at] = b.v.data(), x.k_scales[at] = b.k_scales.data(), x.v_scales[at] = b.v_scales.data();
+        x.k_mins[at] = b.k_mins.data(), x.v_mins[at] = b.v_mins.data();
+      }
+      if (kivi()) {
+        x.k_tails.push_back(tail_row(seqs[g], false, 0, 0)), x.v_tails.push_back(tail_row(seqs[g], true, 0, 0));
+        x.tail_from.push_back(tail_from(seqs[g]));
+      }
     }
+    KvRows& k = x.keys;
+    k.type = kv_type(options.dtype), k.sH = options.block_size * head_dim, k.sR = head_dim;
+    k.block_size = options.block_size, k.table_stride = per_seq;
+    x.values = k;
+    if (kivi()) {
+      k.type = KvType::i4_channels;
+      k.tails = x.k_tails.data(), x.values.tails = x.v_tails.data();
+      k.tail_from = x.values.tail_from = x.tail_from.data();
+    }
+    k.blocks = x.k.data(), k.scale_blocks = x.k_scales.data(), k.min_blocks = x.k_mins.data();
+    x.values.blocks = x.v.data(), x.values.scale_blocks = x.v_scales.data(), x.values.min_blocks = x.v_mins.data();
+    return x;
   }
   // One decode call over sequences seqs[g] with queries q and out (G, heads, n, head_dim), n at most
   // cpu::fused::kDecodeRows: each sequence's length and the causal rule as per-query valid lengths,
@@ -219,17 +290,33 @@ struct KvCache::State {
         for (index_t i = 0; i < out.dim(2); ++i)
           for (index_t c = 0; c < out.dim(3); ++c) out(b, h, i, c) *= scale_of(true, h / group);
   }
+  // Row r of head hk of sequence seq's keys or values, as stored, widened to float32.
+  void read_row(index_t seq, bool values, index_t hk, index_t r, float* to) const {
+    if (kivi() && r >= tail_from(seq)) {
+      convert(std::span<const bfloat16>(reinterpret_cast<const bfloat16*>(tail_row(seq, values, hk, r)), static_cast<std::size_t>(head_dim)),
+              std::span<float>(to, static_cast<std::size_t>(head_dim)));
+      return;
+    }
+    const Block& b = blocks[static_cast<std::size_t>(table[static_cast<std::size_t>(seq)][static_cast<std::size_t>(r / options.block_size)])];
+    const index_t at = (hk * options.block_size + r % options.block_size) * head_dim;
+    const std::uint8_t* stored = (values ? b.v : b.k).data() + bytes_of(at);
+    if (kivi() && !values) {  // a channel's scale and min per 32 tokens
+      for (index_t c = 0; c < head_dim; ++c) {
+        const index_t group = channel_group(hk, r / 32 * 32, c);
+        to[c] = cpu::quant::q4_value(cpu::quant::q4_code(stored, c), b.k_scales[static_cast<std::size_t>(group)],
+                                     b.k_mins[static_cast<std::size_t>(group)]);
+      }
+      return;
+    }
+    const float* scales = has_group_scales(options.dtype) ? (values ? b.v_scales : b.k_scales).data() + at / 32 : nullptr;
+    const float* mins = is_int4(options.dtype) ? (values ? b.v_mins : b.k_mins).data() + at / 32 : nullptr;
+    load_row(options.dtype, stored, scales, mins, head_dim, to, scale_of(values, hk));
+  }
   Tensor<float> gather(index_t seq, bool values) const {
     const index_t L = lengths[static_cast<std::size_t>(seq)];
     Tensor<float> t({kv_heads, L, head_dim});
     for (index_t hk = 0; hk < kv_heads; ++hk)
-      for (index_t r = 0; r < L; ++r) {
-        const Block& b = blocks[static_cast<std::size_t>(table[static_cast<std::size_t>(seq)][static_cast<std::size_t>(r / options.block_size)])];
-        const index_t at = (hk * options.block_size + r % options.block_size) * head_dim;
-        const float* scales = options.dtype == KvDtype::int8 ? (values ? b.v_scales : b.k_scales).data() + at / 32 : nullptr;
-        load_row(options.dtype, (values ? b.v : b.k).data() + at * elem, scales, head_dim, t.data() + (hk * L + r) * head_dim,
-                 scale_of(values, hk));
-      }
+      for (index_t r = 0; r < L; ++r) read_row(seq, values, hk, r, t.data() + (hk * L + r) * head_dim);
     return t;
   }
 };
@@ -241,8 +328,12 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
     detail::fail(op, ": batch ", batch, ", kv_heads ", kv_heads, " and head_dim ", head_dim, " must all be at least 1");
   if (options.block_size < 1) detail::fail(op, ": block_size is ", options.block_size, "; it must be at least 1");
   if (options.capacity < 0) detail::fail(op, ": capacity is ", options.capacity, "; it must be 0 (no limit) or more");
-  if (options.dtype == KvDtype::int8 && head_dim % 32 != 0)
-    detail::fail(op, ": head_dim is ", head_dim, "; an int8 cache stores groups of 32 values, so head_dim must be a multiple of 32");
+  if (has_group_scales(options.dtype) && head_dim % 32 != 0)
+    detail::fail(op, ": head_dim is ", head_dim, "; an ", options.dtype == KvDtype::int8 ? "int8" : "int4",
+                 " cache stores groups of 32 values, so head_dim must be a multiple of 32");
+  if (options.dtype == KvDtype::int4_kivi && options.block_size % 32 != 0)
+    detail::fail(op, ": block_size is ", options.block_size, "; an int4_kivi cache quantizes keys in groups of 32 tokens, "
+                 "which must not straddle blocks, so block_size must be a multiple of 32");
   for (const auto& [scale, name] : {std::pair{&options.k_scale, "k_scale"}, std::pair{&options.v_scale, "v_scale"}}) {
     if (scale->size() != 1 && static_cast<index_t>(scale->size()) != kv_heads)
       detail::fail(op, ": ", name, " has ", scale->size(), " values; it must have 1 (every head) or kv_heads = ", kv_heads);
@@ -265,8 +356,10 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
   // until the memory limit, minutes later, naming neither): the per-sequence tables, and a capacity's
   // blocks, all of them, against the memory attn may use.
   const auto elem = static_cast<std::size_t>(element_bytes(options.dtype));
-  const auto values = static_cast<std::size_t>(block_values);  // keys and values, and for int8 their scales
-  const std::size_t block_bytes = 2 * values * elem + (options.dtype == KvDtype::int8 ? 2 * (values / 32) * sizeof(float) : 0);
+  const auto values = static_cast<std::size_t>(block_values);  // keys and values, and their scales and minima
+  const std::size_t block_bytes = 2 * (is_int4(options.dtype) ? values / 2 : values * elem) +
+                                  (has_group_scales(options.dtype) ? 2 * (values / 32) * sizeof(float) : 0) +
+                                  (is_int4(options.dtype) ? 2 * (values / 32) * sizeof(float) : 0);
   std::size_t table_bytes = 0;
   if (__builtin_mul_overflow(static_cast<std::size_t>(batch), sizeof(std::vector<index_t>) + sizeof(index_t), &table_bytes))
     detail::fail(op, ": batch is ", batch, "; the tables of that many sequences would not fit in a 64-bit size");
@@ -288,6 +381,7 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
   s.table.resize(static_cast<std::size_t>(batch));
   s.lengths.assign(static_cast<std::size_t>(batch), 0);
   s.trees.resize(static_cast<std::size_t>(batch));
+  if (s.kivi()) s.tails.resize(static_cast<std::size_t>(batch));
   for (index_t seq = 0; seq < batch; ++seq)  // a capacity's blocks, allocated up front
     for (index_t i = 0; i < per_seq; ++i) s.table[static_cast<std::size_t>(seq)].push_back(s.new_block());
 }
@@ -307,7 +401,8 @@ index_t KvCache::length(index_t seq) const {
 }
 std::size_t KvCache::bytes() const {
   std::size_t total = 0;
-  for (const Block& b : s_->blocks) total += b.k.size() + b.v.size() + (b.k_scales.size() + b.v_scales.size()) * sizeof(float);
+  for (const Block& b : s_->blocks)
+    total += b.k.size() + b.v.size() + (b.k_scales.size() + b.v_scales.size() + b.k_mins.size() + b.v_mins.size()) * sizeof(float);
   return total;
 }
 
@@ -352,6 +447,14 @@ void KvCache::State::check_append(const char* op, index_t seq, const TensorView<
           for (index_t c = 0; c < head_dim; ++c)
             if (!std::isfinite(v.data()[hk * v.stride(0) + r * v.stride(1) + c]))
               detail::fail(op, ": an int8 cache stores finite values only; sequence ", seq, " was given a non-finite one");
+  if (is_int4(options.dtype))
+    for (const auto& [v, name] : {std::pair{keys, "keys"}, std::pair{values, "values"}})
+      for (index_t hk = 0; hk < kv_heads; ++hk)
+        for (index_t r = 0; r < t; ++r)
+          for (index_t c = 0; c < head_dim; ++c)
+            if (const float x = v.data()[hk * v.stride(0) + r * v.stride(1) + c]; !(std::abs(x) <= kInt4Largest))
+              detail::fail(op, ": sequence ", seq, " was given ", name, " holding ", x, "; a 4-bit cache stores finite values of ",
+                           "magnitude up to 2^126 (so that a group's range, max - min, is finite)");
   if (is_float8(options.dtype)) {
     const float top = options.dtype == KvDtype::float8_e4m3 ? 448.0f : 57344.0f;
     for (const auto& [v, of_values, name] : {std::tuple{keys, false, "keys"}, std::tuple{values, true, "values"}})
@@ -378,6 +481,8 @@ void KvCache::State::check_append(const char* op, index_t seq, const TensorView<
 void KvCache::State::hold(index_t seq, index_t tokens) {
   auto& ids = table[static_cast<std::size_t>(seq)];
   while (static_cast<index_t>(ids.size()) * options.block_size < tokens) ids.push_back(new_block());
+  if (kivi() && tails[static_cast<std::size_t>(seq)].size() == 0)
+    tails[static_cast<std::size_t>(seq)].resize(static_cast<std::size_t>(2 * kv_heads * 32 * head_dim));
 }
 
 // Stores checked tokens after sequence seq's, in blocks it holds already (hold).
@@ -389,17 +494,58 @@ void KvCache::State::store(index_t seq, const TensorView<const float>& given_key
                                 : detail::rotated_rows(options.rotary, detail::with_batch_of_one(given_keys), first);
   const TensorView<const float> keys =
       rotated.numel() > 0 ? TensorView<const float>(rotated.data(), {kv_heads, t, head_dim}) : given_keys;
-  const bool int8 = options.dtype == KvDtype::int8;  // other caches have no scales (found by fuzzing)
-  for (index_t r = 0; r < t; ++r)
+  const auto n = static_cast<std::size_t>(head_dim);
+  for (index_t r = 0; r < t; ++r) {
+    const float* key = keys.data() + r * keys.stride(1);
+    const float* value = values.data() + r * values.stride(1);
+    if (kivi()) {  // into the tail; a full group quantized into its block
+      const index_t p = length + r;
+      for (index_t hk = 0; hk < kv_heads; ++hk) {
+        convert(std::span<const float>(key + hk * keys.stride(0), n), std::span<bfloat16>(reinterpret_cast<bfloat16*>(tail_row(seq, false, hk, p)), n));
+        convert(std::span<const float>(value + hk * values.stride(0), n), std::span<bfloat16>(reinterpret_cast<bfloat16*>(tail_row(seq, true, hk, p)), n));
+      }
+      if (p % 32 == 31) store_group(seq, p / 32);
+      continue;
+    }
+    const bool scales = has_group_scales(options.dtype), mins = is_int4(options.dtype);  // others have none (found by fuzzing)
     for (index_t hk = 0; hk < kv_heads; ++hk) {
       auto [block, at] = place(seq, hk, length + r);
-      store_row(options.dtype, keys.data() + hk * keys.stride(0) + r * keys.stride(1), head_dim, block->k.data() + at * elem,
-                int8 ? block->k_scales.data() + at / 32 : nullptr, scale_of(false, hk));
-      store_row(options.dtype, values.data() + hk * values.stride(0) + r * values.stride(1), head_dim,
-                block->v.data() + at * elem, int8 ? block->v_scales.data() + at / 32 : nullptr, scale_of(true, hk));
+      store_row(options.dtype, key + hk * keys.stride(0), head_dim, block->k.data() + bytes_of(at),
+                scales ? block->k_scales.data() + at / 32 : nullptr, mins ? block->k_mins.data() + at / 32 : nullptr,
+                scale_of(false, hk));
+      store_row(options.dtype, value + hk * values.stride(0), head_dim, block->v.data() + bytes_of(at),
+                scales ? block->v_scales.data() + at / 32 : nullptr, mins ? block->v_mins.data() + at / 32 : nullptr,
+                scale_of(true, hk));
     }
+  }
   lengths[static_cast<std::size_t>(seq)] = length + t;
   trees[static_cast<std::size_t>(seq)].clear();
+}
+
+void KvCache::State::store_group(index_t seq, index_t g) {
+  const index_t first = g * 32;
+  std::vector<float> rows(static_cast<std::size_t>(32 * head_dim));  // the group's 32 tokens, widened
+  std::uint8_t codes[32];
+  for (index_t hk = 0; hk < kv_heads; ++hk)
+    for (const bool of_values : {false, true}) {
+      for (index_t i = 0; i < 32; ++i)
+        convert(std::span<const bfloat16>(reinterpret_cast<const bfloat16*>(tail_row(seq, of_values, hk, first + i)), static_cast<std::size_t>(head_dim)),
+                std::span<float>(rows.data() + i * head_dim, static_cast<std::size_t>(head_dim)));
+      if (of_values) {  // per token, as int4
+        for (index_t i = 0; i < 32; ++i) {
+          auto [block, at] = place(seq, hk, first + i);
+          cpu::quant::q4_pack_row(rows.data() + i * head_dim, head_dim, block->v.data() + at / 2, block->v_scales.data() + at / 32,
+                                  block->v_mins.data() + at / 32);
+        }
+        continue;
+      }
+      Block* block = place(seq, hk, first).first;  // the group's 32 tokens lie in one block
+      for (index_t c = 0; c < head_dim; ++c) {  // per channel
+        const auto group = static_cast<std::size_t>(channel_group(hk, first, c));
+        cpu::quant::q4_quantize(rows.data() + c, head_dim, codes, block->k_scales[group], block->k_mins[group]);
+        for (index_t i = 0; i < 32; ++i) cpu::quant::q4_set_code(block->k.data() + place(seq, hk, first + i).second / 2, c, codes[i]);
+      }
+    }
 }
 
 Tensor<float> KvCache::State::rotated_queries(const char* op, const TensorView<const float>& q, index_t seq) const {
@@ -457,26 +603,13 @@ void KvCache::State::decode_batch(TensorView<float> out, TensorView<const float>
   const index_t n = q.dim(2);
   index_t m = 0;
   for (const index_t seq : seqs) m = std::max(m, lengths[static_cast<std::size_t>(seq)]);
-  const index_t per_seq = (m + options.block_size - 1) / options.block_size;
   Tensor<std::int64_t> lens({G, n});
-  std::vector<const void*> kp(static_cast<std::size_t>(G * per_seq)), vp(kp.size());
-  std::vector<const float*> ksp(kp.size()), vsp(kp.size());
   for (index_t g = 0; g < G; ++g) {
-    const index_t seq = seqs[static_cast<std::size_t>(g)], L = lengths[static_cast<std::size_t>(seq)];
+    const index_t L = lengths[static_cast<std::size_t>(seqs[static_cast<std::size_t>(g)])];
     for (index_t i = 0; i < n; ++i)
       lens(g, i) = how.causal == Causal::bottom_right ? std::clamp<index_t>(L - n + i + 1, 0, L) : L;
-    const auto& ids = table[static_cast<std::size_t>(seq)];
-    for (index_t k = 0; k < std::min<index_t>(per_seq, static_cast<index_t>(ids.size())); ++k) {
-      const Block& block = blocks[static_cast<std::size_t>(ids[static_cast<std::size_t>(k)])];
-      const auto at = static_cast<std::size_t>(g * per_seq + k);
-      kp[at] = block.k.data(), vp[at] = block.v.data(), ksp[at] = block.k_scales.data(), vsp[at] = block.v_scales.data();
-    }
   }
-  KvRows k;
-  k.type = kv_type(options.dtype), k.sH = options.block_size * head_dim, k.sR = head_dim;
-  k.block_size = options.block_size, k.table_stride = per_seq;
-  KvRows v = k;
-  k.blocks = kp.data(), v.blocks = vp.data(), k.scale_blocks = ksp.data(), v.scale_blocks = vsp.data();
+  const Sources rows = sources(seqs);
   Mask<float> mask;
   mask.valid_lens = lens.view(), mask.sinks = how.sinks;
   SdpaOptions sdpa;
@@ -484,7 +617,7 @@ void KvCache::State::decode_batch(TensorView<float> out, TensorView<const float>
   static const float never_read = 0;  // the keys' and values' shapes for the checks
   const TensorView<const float> shape(&never_read, {G, kv_heads, m, head_dim}, {0, 0, 0, 1});
   const Tensor<float> scaled_q = scaled_queries(q);
-  detail::sdpa_decode_rows(out, {}, scaled_q.numel() > 0 ? scaled_q.view() : q, shape, shape, k, v, mask, sdpa, op);
+  detail::sdpa_decode_rows(out, {}, scaled_q.numel() > 0 ? scaled_q.view() : q, shape, shape, rows.keys, rows.values, mask, sdpa, op);
   scale_values(out);
 }
 
@@ -597,19 +730,13 @@ void KvCache::attend_sequence(TensorView<float> out, index_t seq, TensorView<con
   SdpaOptions sdpa;
   sdpa.scale = options.scale, sdpa.softcap = options.softcap;
   if (backend() == Backend::cpu && n <= cpu::fused::kDecodeRows) {
-    std::vector<const void*> kp, vp;
-    std::vector<const float*> ksp, vsp;
-    s.rows(seq, kp, vp, ksp, vsp);
-    KvRows k;
-    k.type = kv_type(s.options.dtype), k.sH = s.options.block_size * s.head_dim, k.sR = s.head_dim;
-    k.block_size = s.options.block_size, k.table_stride = 0;
-    KvRows v = k;
-    k.blocks = kp.data(), v.blocks = vp.data(), k.scale_blocks = ksp.data(), v.scale_blocks = vsp.data();
+    const index_t one[] = {seq};
+    const State::Sources rows = s.sources(one);
     // The keys' and values' shapes for the checks: (1, kv_heads, length, head_dim), never read.
     static const float never_read = 0;
     const TensorView<const float> shape(&never_read, {1, s.kv_heads, L, s.head_dim}, {0, 0, 0, 1});
     const Tensor<float> scaled_q = s.scaled_queries(q);
-    detail::sdpa_decode_rows(o, {}, scaled_q.numel() > 0 ? scaled_q.view() : q, shape, shape, k, v, mask, sdpa, op);
+    detail::sdpa_decode_rows(o, {}, scaled_q.numel() > 0 ? scaled_q.view() : q, shape, shape, rows.keys, rows.values, mask, sdpa, op);
     s.scale_values(o);
     return;
   }
@@ -792,19 +919,35 @@ void KvCache::commit_tree(index_t seq, std::span<const index_t> accepted) {
   // Draft accepted[k] moves to position P + k: accepted[k] >= k (parents come before their
   // children), so no row is overwritten before it is read.
   const index_t P = s.lengths[static_cast<std::size_t>(seq)] - t;
-  const bool int8 = s.options.dtype == KvDtype::int8;
-  const auto row_bytes = static_cast<std::size_t>(s.head_dim * s.elem);
+  if (s.kivi()) {  // keys quantized across tokens: the accepted drafts read back, then appended again
+    Tensor<float> k({s.kv_heads, kept, s.head_dim}), v({s.kv_heads, kept, s.head_dim});
+    for (index_t hk = 0; hk < s.kv_heads; ++hk)
+      for (index_t i = 0; i < kept; ++i) {
+        s.read_row(seq, false, hk, P + accepted[static_cast<std::size_t>(i)], &k(hk, i, 0));
+        s.read_row(seq, true, hk, P + accepted[static_cast<std::size_t>(i)], &v(hk, i, 0));
+      }
+    truncate(seq, P);
+    s.hold(seq, P + kept);
+    s.store(seq, k.view(), v.view());
+    return;
+  }
+  const bool scales = has_group_scales(s.options.dtype), mins = is_int4(s.options.dtype);
+  const auto row_bytes = static_cast<std::size_t>(s.bytes_of(s.head_dim));
   for (index_t k = 0; k < kept; ++k) {
     const index_t from = P + accepted[static_cast<std::size_t>(k)], to = P + k;
     if (from == to) continue;
     for (index_t hk = 0; hk < s.kv_heads; ++hk) {
       auto [src, at_src] = s.place(seq, hk, from);
       auto [dst, at_dst] = s.place(seq, hk, to);
-      std::memcpy(dst->k.data() + at_dst * s.elem, src->k.data() + at_src * s.elem, row_bytes);
-      std::memcpy(dst->v.data() + at_dst * s.elem, src->v.data() + at_src * s.elem, row_bytes);
-      if (int8) {
+      std::memcpy(dst->k.data() + s.bytes_of(at_dst), src->k.data() + s.bytes_of(at_src), row_bytes);
+      std::memcpy(dst->v.data() + s.bytes_of(at_dst), src->v.data() + s.bytes_of(at_src), row_bytes);
+      if (scales) {
         std::copy_n(src->k_scales.data() + at_src / 32, s.head_dim / 32, dst->k_scales.data() + at_dst / 32);
         std::copy_n(src->v_scales.data() + at_src / 32, s.head_dim / 32, dst->v_scales.data() + at_dst / 32);
+      }
+      if (mins) {
+        std::copy_n(src->k_mins.data() + at_src / 32, s.head_dim / 32, dst->k_mins.data() + at_dst / 32);
+        std::copy_n(src->v_mins.data() + at_src / 32, s.head_dim / 32, dst->v_mins.data() + at_dst / 32);
       }
     }
   }
@@ -819,6 +962,14 @@ void KvCache::truncate(index_t seq, index_t length) {
   const index_t now = s.lengths[static_cast<std::size_t>(seq)];
   if (length < 0 || length > now)
     detail::fail("KvCache::truncate: length is ", length, "; sequence ", seq, " holds ", now, " tokens, so it must lie in [0, ", now, "]");
+  if (s.kivi() && length < s.tail_from(seq))  // a full group cut: its first tokens back into the tail, as they read back
+    for (index_t r = length / 32 * 32; r < length; ++r)
+      for (index_t hk = 0; hk < s.kv_heads; ++hk)
+        for (const bool values : {false, true}) {
+          std::vector<float> row(static_cast<std::size_t>(s.head_dim));
+          s.read_row(seq, values, hk, r, row.data());
+          convert(std::span<const float>(row), std::span<bfloat16>(reinterpret_cast<bfloat16*>(s.tail_row(seq, values, hk, r)), row.size()));
+        }
   s.lengths[static_cast<std::size_t>(seq)] = length;
   s.trees[static_cast<std::size_t>(seq)].clear();
   if (s.options.capacity > 0) return;  // blocks allocated up front stay with their sequence

@@ -111,8 +111,10 @@ struct BlockArrays {
 };
 
 // The element types the kernels read in place of the plan's float tensors: float, bfloat16,
-// float16 or int8 (the decode path's KvRows, below; the 16-bit forward's HalfViews).
-enum class KvType : int { f32, bf16, f16, i8, f8e4m3, f8e5m2 };
+// float16, int8, 8-bit floats (the decode path's KvRows, below; the 16-bit forward's HalfViews), or
+// 4-bit codes in groups of 32 along a row (i4) or along 32 tokens of a channel (i4_channels), each
+// group with a float scale and minimum (cpu/quant/q4.hpp; the decode path only).
+enum class KvType : int { f32, bf16, f16, i8, f8e4m3, f8e5m2, i4, i4_channels };
 
 // Values as bfloat16 V pairs (bf16/dot_bf16.hpp), packed once per call for every block of queries
 // of the AVX512-BF16 products: tile t (keys t kBlockK ..) of key head (b, hk) of `heads` at
@@ -237,6 +239,11 @@ inline constexpr index_t kDecodeTile = 512;
 // blocks of a KV cache (sequence b's j-th key in block blocks[b * table_stride + j / block_size], at
 // row j % block_size of head hk: hk * sH + (j % block_size) * sR elements in). int8 rows carry one
 // float scale per 32 elements, at the same place divided by 32 in `scales` (or scale_blocks).
+// 4-bit rows (cache blocks only; sH and sR count values, a row's codes start at byte (hk sH + r sR)
+// / 2): i4 rows' scales and minima as int8's, in scale_blocks and min_blocks; i4_channels groups
+// (32 tokens of a channel, from row 32 t of a block) at hk sH / 32 + t sR + c. With `tails`, the
+// rows from tail_from[b] on of batch entry b are bfloat16 words at tails[b] + (hk 32 + j -
+// tail_from[b]) sR (a KIVI cache's newest tokens, fewer than 32).
 struct KvRows {
   KvType type = KvType::f32;
   const void* data = nullptr;
@@ -244,7 +251,10 @@ struct KvRows {
   index_t sB = 0, sH = 0, sR = 0;
   const void* const* blocks = nullptr;
   const float* const* scale_blocks = nullptr;
+  const float* const* min_blocks = nullptr;
   index_t table_stride = 0, block_size = 0;
+  const std::uint16_t* const* tails = nullptr;
+  const index_t* tail_from = nullptr;
 
   // Elements of row j of (b, hk), and its scales (int8).
   template <class E>
@@ -256,8 +266,13 @@ struct KvRows {
     if (blocks == nullptr) return scales + (b * sB + hk * sH + j * sR) / 32;
     return scale_blocks[b * table_stride + j / block_size] + (hk * sH + j % block_size * sR) / 32;
   }
-  // Rows from j on that lie one after another (sR apart): to the end of j's block.
-  index_t run(index_t j) const { return blocks == nullptr ? std::numeric_limits<index_t>::max() : block_size - j % block_size; }
+  // Rows from j on of batch entry b that lie one after another (sR apart): to the end of j's block,
+  // or of the rows before the tail.
+  index_t run(index_t b, index_t j) const {
+    if (blocks == nullptr) return std::numeric_limits<index_t>::max();
+    if (tails != nullptr && j < tail_from[b]) return std::min(block_size - j % block_size, tail_from[b] - j);
+    return tails != nullptr ? std::numeric_limits<index_t>::max() : block_size - j % block_size;
+  }
 };
 
 template <class T>

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/simd/sdpa_decode.cpp"
@@ -18,6 +19,7 @@
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
+#include "cpu/quant/q4.hpp"
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/gemm-inl.h"
 #include "cpu/simd/half-inl.h"
@@ -464,10 +466,82 @@ TileRows<E> tile_of(const KvRows& x, index_t b, index_t hk, index_t j0) {
   return {x.row<E>(b, hk, j0), x.sR, scales, x.sR / 32};
 }
 template <class T>
-index_t run_of(const View4<const T>&, index_t) {
+index_t run_of(const View4<const T>&, index_t, index_t) {
   return std::numeric_limits<index_t>::max();
 }
-inline index_t run_of(const KvRows& x, index_t j) { return x.run(j); }
+inline index_t run_of(const KvRows& x, index_t b, index_t j) { return x.run(b, j); }
+
+// 4-bit rows (KvType::i4, i4_channels) and a KIVI cache's bfloat16 tail, widened to float a tile of
+// at most kWidenTile rows at a time into `scratch` (kWidenTile, cols), then read as float rows:
+// each widened tile serves every query row of the key head's group from the L2 cache.
+inline constexpr index_t kWidenTile = 128;
+struct WidenedRows {
+  const KvRows* rows;
+  float* scratch;
+  index_t cols;
+};
+inline index_t run_of(const WidenedRows& x, index_t b, index_t j) { return std::min(kWidenTile, x.rows->run(b, j)); }
+
+// to[0, dim) = a packed 4-bit row (q4.hpp's layout) as floats, code x scale + min by one fused
+// multiply-add (q4_value): one scale and min per 32 values (scale[c / 32]), or per value
+// (per_channel: scale[c]). 16 bytes widen to 32 values: the low nibbles are values 0 to 15, the
+// high ones 16 to 31. Targets without a native FMA widen with std::fma, for the same floats.
+template <class D>
+HWY_INLINE void WidenQ4Row(D d, const std::uint8_t* HWY_RESTRICT codes, const float* HWY_RESTRICT scale,
+                           const float* HWY_RESTRICT min, bool per_channel, index_t dim, float* HWY_RESTRICT to) {
+#if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
+  if constexpr (hn::MaxLanes(d) <= 16) {
+    const hn::Rebind<std::uint8_t, D> d8;
+    const hn::RebindToSigned<D> di;
+    const index_t L = static_cast<index_t>(hn::Lanes(d));
+    const auto low = hn::Set(d8, std::uint8_t{0x0F});
+    for (index_t g = 0; g < dim; g += 32) {
+      const std::uint8_t* group = codes + g / 2;
+      const auto gs = hn::Set(d, scale[g / 32]), gm = hn::Set(d, min[g / 32]);
+      for (index_t i = 0; i < 16; i += L) {
+        const auto bytes = hn::LoadU(d8, group + i);
+        const auto lo = hn::ConvertTo(d, hn::PromoteTo(di, hn::And(bytes, low)));
+        const auto hi = hn::ConvertTo(d, hn::PromoteTo(di, hn::ShiftRight<4>(bytes)));
+        const index_t c_lo = g + i, c_hi = g + 16 + i;
+        if (per_channel) {
+          hn::StoreU(hn::MulAdd(lo, hn::LoadU(d, scale + c_lo), hn::LoadU(d, min + c_lo)), d, to + c_lo);
+          hn::StoreU(hn::MulAdd(hi, hn::LoadU(d, scale + c_hi), hn::LoadU(d, min + c_hi)), d, to + c_hi);
+        } else {
+          hn::StoreU(hn::MulAdd(lo, gs, gm), d, to + c_lo);
+          hn::StoreU(hn::MulAdd(hi, gs, gm), d, to + c_hi);
+        }
+      }
+    }
+    return;
+  }
+#endif
+  (void)d;
+  for (index_t c = 0; c < dim; ++c) {
+    const index_t at = per_channel ? c : c / 32;
+    to[c] = quant::q4_value(quant::q4_code(codes, c), scale[at], min[at]);
+  }
+}
+
+// Rows [j0, j0 + cnt) of key head hk of batch entry b widened into x.scratch (cnt within one run).
+template <class D>
+TileRows<float> Widen(D d, const WidenedRows& x, index_t b, index_t hk, index_t j0, index_t cnt) {
+  const KvRows& r = *x.rows;
+  const index_t dim = x.cols;
+  if (r.tails != nullptr && j0 >= r.tail_from[b]) {  // the KIVI tail: bfloat16
+    const auto* tail = reinterpret_cast<const bfloat16*>(r.tails[b]) + (hk * 32 + j0 - r.tail_from[b]) * r.sR;
+    for (index_t jj = 0; jj < cnt; ++jj)
+      simd::HWY_NAMESPACE::WidenArray(tail + jj * r.sR, x.scratch + jj * dim, static_cast<std::size_t>(dim));
+    return {x.scratch, dim};
+  }
+  for (index_t jj = 0; jj < cnt; ++jj) {
+    const index_t j = j0 + jj, block = b * r.table_stride + j / r.block_size, at = hk * r.sH + j % r.block_size * r.sR;
+    const std::uint8_t* codes = static_cast<const std::uint8_t*>(r.blocks[block]) + at / 2;
+    const bool per_channel = r.type == KvType::i4_channels;
+    const index_t group = per_channel ? hk * r.sH / 32 + j % r.block_size / 32 * r.sR : at / 32;
+    WidenQ4Row(d, codes, r.scale_blocks[block] + group, r.min_blocks[block] + group, per_channel, dim, x.scratch + jj * dim);
+  }
+  return {x.scratch, dim};
+}
 
 // Tiles outer, key heads and query rows inner: each tile of keys and values is read from memory once
 // and serves every row of every query head of its key head's group from the cache; the task's key
@@ -497,16 +571,21 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t hea
       end = std::max(end, a.mask.d2l_fill ? k1 : std::min(k1, rm.end));
     }
   HWY_ALIGN T s[kDecodeTile];  // a row's scores of the tile, then its weights
-  auto tile_size = [&](index_t j0) { return std::min({kDecodeTile, end - j0, run_of(ks, j0), run_of(vs, j0)}); };
+  auto tile_size = [&](index_t j0) { return std::min({kDecodeTile, end - j0, run_of(ks, b, j0), run_of(vs, b, j0)}); };
   for (index_t j0 = begin, cnt = 0; j0 < end; j0 += cnt) {
     cnt = tile_size(j0);
     for (index_t hk = hk0; hk < hk1; ++hk) {
-      const TileRows<E> keys = tile_of<E>(ks, b, hk, j0), vals = tile_of<E>(vs, b, hk, j0);
+      TileRows<E> keys, vals;
       NextRows<E> next_keys;  // the keys read next: the next head's of this tile, or the next tile's
-      if (hk + 1 < hk1) {
-        next_keys = {tile_of<E>(ks, b, hk + 1, j0), cnt, a.q.C};
-      } else if (j0 + cnt < end) {
-        next_keys = {tile_of<E>(ks, b, hk0, j0 + cnt), tile_size(j0 + cnt), a.q.C};
+      if constexpr (std::is_same_v<Source, WidenedRows>) {  // widened into scratch: nothing to ask for ahead
+        keys = Widen(d, ks, b, hk, j0, cnt), vals = Widen(d, vs, b, hk, j0, cnt);
+      } else {
+        keys = tile_of<E>(ks, b, hk, j0), vals = tile_of<E>(vs, b, hk, j0);
+        if (hk + 1 < hk1) {
+          next_keys = {tile_of<E>(ks, b, hk + 1, j0), cnt, a.q.C};
+        } else if (j0 + cnt < end) {
+          next_keys = {tile_of<E>(ks, b, hk0, j0 + cnt), tile_size(j0 + cnt), a.q.C};
+        }
       }
       for (index_t h = hk * a.group; h < (hk + 1) * a.group; ++h)
         for (index_t i = 0; i < n; ++i) {
@@ -533,6 +612,14 @@ void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t heads, i
         case KvType::i8: return DecodeChunkFrom<std::int8_t>(p, b, hk, heads, chunk, *p.keys, *p.values);
         case KvType::f8e4m3: return DecodeChunkFrom<detail::float8_e4m3>(p, b, hk, heads, chunk, *p.keys, *p.values);
         case KvType::f8e5m2: return DecodeChunkFrom<detail::float8_e5m2>(p, b, hk, heads, chunk, *p.keys, *p.values);
+        case KvType::i4:
+        case KvType::i4_channels: {
+          thread_local std::vector<float> scratch;  // a widened tile of keys, then of values
+          const index_t dk = p.f.plan->q.C, dv = p.f.plan->v.C;
+          scratch.resize(static_cast<std::size_t>(kWidenTile * (dk + dv)));
+          return DecodeChunkFrom<float>(p, b, hk, heads, chunk, WidenedRows{p.keys, scratch.data(), dk},
+                                        WidenedRows{p.values, scratch.data() + kWidenTile * dk, dv});
+        }
       }
     }
   }
