@@ -1,5 +1,5 @@
 // The 16-bit and int8 cases of `attn bench`: bfloat16 and float16 forward and decode, the int8
-// forward and the int8 cache's decode through the public API,
+// forward and the int8, float8 and 4-bit caches' decode through the public API,
 // each against the float32 call on the same values run in the same process (the "unfused" column:
 // float32; the two interleaved), so the ratio is measured. Decode reads its 16-bit keys and values
 // in place (half the bytes of float32); the forward runs the fused 16-bit kernel (keys and values
@@ -32,6 +32,8 @@ Tensor<H> narrowed(const Tensor<float>& t) {
 // 4 units of each storage type's roundoff: bfloat16 2^-8, float16 2^-11, int8 (q8_0) 1/254 of a
 // group's largest magnitude.
 constexpr double kBf16Tolerance = 4.0 / 256, kF16Tolerance = 4.0 / 2048, kInt8Tolerance = 4.0 / 254;
+// int4 (q4_1) and int4_kivi: 4 units of a group's rounding, (max - lo) / 30 <= max|x| / 15.
+constexpr double kInt4Tolerance = 4.0 / 15;
 
 template <class H>
 struct HalfData {
@@ -166,14 +168,24 @@ BenchCase cache_decode_case(const char* type, attn::KvDtype dtype, index_t B, in
   BenchCase c;
   c.name = std::string("sdpa decode ") + type + " (" + std::to_string(B) + ",1," + std::to_string(m) + "," + std::to_string(d) + ")";
   const bool eight_bit_float = dtype == attn::KvDtype::float8_e4m3 || dtype == attn::KvDtype::float8_e5m2;
-  const double bytes_per_value = dtype == attn::KvDtype::int8 ? 1.0 + 4.0 / 32 : eight_bit_float ? 1.0 : 2.0;
+  const bool four_bit = dtype == attn::KvDtype::int4 || dtype == attn::KvDtype::int4_kivi;
+  // 4-bit: half a byte a value and a float32 scale and minimum a group of 32 (int4_kivi's bfloat16
+  // tail of m % 32 tokens is not counted: none at m a multiple of 32).
+  const double bytes_per_value = dtype == attn::KvDtype::int8 ? 1.0 + 4.0 / 32
+                                 : four_bit                   ? 0.5 + 8.0 / 32
+                                 : eight_bit_float            ? 1.0
+                                                              : 2.0;
   c.bytes = static_cast<double>(B) * (2.0 * m * d * bytes_per_value + 8.0 * d);
-  c.formula = "bytes of the cache's keys and values (int8 with its scales), queries and out; float32 in the unfused column";
+  c.formula = "bytes of the cache's keys and values (int8 and int4 with their scales and minima), queries and out; "
+              "float32 in the unfused column";
   c.flops = 4.0 * static_cast<double>(B) * m * d;
   // float8: a value within 2^-4 (e4m3) or 2^-3 (e5m2) of the float32 one, relatively (kv_cache.hpp).
+  // int4 and int4_kivi: within (max - lo) / 30 of it, a group's range over 30, at most 2 max|x| / 30
+  // = max|x| / 15 (int4_kivi's quantizing of bfloat16 values adds 2^-9 of max|x| at most).
   c.tolerance = dtype == attn::KvDtype::int8          ? kInt8Tolerance
                 : dtype == attn::KvDtype::float8_e4m3 ? 4.0 / 16
                 : dtype == attn::KvDtype::float8_e5m2 ? 4.0 / 8
+                : four_bit                            ? kInt4Tolerance
                                                       : kBf16Tolerance;
   c.prepare = [s, dtype, B, m, d] {
     s->q = uniform({B, 1, 1, d}, 1), s->k = uniform({B, 1, m, d}, 2), s->v = uniform({B, 1, m, d}, 3);
@@ -237,6 +249,8 @@ std::vector<BenchCase> half_cases() {
           cache_decode_case("int8", attn::KvDtype::int8, 32, 8192, 128),
           cache_decode_case("bf16 cache", attn::KvDtype::bfloat16, 32, 8192, 128),
           cache_decode_case("float8_e4m3 cache", attn::KvDtype::float8_e4m3, 32, 8192, 128),
+          cache_decode_case("int4 cache", attn::KvDtype::int4, 32, 8192, 128),
+          cache_decode_case("int4_kivi cache", attn::KvDtype::int4_kivi, 32, 8192, 128),
           cache_append_case(32, 8, 128)};
 }
 
