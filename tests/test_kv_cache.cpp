@@ -662,6 +662,124 @@ TEST(KvCacheInt8, RoundsTiesToEvenAndHugeKeysStayFinite) {
     }
 }
 
+// 4-bit caches: every stored value within the stated bound of the one appended ((max - min) / 30 of
+// its group, up to float32's rounding: here 2^-20 of max|x|), int4 per row, int4_kivi keys per
+// channel over 32 tokens and values per row from the bfloat16 values, its newest tokens exactly
+// their bfloat16 rounding; on keys with outlier channels, as real models have. The bytes as stated.
+TEST(KvCacheInt4, StoredValuesWithinTheStatedBound) {
+  const index_t L = 75, d = 64;
+  Tensor<float> k = random_tensor<float>({1, L, d}, 600, -1, 1), v = random_tensor<float>({1, L, d}, 601, -1, 1);
+  for (index_t r = 0; r < L; ++r) k(0, r, 3) *= 30, k(0, r, 40) *= 30;
+  for (const KvDtype type : {KvDtype::int4, KvDtype::int4_kivi}) {
+    const bool kivi = type == KvDtype::int4_kivi;
+    KvCache cache(1, 1, d, {.dtype = type, .block_size = 64});
+    cache.append(0, k.view(), v.view());
+    EXPECT_EQ(cache.bytes(), 2u * (2 * (64 * d / 2) + 2 * 2 * (64 * d / 32) * sizeof(float)));  // two blocks
+    for (const bool of_values : {false, true}) {
+      const Tensor<float>& given = of_values ? v : k;
+      const Tensor<float> got = of_values ? cache.values(0) : cache.keys(0);
+      // The group of (r, c): 32 channels of row r, or (int4_kivi keys) channel c of 32 tokens.
+      auto range_of = [&](index_t r, index_t c, const Tensor<float>& x) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (index_t i = 0; i < 32; ++i) {
+          const float e = kivi && !of_values ? x(0, r / 32 * 32 + i, c) : x(0, r, c / 32 * 32 + i);
+          lo = std::min(lo, e), hi = std::max(hi, e);
+        }
+        return hi - lo;
+      };
+      Tensor<float> rounded = given;  // int4_kivi quantizes the bfloat16 values
+      if (kivi)
+        for (float& e : rounded.values()) e = to_float(to_bfloat16(e));
+      for (index_t r = 0; r < L; ++r)
+        for (index_t c = 0; c < d; ++c) {
+          if (kivi && r >= L / 32 * 32) {  // the tail: bfloat16
+            ASSERT_EQ(got(0, r, c), rounded(0, r, c)) << r << ", " << c;
+            continue;
+          }
+          const double bound = range_of(r, c, rounded) / 30.0 + 0x1p-20 * 30;
+          ASSERT_LE(std::abs(static_cast<double>(got(0, r, c)) - rounded(0, r, c)), bound)
+              << type_name(type) << (of_values ? " values" : " keys") << " (" << r << ", " << c << ")";
+        }
+    }
+  }
+}
+
+// int4_kivi's tail through truncate and growth: a cut inside a full group keeps its first tokens as
+// they read back, in bfloat16, and the group, filled again, is quantized from those and the new
+// tokens; commit_tree and reset over it; every state against kivi_stored of the rows it holds.
+TEST(KvCacheInt4, KiviTruncateInsideAGroupKeepsTheRowsAsTheyReadBack) {
+  const index_t d = 32;
+  KvCache cache(1, 1, d, {.dtype = KvDtype::int4_kivi, .block_size = 32});
+  const Tensor<float> k = random_tensor<float>({1, 70, d}, 610, -2, 2), v = random_tensor<float>({1, 70, d}, 611);
+  cache.append(0, k.view(), v.view());
+  const Tensor<float> before_k = cache.keys(0), before_v = cache.values(0);
+  cache.truncate(0, 40);  // inside the full group of tokens 32 to 63
+  const Tensor<float> cut_k = cache.keys(0), cut_v = cache.values(0);
+  for (index_t r = 0; r < 40; ++r)
+    for (index_t c = 0; c < d; ++c) {
+      const float want_k = r < 32 ? before_k(0, r, c) : to_float(to_bfloat16(before_k(0, r, c)));
+      const float want_v = r < 32 ? before_v(0, r, c) : to_float(to_bfloat16(before_v(0, r, c)));
+      ASSERT_EQ(cut_k(0, r, c), want_k) << r << ", " << c;
+      ASSERT_EQ(cut_v(0, r, c), want_v) << r << ", " << c;
+    }
+  const Tensor<float> more_k = random_tensor<float>({1, 30, d}, 612, -2, 2), more_v = random_tensor<float>({1, 30, d}, 613);
+  cache.append(0, more_k.view(), more_v.view());  // 70 tokens: tokens 32 to 63 a full group again
+  // The rows held: tokens 0 to 31 as first appended, 32 to 39 as they read back after the cut, then the new ones.
+  Tensor<float> want_k({1, 70, d}), want_v({1, 70, d});
+  for (index_t r = 0; r < 70; ++r)
+    for (index_t c = 0; c < d; ++c) {
+      want_k(0, r, c) = r < 32 ? k(0, r, c) : r < 40 ? cut_k(0, r, c) : more_k(0, r - 40, c);
+      want_v(0, r, c) = r < 32 ? v(0, r, c) : r < 40 ? cut_v(0, r, c) : more_v(0, r - 40, c);
+    }
+  // kivi_stored of the rows held: tokens 0 to 31 as first appended (their group never changed).
+  EXPECT_EQ(cache.keys(0).values(), kivi_stored(want_k, false).values());
+  EXPECT_EQ(cache.values(0).values(), kivi_stored(want_v, true).values());
+  // Decoding over it in place, against the reference over what it holds.
+  const Tensor<float> q = random_tensor<float>({2, 1, d}, 614, -2, 2);
+  Tensor<float> out({2, 1, d});
+  cache.attend(out.view(), 0, q.view());
+  const Tensor<float> keys = cache.keys(0), values = cache.values(0);
+  auto reference = [&]<class T>() {
+    const Tensor<T> q4 = convert<T>(q), k4 = convert<T>(keys), v4 = convert<T>(values);
+    Tensor<T> r({1, 2, 1, d});
+    Mask<T> mask;
+    mask.causal = Causal::bottom_right, mask.align = Align::bottom_right;
+    sdpa_forward<T>(r.view(), {}, {}, TensorView<const T>(q4.data(), {1, 2, 1, d}), TensorView<const T>(k4.data(), {1, 1, 70, d}),
+                    TensorView<const T>(v4.data(), {1, 1, 70, d}), mask, {});
+    return Tensor<T>({2, 1, d}, std::vector<T>(r.values().begin(), r.values().end()));
+  };
+  Tensor<double> oracle;
+  Tensor<float> ref32;
+  {
+    ScopedBackend ref(Backend::reference);
+    oracle = reference.operator()<double>();
+    ref32 = reference.operator()<float>();
+  }
+  EXPECT_TRUE(testing::within_error_budget(out, ref32, oracle));
+  cache.reset(0);
+  EXPECT_EQ(cache.length(0), 0);
+  cache.append(0, more_k.view(), more_v.view());  // 30 tokens: all in the tail again
+  EXPECT_EQ(cache.keys(0).values(), kivi_stored(more_k, false).values());
+}
+
+TEST(KvCacheInt4, BadInputIsNamed) {
+  testing::expect_error([&] { KvCache bad(1, 1, 48, {.dtype = KvDtype::int4}); }, {"head_dim is 48", "int4 cache", "multiple of 32"});
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::int4_kivi, .block_size = 48}); },
+                        {"block_size is 48", "int4_kivi", "multiple of 32"});
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::int4, .k_scale = {2}}); }, {"k_scale holds 2", "float8"});
+  for (const KvDtype type : {KvDtype::int4, KvDtype::int4_kivi}) {
+    KvCache cache(2, 1, 32, {.dtype = type, .block_size = 32});
+    Tensor<float> bad({1, 1, 32}), fine({1, 1, 32});
+    bad[7] = 1e38f;
+    testing::expect_error([&] { cache.append(1, bad.view(), fine.view()); },
+                          {"sequence 1 was given keys holding 1e+38", "magnitude up to 2^126"});
+    bad[7] = NAN;
+    testing::expect_error([&] { cache.append(0, fine.view(), bad.view()); }, {"values holding nan"});
+    EXPECT_EQ(cache.length(0), 0);
+    EXPECT_EQ(cache.length(1), 0);
+  }
+}
+
 TEST(KvCacheBlocks, TruncateResetAndAppendReuseBlocks) {
   KvCache cache(2, kKvHeads, kDim, {.dtype = KvDtype::bfloat16, .block_size = kBlock});
   const Tensor<float> k = random_tensor<float>({kKvHeads, 40, kDim}, 1), v = random_tensor<float>({kKvHeads, 40, kDim}, 2);

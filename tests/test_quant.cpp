@@ -3,12 +3,16 @@
 // zeros, one huge value, float32's largest value, tiny and subnormal values, partial last blocks and
 // non-finite values; the 16-bit query rounding (r = round(q / sigma) to nearest even, sigma = max|q|
 // / 32767) and the rows it leaves as given. Registered for every SIMD target (round_query is
-// compiled once per target).
+// compiled once per target). The 4-bit format (cpu/quant/q4.hpp): codes, scale and minimum of a group
+// against float64 formulas, the nibble layout, and values at the group's ends, constant groups and
+// the largest magnitude a cache stores.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
+#include "cpu/quant/q4.hpp"
 #include "cpu/quant/q8_0.hpp"
 #include "cpu/simd/dispatch.hpp"
 #include "support/testing.hpp"
@@ -217,6 +221,82 @@ TEST(QueryRounding, RowsUsedAsGiven) {
     std::vector<std::int16_t> r(static_cast<std::size_t>(d));
     EXPECT_GT(cpu::quant::round_query(target, q.data(), d, r.data()), 0.0f);
     EXPECT_EQ(r[0], 32767);
+  }
+}
+
+}  // namespace
+}  // namespace attn
+
+namespace attn {
+namespace {
+
+// A group quantized (q4_quantize, strided) against float64: lo the minimum exactly, the scale (max -
+// lo) / 15 up to float32's rounding, each code within 1/2 (plus float32's rounding) of (x - lo) /
+// scale and in [0, 15], the ends exact (the minimum's code 0, the maximum's 15), and each value
+// q4_value within scale / 2 of x up to a few ulp of max|x|.
+void check_group(const std::vector<float>& x, index_t stride) {
+  std::vector<std::uint8_t> codes(32);
+  float scale = 0, min = 0;
+  cpu::quant::q4_quantize(x.data(), stride, codes.data(), scale, min);
+  double lo = INFINITY, hi = -INFINITY, top = 0;
+  for (index_t i = 0; i < 32; ++i) {
+    const double e = x[static_cast<std::size_t>(i * stride)];
+    lo = std::min(lo, e), hi = std::max(hi, e), top = std::max(top, std::abs(e));
+  }
+  ASSERT_EQ(min, lo);
+  EXPECT_NEAR(scale, (hi - lo) / 15, (hi - lo) / 15 * 0x1p-23);
+  for (index_t i = 0; i < 32; ++i) {
+    const double e = x[static_cast<std::size_t>(i * stride)];
+    const unsigned code = codes[static_cast<std::size_t>(i)];
+    ASSERT_LE(code, 15u);
+    if (scale == 0) {
+      EXPECT_EQ(code, 0u);
+      continue;
+    }
+    EXPECT_LE(std::abs((e - lo) / scale - code), 0.5 + 1e-5) << i;
+    if (e == lo) EXPECT_EQ(code, 0u);
+    if (e == hi) EXPECT_EQ(code, 15u);
+    EXPECT_LE(std::abs(cpu::quant::q4_value(code, scale, min) - e), scale / 2.0 + top * 0x1p-21) << i;
+  }
+}
+
+TEST(Q4, GroupsAgainstTheFormula) {
+  const Tensor<float> x = random_tensor<float>({32 * 5}, 70, -3, 3);
+  std::vector<float> v(x.data(), x.data() + 32 * 5);
+  check_group(v, 1);
+  check_group(v, 5);  // a channel of 32 tokens: every fifth value
+  std::vector<float> same(32, 2.5f);  // a constant group: scale 0, every code 0, every value exact
+  check_group(same, 1);
+  std::vector<float> wide(32, 0.0f);
+  wide[3] = -0x1p126f, wide[9] = 0x1p126f;  // the largest range a cache stores: finite
+  check_group(wide, 1);
+  std::vector<std::uint8_t> codes(32);
+  float scale = 0, min = 0;
+  cpu::quant::q4_quantize(wide.data(), 1, codes.data(), scale, min);
+  EXPECT_TRUE(std::isfinite(scale));
+  EXPECT_TRUE(std::isfinite(cpu::quant::q4_value(codes[9], scale, min)));  // the largest value reads back finite
+}
+
+// The layout: value c of a row at byte (c / 32) 16 + c % 16, low nibble for c % 32 < 16; pack and
+// unpack agree with q4_quantize group by group.
+TEST(Q4, RowLayoutAndRoundTrip) {
+  const index_t d = 96;
+  const Tensor<float> x = random_tensor<float>({d}, 71, -1, 1);
+  std::vector<std::uint8_t> row(d / 2);
+  std::vector<float> scales(d / 32), mins(d / 32), back(d);
+  cpu::quant::q4_pack_row(x.data(), d, row.data(), scales.data(), mins.data());
+  cpu::quant::q4_unpack_row(row.data(), scales.data(), mins.data(), d, back.data());
+  for (index_t g = 0; g < d / 32; ++g) {
+    std::vector<std::uint8_t> codes(32);
+    float scale = 0, min = 0;
+    cpu::quant::q4_quantize(x.data() + g * 32, 1, codes.data(), scale, min);
+    EXPECT_EQ(scale, scales[static_cast<std::size_t>(g)]);
+    EXPECT_EQ(min, mins[static_cast<std::size_t>(g)]);
+    for (index_t i = 0; i < 32; ++i) {
+      const std::uint8_t byte = row[static_cast<std::size_t>(g * 16 + i % 16)];
+      EXPECT_EQ(i < 16 ? byte & 0xF : byte >> 4, codes[static_cast<std::size_t>(i)]) << g << ", " << i;
+      EXPECT_EQ(back[static_cast<std::size_t>(g * 32 + i)], cpu::quant::q4_value(codes[static_cast<std::size_t>(i)], scale, min));
+    }
   }
 }
 
