@@ -19,10 +19,10 @@
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
-#include "cpu/quant/q4.hpp"
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/gemm-inl.h"
 #include "cpu/simd/half-inl.h"
+#include "cpu/simd/kv_rows-inl.h"
 #include "cpu/simd/score_mods-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -482,65 +482,11 @@ struct WidenedRows {
 };
 inline index_t run_of(const WidenedRows& x, index_t b, index_t j) { return std::min(kWidenTile, x.rows->run(b, j)); }
 
-// to[0, dim) = a packed 4-bit row (q4.hpp's layout) as floats, code x scale + min by one fused
-// multiply-add (q4_value): one scale and min per 32 values (scale[c / 32]), or per value
-// (per_channel: scale[c]). 16 bytes widen to 32 values: the low nibbles are values 0 to 15, the
-// high ones 16 to 31. Targets without a native FMA widen with std::fma, for the same floats.
-template <class D>
-HWY_INLINE void WidenQ4Row(D d, const std::uint8_t* HWY_RESTRICT codes, const float* HWY_RESTRICT scale,
-                           const float* HWY_RESTRICT min, bool per_channel, index_t dim, float* HWY_RESTRICT to) {
-#if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
-  if constexpr (hn::MaxLanes(d) <= 16) {
-    const hn::Rebind<std::uint8_t, D> d8;
-    const hn::RebindToSigned<D> di;
-    const index_t L = static_cast<index_t>(hn::Lanes(d));
-    const auto low = hn::Set(d8, std::uint8_t{0x0F});
-    for (index_t g = 0; g < dim; g += 32) {
-      const std::uint8_t* group = codes + g / 2;
-      const auto gs = hn::Set(d, scale[g / 32]), gm = hn::Set(d, min[g / 32]);
-      for (index_t i = 0; i < 16; i += L) {
-        const auto bytes = hn::LoadU(d8, group + i);
-        const auto lo = hn::ConvertTo(d, hn::PromoteTo(di, hn::And(bytes, low)));
-        const auto hi = hn::ConvertTo(d, hn::PromoteTo(di, hn::ShiftRight<4>(bytes)));
-        const index_t c_lo = g + i, c_hi = g + 16 + i;
-        if (per_channel) {
-          hn::StoreU(hn::MulAdd(lo, hn::LoadU(d, scale + c_lo), hn::LoadU(d, min + c_lo)), d, to + c_lo);
-          hn::StoreU(hn::MulAdd(hi, hn::LoadU(d, scale + c_hi), hn::LoadU(d, min + c_hi)), d, to + c_hi);
-        } else {
-          hn::StoreU(hn::MulAdd(lo, gs, gm), d, to + c_lo);
-          hn::StoreU(hn::MulAdd(hi, gs, gm), d, to + c_hi);
-        }
-      }
-    }
-    return;
-  }
-#endif
-  (void)d;
-  for (index_t c = 0; c < dim; ++c) {
-    const index_t at = per_channel ? c : c / 32;
-    to[c] = quant::q4_value(quant::q4_code(codes, c), scale[at], min[at]);
-  }
-}
-
 // Rows [j0, j0 + cnt) of key head hk of batch entry b widened into x.scratch (cnt within one run).
 template <class D>
 TileRows<float> Widen(D d, const WidenedRows& x, index_t b, index_t hk, index_t j0, index_t cnt) {
-  const KvRows& r = *x.rows;
-  const index_t dim = x.cols;
-  if (r.tails != nullptr && j0 >= r.tail_from[b]) {  // the KIVI tail: bfloat16
-    const auto* tail = reinterpret_cast<const bfloat16*>(r.tails[b]) + (hk * 32 + j0 - r.tail_from[b]) * r.sR;
-    for (index_t jj = 0; jj < cnt; ++jj)
-      simd::HWY_NAMESPACE::WidenArray(tail + jj * r.sR, x.scratch + jj * dim, static_cast<std::size_t>(dim));
-    return {x.scratch, dim};
-  }
-  for (index_t jj = 0; jj < cnt; ++jj) {
-    const index_t j = j0 + jj, block = b * r.table_stride + j / r.block_size, at = hk * r.sH + j % r.block_size * r.sR;
-    const std::uint8_t* codes = static_cast<const std::uint8_t*>(r.blocks[block]) + at / 2;
-    const bool per_channel = r.type == KvType::i4_channels;
-    const index_t group = per_channel ? hk * r.sH / 32 + j % r.block_size / 32 * r.sR : at / 32;
-    WidenQ4Row(d, codes, r.scale_blocks[block] + group, r.min_blocks[block] + group, per_channel, dim, x.scratch + jj * dim);
-  }
-  return {x.scratch, dim};
+  WidenRows(d, *x.rows, b, hk, j0, cnt, x.cols, x.scratch);
+  return {x.scratch, x.cols};
 }
 
 // Tiles outer, key heads and query rows inner: each tile of keys and values is read from memory once
