@@ -669,11 +669,16 @@ void nw_case(Bytes& in) {
 void kv_cache_case(Bytes& in) {
   static constexpr index_t kBatch[6] = {1, 1, 2, 3, 0, -1}, kHeads[5] = {1, 2, 1, 3, 0};
   static constexpr index_t kDim[9] = {1, 2, 3, 4, 8, 32, 64, 0, 33};
-  static constexpr index_t kBlock[9] = {1, 2, 3, 4, 16, 256, 0, -1, index_t(1) << 30}, kCapacity[8] = {0, 0, 1, 2, 3, 5, 8, -1};
+  // 32 and 64: head_dim as int8 and the 4-bit types need it (a multiple of 32); block sizes 32 and
+  // 256 as int4_kivi needs them (a multiple of 32: a key group's 32 tokens lie in one block).
+  static constexpr index_t kBlock[10] = {1, 2, 3, 4, 16, 256, 0, -1, index_t(1) << 30, 32};
+  static constexpr index_t kCapacity[8] = {0, 0, 1, 2, 3, 5, 8, -1};
   const index_t batch = kBatch[in.pick(6)], kvh = kHeads[in.pick(5)], hd = kDim[in.pick(9)];
   attn::KvCacheOptions options;
-  options.dtype = static_cast<attn::KvDtype>(in.pick(6));
-  options.block_size = kBlock[in.pick(9)], options.capacity = kCapacity[in.pick(8)], options.grow = !in.chance(60);
+  options.dtype = static_cast<attn::KvDtype>(in.pick(8));  // every KvDtype, float32 .. int4_kivi
+  options.block_size = kBlock[in.pick(10)], options.capacity = kCapacity[in.pick(8)], options.grow = !in.chance(60);
+  const bool four_bit = options.dtype == attn::KvDtype::int4 || options.dtype == attn::KvDtype::int4_kivi;
+  const bool kivi = options.dtype == attn::KvDtype::int4_kivi;
   std::optional<attn::KvCache> cache;
   if (!computes([&] { cache.emplace(batch, kvh, hd, options); })) return;
   // shadow[seq][token]: the token's keys then values, (kv_heads, head_dim) each, as appended.
@@ -694,21 +699,102 @@ void kv_cache_case(Bytes& in) {
       shadow[static_cast<std::size_t>(seq)].push_back(std::move(token));
     }
   };
+  // Tokens appended: 0 to 3, or for int4_kivi now and then 29 to 32, so that its key groups of 32
+  // tokens fill (and are quantized from the bfloat16 tail) at every phase.
+  auto tokens_to_append = [&] { return in.pick(4) + (kivi && in.chance(64) ? index_t(29) : index_t(0)); };
+  // A 4-bit cache refuses keys or values that are not finite or beyond 2^126 in magnitude (their
+  // group's range, max - min, would overflow float32): one it accepted held none.
+  auto accepted = [&](const std::vector<double>& k, const std::vector<double>& v) {
+    if (!four_bit) return;
+    for (const auto* x : {&k, &v})
+      for (double e : *x)
+        if (!(std::abs(e) <= 0x1p126)) {
+          std::fprintf(stderr, "api_fuzz: KvCache: a %s cache accepted %.9g\n", kivi ? "int4_kivi" : "int4", e);
+          broken("a 4-bit KvCache refuses values that are not finite or beyond 2^126");
+        }
+  };
+  // What the cache returns for sequence b is what was appended, within the storage type's rounding.
+  auto check_stored = [&](index_t b) {
+    const Tensor<float> ks = cache->keys(b), vs = cache->values(b);
+    const auto& tokens = shadow[static_cast<std::size_t>(b)];
+    const index_t L = static_cast<index_t>(tokens.size());
+    const index_t tail = kivi ? L / 32 * 32 : L;  // int4_kivi: tokens from here on are kept in bfloat16
+    // A 4-bit group's rounding, (max - lo) / 30, with float32's of the scale, the codes' product and
+    // the fused multiply-add (a few ulp of the group's largest magnitude); over bfloat16 values for
+    // int4_kivi (a group's max and lo move by 2^-8 of theirs at most).
+    auto q4_bound = [&](double top, double lo, bool bf16) {
+      const double range = top - lo + (bf16 ? (std::abs(top) + std::abs(lo)) / 256 : 0.0);
+      return range / 30 + std::max(std::abs(top), std::abs(lo)) * 0x1p-18 + 0x1p-140;
+    };
+    for (index_t r = 0; r < L; ++r)
+      for (int which = 0; which < 2; ++which)
+        for (index_t h = 0; h < kvh; ++h)
+          for (index_t c = 0; c < hd; ++c) {
+            const std::vector<double>& token = tokens[static_cast<std::size_t>(r)];
+            const auto at = [&](index_t e) { return static_cast<std::size_t>((which * kvh + h) * hd + e); };
+            const double want = token[at(c)];
+            const double got = (which == 0 ? ks : vs).data()[(h * L + r) * hd + c];
+            double bound = 0;
+            switch (options.dtype) {
+              case attn::KvDtype::float32: bound = 0; break;
+              case attn::KvDtype::bfloat16: bound = std::abs(want) / 256; break;
+              case attn::KvDtype::float16: bound = std::abs(want) / 2048 + 3e-8; break;
+              // Scale 1: half a step of 3 or 2 mantissa bits, or of the subnormals (kv_cache.hpp).
+              case attn::KvDtype::float8_e4m3: bound = std::abs(want) / 16 + 0x1p-10; break;
+              case attn::KvDtype::float8_e5m2: bound = std::abs(want) / 8 + 0x1p-17; break;
+              case attn::KvDtype::int8: {
+                double top = 0;
+                for (index_t e = c / 32 * 32; e < c / 32 * 32 + 32; ++e) top = std::max(top, std::abs(token[at(e)]));
+                bound = top / 254 * (1 + 1e-5);
+                break;
+              }
+              case attn::KvDtype::int4: {  // the 32 values of the row's group
+                double top = -HUGE_VAL, lo = HUGE_VAL;
+                for (index_t e = c / 32 * 32; e < c / 32 * 32 + 32; ++e) top = std::max(top, token[at(e)]), lo = std::min(lo, token[at(e)]);
+                bound = q4_bound(top, lo, false);
+                break;
+              }
+              case attn::KvDtype::int4_kivi: {
+                bound = std::abs(want) / 256;  // bfloat16, in the tail or before its group was quantized
+                if (r >= tail) break;
+                double top = -HUGE_VAL, lo = HUGE_VAL;
+                if (which == 0)  // keys: channel c of the group's 32 tokens
+                  for (index_t i = r / 32 * 32; i < r / 32 * 32 + 32; ++i) {
+                    const double x = tokens[static_cast<std::size_t>(i)][at(c)];
+                    top = std::max(top, x), lo = std::min(lo, x);
+                  }
+                else  // values: per token, as int4
+                  for (index_t e = c / 32 * 32; e < c / 32 * 32 + 32; ++e) top = std::max(top, token[at(e)]), lo = std::min(lo, token[at(e)]);
+                bound += q4_bound(top, lo, true);
+                break;
+              }
+            }
+            if (!(std::abs(got - want) <= bound)) {
+              std::fprintf(stderr, "api_fuzz: KvCache: sequence %lld token %lld head %lld element %lld is %.9g but %.9g was appended\n",
+                           static_cast<long long>(b), static_cast<long long>(r), static_cast<long long>(h), static_cast<long long>(c), got, want);
+              broken("KvCache::keys and values return what was appended");
+            }
+          }
+  };
   const int steps = 1 + in.pick(8);
   for (int step = 0; step < steps; ++step) {
     const std::vector<index_t> before = lengths();
     switch (in.pick(6)) {
       case 0: {  // append to one sequence
-        const index_t seq = pick_seq(), t = in.pick(4);
+        const index_t seq = pick_seq(), t = tokens_to_append();
         const Strided<float> k = input<float>(in, {kvh, t, hd}, false), v = input<float>(in, {kvh, t, hd}, false);
-        if (computes([&] { cache->append(seq, k.cview(), v.cview()); })) remember(seq, k.values(), v.values(), t, 0);
+        if (computes([&] { cache->append(seq, k.cview(), v.cview()); })) {
+          accepted(k.values(), v.values());
+          remember(seq, k.values(), v.values(), t, 0);
+        }
         break;
       }
       case 1: {  // append to every sequence
-        const index_t t = in.pick(4);
+        const index_t t = tokens_to_append();
         const Strided<float> k = input<float>(in, {batch, kvh, t, hd}, false), v = input<float>(in, {batch, kvh, t, hd}, false);
         if (computes([&] { cache->append(k.cview(), v.cview()); })) {
           const std::vector<double> kv = k.values(), vv = v.values();
+          accepted(kv, vv);
           for (index_t b = 0; b < batch; ++b) remember(b, kv, vv, t, b * kvh * t * hd);
         }
         break;
@@ -786,7 +872,22 @@ void kv_cache_case(Bytes& in) {
         const int where = kWhere[in.pick(5)];
         const index_t now = seq >= 0 && seq < batch ? before[static_cast<std::size_t>(seq)] : 0;
         const index_t length = where == 0 ? 0 : where == 1 ? now / 2 : where == 2 ? now : where == 3 ? now + 1 : -1;
-        if (computes([&] { cache->truncate(seq, length); })) shadow[static_cast<std::size_t>(seq)].resize(static_cast<std::size_t>(length));
+        // int4_kivi: a truncate inside a full group keeps its first tokens as they read back (rounded to
+        // bfloat16, in the tail again), so they are checked first and the shadow takes them as read.
+        if (kivi && !in.special && seq >= 0 && seq < batch) check_stored(seq);
+        if (computes([&] { cache->truncate(seq, length); })) {
+          auto& tokens = shadow[static_cast<std::size_t>(seq)];
+          tokens.resize(static_cast<std::size_t>(length));
+          if (kivi) {
+            const Tensor<float> ks = cache->keys(seq), vs = cache->values(seq);
+            for (index_t r = length / 32 * 32; r < length; ++r)
+              for (int which = 0; which < 2; ++which)
+                for (index_t h = 0; h < kvh; ++h)
+                  for (index_t c = 0; c < hd; ++c)
+                    tokens[static_cast<std::size_t>(r)][static_cast<std::size_t>((which * kvh + h) * hd + c)] =
+                        (which == 0 ? ks : vs).data()[(h * length + r) * hd + c];
+          }
+        }
         break;
       }
       default: {  // reset
@@ -804,41 +905,7 @@ void kv_cache_case(Bytes& in) {
       }
   }
   if (in.special) return;
-  // What the cache returns is what was appended, within the storage type's rounding.
-  for (index_t b = 0; b < batch; ++b) {
-    const Tensor<float> ks = cache->keys(b), vs = cache->values(b);
-    const auto& tokens = shadow[static_cast<std::size_t>(b)];
-    const index_t L = static_cast<index_t>(tokens.size());
-    for (index_t r = 0; r < L; ++r)
-      for (int which = 0; which < 2; ++which)
-        for (index_t h = 0; h < kvh; ++h)
-          for (index_t c = 0; c < hd; ++c) {
-            const std::vector<double>& token = tokens[static_cast<std::size_t>(r)];
-            const double want = token[static_cast<std::size_t>((which * kvh + h) * hd + c)];
-            const double got = (which == 0 ? ks : vs).data()[(h * L + r) * hd + c];
-            double bound = 0;
-            switch (options.dtype) {
-              case attn::KvDtype::float32: bound = 0; break;
-              case attn::KvDtype::bfloat16: bound = std::abs(want) / 256; break;
-              case attn::KvDtype::float16: bound = std::abs(want) / 2048 + 3e-8; break;
-              // Scale 1: half a step of 3 or 2 mantissa bits, or of the subnormals (kv_cache.hpp).
-              case attn::KvDtype::float8_e4m3: bound = std::abs(want) / 16 + 0x1p-10; break;
-              case attn::KvDtype::float8_e5m2: bound = std::abs(want) / 8 + 0x1p-17; break;
-              case attn::KvDtype::int8: {
-                double top = 0;
-                for (index_t e = c / 32 * 32; e < c / 32 * 32 + 32; ++e)
-                  top = std::max(top, std::abs(token[static_cast<std::size_t>((which * kvh + h) * hd + e)]));
-                bound = top / 254 * (1 + 1e-5);
-                break;
-              }
-            }
-            if (!(std::abs(got - want) <= bound)) {
-              std::fprintf(stderr, "api_fuzz: KvCache: sequence %lld token %lld head %lld element %lld is %.9g but %.9g was appended\n",
-                           static_cast<long long>(b), static_cast<long long>(r), static_cast<long long>(h), static_cast<long long>(c), got, want);
-              broken("KvCache::keys and values return what was appended");
-            }
-          }
-  }
+  for (index_t b = 0; b < batch; ++b) check_stored(b);
 }
 
 }  // namespace
