@@ -259,8 +259,10 @@ def test_kv_cache_bad_input_is_named(rng):
     cache.append(k, k, seq=0)
     with pytest.raises(ValueError, match="5 more do not fit"):
         cache.append(k, k, seq=0)
-    with pytest.raises(ValueError, match="dtype is 'int4'"):
-        attn.KVCache(1, 1, 32, dtype="int4")
+    with pytest.raises(ValueError, match="dtype is 'int2'"):
+        attn.KVCache(1, 1, 32, dtype="int2")
+    with pytest.raises(ValueError, match="head_dim is 40; an int4 cache"):
+        attn.KVCache(1, 1, 40, dtype="int4")
     with pytest.raises(ValueError, match="head_dim is 48"):
         attn.KVCache(1, 1, 48, dtype="int8")
     with pytest.raises(ValueError, match="3 heads"):

@@ -18,6 +18,13 @@ void sdpa_decode_rows(TensorView<float> out, TensorView<float> lse, TensorView<c
                       const cpu::fused::KvRows& keys, const cpu::fused::KvRows& values, const Mask<float>& mask,
                       const SdpaOptions& options, const char* op);
 
+// The same checks, then the cpu backend's blocked forward (any number of queries) reading `keys`
+// and `values` a tile at a time (cpu::sdpa_forward_rows).
+void sdpa_forward_rows(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
+                       TensorView<const float> key_shape, TensorView<const float> value_shape,
+                       const cpu::fused::KvRows& keys, const cpu::fused::KvRows& values, const Mask<float>& mask,
+                       const SdpaOptions& options, const char* op);
+
 // The fused forward over 16-bit tensors read in place (cpu::sdpa_forward_half), out 16-bit (H) or
 // float32 (the result before its rounding): the caller checked the 16-bit tensors' layouts and that
 // the cpu backend runs; at most cpu::fused::kMaxKeys keys.

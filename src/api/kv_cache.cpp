@@ -258,6 +258,13 @@ struct KvCache::State {
   // (1, heads, t, head_dim), q rotated already.
   void attend_tree(TensorView<float> out, TensorView<const float> q, index_t seq, const KvAttendOptions& how,
                    const char* op) const;
+  // Attention of queries q (1, heads, n, head_dim) over sequence seq under mask, into out: on the cpu
+  // backend over the blocks read in place (the decode path up to cpu::fused::kDecodeRows queries,
+  // else the blocked forward widening a tile of rows at a time; float8's scales folded into q and
+  // out, int8's queries rounded as kv_cache.hpp states), elsewhere over the keys and values
+  // gathered into float32.
+  void run(TensorView<float> out, TensorView<const float> q, index_t seq, const Mask<float>& mask, const SdpaOptions& sdpa,
+           const char* op) const;
   // A float8 cache's scale of key head hk's keys or values (one for all heads, or one each).
   float scale_of(bool values, index_t hk) const {
     const std::vector<float>& scale = values ? options.v_scale : options.k_scale;
@@ -683,11 +690,34 @@ void KvCache::State::attend_tree(TensorView<float> out, TensorView<const float> 
   if (bias.numel() > 0) mask.additive = bias.view();
   SdpaOptions sdpa;
   sdpa.scale = how.scale, sdpa.softcap = how.softcap;
+  run(out, q, seq, mask, sdpa, op);
+  trees[static_cast<std::size_t>(seq)] = std::move(parents);
+}
+
+void KvCache::State::run(TensorView<float> out, TensorView<const float> q, index_t seq, const Mask<float>& mask,
+                         const SdpaOptions& sdpa, const char* op) const {
+  const index_t L = lengths[static_cast<std::size_t>(seq)], n = q.dim(2);
+  if (backend() == Backend::cpu && L <= cpu::fused::kMaxKeys) {
+    const index_t one[] = {seq};
+    const Sources rows = sources(one);
+    // The keys' and values' shapes for the checks: (1, kv_heads, length, head_dim), never read.
+    static const float never_read = 0;
+    const TensorView<const float> shape(&never_read, {1, kv_heads, L, head_dim}, {0, 0, 0, 1});
+    const bool decode = n <= cpu::fused::kDecodeRows;
+    // The decode path rounds int8 keys' queries itself; a prompt's are rounded alike here. float8:
+    // each query head times its key head's k_scale (and out times v_scale below).
+    const Tensor<float> given = !decode && options.dtype == KvDtype::int8 ? rounded_queries(q) : scaled_queries(q);
+    const TensorView<const float> used = given.numel() > 0 ? given.view() : q;
+    if (decode) detail::sdpa_decode_rows(out, {}, used, shape, shape, rows.keys, rows.values, mask, sdpa, op);
+    else detail::sdpa_forward_rows(out, {}, used, shape, shape, rows.keys, rows.values, mask, sdpa, op);
+    scale_values(out);
+    return;
+  }
+  // Other backends (the reference): over the keys and values widened to float32 (float8's scales applied).
   const Tensor<float> keys = gather(seq, false), values = gather(seq, true);
   const Tensor<float> rounded = options.dtype == KvDtype::int8 ? rounded_queries(q) : Tensor<float>();
   sdpa_forward<float>(out, {}, {}, rounded.numel() > 0 ? rounded.view() : q, detail::with_batch_of_one(keys.view()),
                       detail::with_batch_of_one(values.view()), mask, sdpa);
-  trees[static_cast<std::size_t>(seq)] = std::move(parents);
 }
 
 void KvCache::attend(TensorView<float> out, index_t seq, TensorView<const float> queries,
@@ -714,7 +744,7 @@ void KvCache::attend_sequence(TensorView<float> out, index_t seq, TensorView<con
   const Tensor<float> rotated_q = rotated ? Tensor<float>() : s.rotated_queries(op, given, seq);
   const TensorView<const float> q = rotated_q.numel() > 0 ? rotated_q.view() : given;
   const TensorView<float> o = batched ? out : detail::with_batch_of_one(out);
-  const index_t H = q.dim(1), n = q.dim(2), L = s.lengths[static_cast<std::size_t>(seq)];
+  const index_t H = q.dim(1);
   if (H % s.kv_heads != 0)
     detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", H, " heads; the cache has ", s.kv_heads,
                  " key heads, and the query heads must be a multiple of them");
@@ -729,21 +759,7 @@ void KvCache::attend_sequence(TensorView<float> out, index_t seq, TensorView<con
   mask.alibi_slopes = options.alibi_slopes, mask.sinks = options.sinks;
   SdpaOptions sdpa;
   sdpa.scale = options.scale, sdpa.softcap = options.softcap;
-  if (backend() == Backend::cpu && n <= cpu::fused::kDecodeRows) {
-    const index_t one[] = {seq};
-    const State::Sources rows = s.sources(one);
-    // The keys' and values' shapes for the checks: (1, kv_heads, length, head_dim), never read.
-    static const float never_read = 0;
-    const TensorView<const float> shape(&never_read, {1, s.kv_heads, L, s.head_dim}, {0, 0, 0, 1});
-    const Tensor<float> scaled_q = s.scaled_queries(q);
-    detail::sdpa_decode_rows(o, {}, scaled_q.numel() > 0 ? scaled_q.view() : q, shape, shape, rows.keys, rows.values, mask, sdpa, op);
-    s.scale_values(o);
-    return;
-  }
-  const Tensor<float> keys = s.gather(seq, false), values = s.gather(seq, true);
-  const Tensor<float> rounded = s.options.dtype == KvDtype::int8 ? rounded_queries(q) : Tensor<float>();
-  sdpa_forward<float>(o, {}, {}, rounded.numel() > 0 ? rounded.view() : q, detail::with_batch_of_one(keys.view()),
-                      detail::with_batch_of_one(values.view()), mask, sdpa);
+  s.run(o, q, seq, mask, sdpa, op);
 }
 
 void KvCache::attend(TensorView<float> out, TensorView<const float> queries, const KvAttendOptions& options) const {

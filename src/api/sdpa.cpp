@@ -207,16 +207,35 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
 
 namespace detail {
 
-void sdpa_decode_rows(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
-                      TensorView<const float> key_shape, TensorView<const float> value_shape,
-                      const cpu::fused::KvRows& keys, const cpu::fused::KvRows& values, const Mask<float>& mask,
-                      const SdpaOptions& options, const char* op) {
+namespace {
+// The checks of sdpa_decode_rows and sdpa_forward_rows, then `run` (one of the cpu calls).
+template <class Run>
+void sdpa_rows(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries, TensorView<const float> key_shape,
+               TensorView<const float> value_shape, const Mask<float>& mask, const SdpaOptions& options, const char* op,
+               const Run& run) {
   const SdpaCall<float> c = check_inputs(queries, key_shape, value_shape, mask, options, op);
   const View4<float> o = require_tensor(out, op, "out", c.rank);
   require_shape(out, caller_dims(c.rank, c.B, c.H, c.n, c.dv), op, "out", "(B, n, v) from queries and values");
   const View4<float> l = lse_view(lse, c, op);
   require_no_aliasing<float>(op, {{"out", out}, {"lse", lse}}, {{"queries", queries}});
-  cpu::sdpa_decode_rows(o, l, c.plan, keys, values);
+  run(o, l, c.plan);
+}
+}  // namespace
+
+void sdpa_decode_rows(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
+                      TensorView<const float> key_shape, TensorView<const float> value_shape,
+                      const cpu::fused::KvRows& keys, const cpu::fused::KvRows& values, const Mask<float>& mask,
+                      const SdpaOptions& options, const char* op) {
+  sdpa_rows(out, lse, queries, key_shape, value_shape, mask, options, op,
+            [&](View4<float> o, View4<float> l, const SdpaPlan<float>& plan) { cpu::sdpa_decode_rows(o, l, plan, keys, values); });
+}
+
+void sdpa_forward_rows(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
+                       TensorView<const float> key_shape, TensorView<const float> value_shape,
+                       const cpu::fused::KvRows& keys, const cpu::fused::KvRows& values, const Mask<float>& mask,
+                       const SdpaOptions& options, const char* op) {
+  sdpa_rows(out, lse, queries, key_shape, value_shape, mask, options, op,
+            [&](View4<float> o, View4<float> l, const SdpaPlan<float>& plan) { cpu::sdpa_forward_rows(o, l, plan, keys, values); });
 }
 
 template <Half16 H, class O>

@@ -38,5 +38,9 @@ Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan
 // rows of a tensor or of a KV cache's blocks (fused::KvRows); the plan's k and v give only shapes.
 void sdpa_decode_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>& plan, const fused::KvRows& keys,
                       const fused::KvRows& values);
+// The blocked forward (any number of queries) over keys and values read in place the same way, a
+// tile of rows widened at a time (fused::sdpa_forward_block_rows).
+void sdpa_forward_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>& plan, const fused::KvRows& keys,
+                       const fused::KvRows& values);
 
 }  // namespace attn::cpu

@@ -129,6 +129,21 @@ void sdpa_decode_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>&
   decode(fused::SdpaForward<float>{out, lse, &plan, simd::target_of(plan.switches())}, &keys, &values);
 }
 
+// The forward over rows read in place: blocks as sdpa_forward's, each widening its tiles.
+void sdpa_forward_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>& given, const fused::KvRows& keys,
+                       const fused::KvRows& values) {
+  SdpaPlan<float> plan = given;
+  const KeyPaddingAsLengths<float> lengths(plan.mask);
+  fused::SdpaForward<float> p{out, lse, &plan, simd::target_of(plan.switches())};
+  p.keys = &keys, p.values = &values;
+  const index_t B = plan.q.B, H = plan.q.H, n = plan.q.R;
+  const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
+  run_tasks(B * H * blocks, fused::sdpa_forward_rows_work_bytes(plan.q.C, plan.v.C), true, [&](index_t t, void* w) {
+    const index_t bh = t / blocks;
+    fused::sdpa_forward_block_rows(p, bh / H, bh % H, (t % blocks) * fused::kBlockQ, w);
+  });
+}
+
 // The 16-bit forward: blocks as sdpa_forward's, through the AVX512-BF16 products (bfloat16, when
 // the call's switches choose the kernel (bf16::dot_chosen) and the target is AVX-512), or the float kernel over keys and values widened
 // once per call, queries and out converted by the blocks.

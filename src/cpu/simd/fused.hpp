@@ -160,6 +160,8 @@ struct Int8Views {
 // One scaled dot-product attention forward call, checked by src/api: out (B, H, n, v) and, when not
 // empty, lse (B, H, n, 1) from the plan's queries, keys and values (or from `half`'s), on the SIMD
 // target `simd` (read once for the call, simd/dispatch.hpp).
+struct KvRows;  // below: the decode path's rows
+
 template <class T>
 struct SdpaForward {
   View4<T> out, lse;
@@ -167,6 +169,9 @@ struct SdpaForward {
   simd::Target simd;
   const HalfViews* half = nullptr;  // the 16-bit forward's inputs and output
   const Int8Views* int8 = nullptr;  // the int8 forward's quantized inputs
+  // The forward over rows read in place (sdpa_forward_block_rows): keys and values (float only).
+  const KvRows* keys = nullptr;
+  const KvRows* values = nullptr;
 };
 
 // Bytes of per-thread work space sdpa_forward_block needs for query size d and value size v.
@@ -198,6 +203,21 @@ struct HalfArrays {
       : block(c, d, v), tile(c.take<float>(static_cast<std::size_t>(kBlockK * std::max(d, v)))) {}
 };
 inline std::size_t sdpa_forward_half_work_bytes(index_t d, index_t v) { return layout_bytes<HalfArrays>(d, v); }
+
+// The same over keys and values read from p.keys and p.values (KvRows, below: a KV cache's blocks of
+// any stored type, or a tensor's rows), each tile of kBlockK rows widened to float in the block's
+// work space as it is used (kv_rows-inl.h): the float kernel's arithmetic over the widened values.
+void sdpa_forward_block_rows(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work);
+// Its work space: a block's arrays and a tile of keys and of values.
+struct RowsArrays {
+  BlockArrays<float> block;
+  float* key_rows;    // (kBlockK, d)
+  float* value_rows;  // (kBlockK, v)
+  RowsArrays(Carve& c, index_t d, index_t v)
+      : block(c, d, v), key_rows(c.take<float>(static_cast<std::size_t>(kBlockK * d))),
+        value_rows(c.take<float>(static_cast<std::size_t>(kBlockK * v))) {}
+};
+inline std::size_t sdpa_forward_rows_work_bytes(index_t d, index_t v) { return layout_bytes<RowsArrays>(d, v); }
 
 // The same with int8 products (p.int8): Q K^T over the quantized rows in int32, exact, by
 // vpdpbusd (AVX512-VNNI, on the AVX-512 target) or 16-bit products (every target), the same sums

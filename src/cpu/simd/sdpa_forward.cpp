@@ -21,18 +21,34 @@
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/gemm-inl.h"
 #include "cpu/simd/half-inl.h"
+#include "cpu/simd/kv_rows-inl.h"
 #include "cpu/simd/softmax-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::fused::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Where a block reads its queries and writes its output: the plan's float queries and out, in
-// place. (Keys and values are always the plan's.)
+// A tile of key or value rows: row jj at rows + jj stride.
 template <class T>
-struct InPlaceOperands {
+struct Tile {
+  const T* rows;
+  index_t stride;
+};
+
+// Where a block reads its keys and values: the plan's, in place.
+template <class T>
+struct PlanKeys {
+  Tile<T> key_tile(const SdpaPlan<T>& a, index_t b, index_t hk, index_t j0, index_t) const { return {a.k.row(b, hk, j0), a.k.sR}; }
+  Tile<T> value_tile(const SdpaPlan<T>& a, index_t b, index_t hk, index_t j0, index_t) const { return {a.v.row(b, hk, j0), a.v.sR}; }
+};
+
+// Where a block reads its queries and writes its output: the plan's float queries and out, in
+// place; keys and values the plan's.
+template <class T>
+struct InPlaceOperands : PlanKeys<T> {
   const SdpaPlan<T>& a;
   const View4<T>& out;
+  InPlaceOperands(const SdpaPlan<T>& plan, const View4<T>& o) : a(plan), out(o) {}
 
   // qt (d, kBlockQ) = rows [i0, i0 + rows) of queries (b, h) transposed, zero past rows.
   void pack_queries(T* qt, index_t b, index_t h, index_t i0, index_t rows) const { PackTransposed(qt, a.q, b, h, i0, rows); }
@@ -47,9 +63,10 @@ struct InPlaceOperands {
 // conversions are exact (widening) or the one rounding of the result (narrowing): the float
 // kernel's results, bit for bit, rounded once.
 template <class H>
-struct HalfOperands {
+struct HalfOperands : PlanKeys<float> {
   const HalfViews& x;
   float* tile;
+  HalfOperands(const HalfViews& views, float* t) : x(views), tile(t) {}
 
   void pack_queries(float* qt, index_t b, index_t h, index_t i0, index_t rows) const {
     const index_t d = x.q.C;
@@ -65,6 +82,26 @@ struct HalfOperands {
     } else {
       simd::HWY_NAMESPACE::NarrowArray(tile, reinterpret_cast<H*>(x.out.row(b, h, i)), static_cast<std::size_t>(x.out.C));
     }
+  }
+};
+
+// The plan's float queries and out in place; keys and values read from rows of any type a cache
+// stores (p.keys, p.values: KvRows), widened a tile at a time into key_tile and value_tile
+// (kBlockK rows each): the whole prefix is never widened at once.
+struct RowsOperands : InPlaceOperands<float> {
+  const KvRows& keys;
+  const KvRows& values;
+  float* key_rows;
+  float* value_rows;
+  RowsOperands(const SdpaForward<float>& p, float* k, float* v)
+      : InPlaceOperands<float>(*p.plan, p.out), keys(*p.keys), values(*p.values), key_rows(k), value_rows(v) {}
+  Tile<float> key_tile(const SdpaPlan<float>& plan, index_t b, index_t hk, index_t j0, index_t cnt) const {
+    WidenRows(hn::ScalableTag<float>(), keys, b, hk, j0, cnt, plan.k.C, key_rows);
+    return {key_rows, plan.k.C};
+  }
+  Tile<float> value_tile(const SdpaPlan<float>& plan, index_t b, index_t hk, index_t j0, index_t cnt) const {
+    WidenRows(hn::ScalableTag<float>(), values, b, hk, j0, cnt, plan.v.C, value_rows);
+    return {value_rows, plan.v.C};
   }
 };
 
@@ -89,17 +126,18 @@ void ForwardBlock(const SdpaForward<T>& p, const Operands& operands, const Block
     if (!st.may_attend(j0, cnt) || !a.tile_live(b, h, i0, j0)) continue;  // no common segment, or mask_mod
     ++tiles;
     // scores^T (cnt, kBlockQ) = K_tile Q^T, then scale, soft-capping, position bias and masks.
-    BlockGemm<false>(d, a.k.row(b, hk, j0), a.k.sR, 1, st.qt, st.s, cnt, dq);
+    const Tile<T> k = operands.key_tile(a, b, hk, j0, cnt);
+    BlockGemm<false>(d, k.rows, k.stride, 1, st.qt, st.s, cnt, dq);
     const bool partial = st.weigh_tile(d, a.scale, a.softcap, j0, cnt);
     if (partial || st.tile_bias) ++masked_tiles;
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
     // out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T.
     st.rescale(d, st.ot, dv);
-    const T* v0 = a.v.row(b, hk, j0);
-    if (partial && !rows_finite(v0, a.v.sR, cnt, dv)) {
-      st.accumulate_skipping_zeros(v0, a.v.sR, cnt, dv, rows);  // 0 * Inf must not reach a row
+    const Tile<T> v = operands.value_tile(a, b, hk, j0, cnt);
+    if (partial && !rows_finite(v.rows, v.stride, cnt, dv)) {
+      st.accumulate_skipping_zeros(v.rows, v.stride, cnt, dv, rows);  // 0 * Inf must not reach a row
     } else {
-      BlockGemm<true>(d, v0, 1, a.v.sR, st.s, st.ot, dv, cnt);
+      BlockGemm<true>(d, v.rows, 1, v.stride, st.s, st.ot, dv, cnt);
     }
   }
   simd::note_tiles(tiles, masked_tiles);
@@ -120,6 +158,13 @@ template <class T>
 void ForwardBlock(const SdpaForward<T>& p, index_t b, index_t h, index_t i0, void* work) {
   Carve carve(work);
   ForwardBlock(p, InPlaceOperands<T>{*p.plan, p.out}, BlockArrays<T>(carve, p.plan->q.C, p.plan->v.C), b, h, i0);
+}
+
+// sdpa_forward_block_rows (fused.hpp).
+void ForwardBlockRows(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
+  Carve carve(work);
+  const RowsArrays arrays(carve, p.plan->q.C, p.plan->v.C);
+  ForwardBlock(p, RowsOperands(p, arrays.key_rows, arrays.value_rows), arrays.block, b, h, i0);
 }
 
 // sdpa_forward_block_half (fused.hpp).
@@ -362,6 +407,7 @@ HWY_EXPORT(ForwardBlockF32);
 HWY_EXPORT(ForwardBlockF64);
 HWY_EXPORT(ForwardBlockBf16);
 HWY_EXPORT(ForwardBlockHalf);
+HWY_EXPORT(ForwardBlockRows);
 HWY_EXPORT(ForwardBlockInt8);
 HWY_EXPORT(ExpWeightF32);
 
@@ -371,6 +417,10 @@ void simd_exp_weight(const float* x, float* y, std::size_t count) {
 
 void sdpa_forward_block_half(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
   ATTN_SIMD_CALL(p.simd, ForwardBlockHalf)(p, b, h, i0, work);
+}
+
+void sdpa_forward_block_rows(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
+  ATTN_SIMD_CALL(p.simd, ForwardBlockRows)(p, b, h, i0, work);
 }
 
 void sdpa_forward_block_bf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
