@@ -9,6 +9,9 @@
 #                              versions 2.0 and 3.0) against the d2l chapter's formulas in numpy;
 #   cli.bench                  `attn bench` on its decode cases (float32, 16-bit, int8): exit 0,
 #                              every case in the JSON (tests/cli_bench.py; Release only);
+#   cli.bench_serve            `attn bench --serve` on a tiny trace: every cache dtype reported, its
+#                              figures positive and finite; bad trace options exit 2 naming the option
+#                              (tests/cli_bench_serve.py; Release only);
 #   cli.memory_limit           runs too large for the memory attn may use (n = m = 2^20 weights,
 #                              ATTN_MAX_BYTES) exit 1 naming the bytes; a malformed ATTN_MAX_BYTES
 #                              exits 2 (tests/cli_memory_limit.py).
@@ -30,6 +33,8 @@ if(EXISTS /usr/bin/python3)
   if(NOT ATTN_SANITIZE)
     add_test(NAME cli.bench COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/cli_bench.py $<TARGET_FILE:attn_cli>)
     set_tests_properties(cli.bench PROPERTIES LABELS cli TIMEOUT 300 RUN_SERIAL TRUE)
+    add_test(NAME cli.bench_serve COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/cli_bench_serve.py $<TARGET_FILE:attn_cli>)
+    set_tests_properties(cli.bench_serve PROPERTIES LABELS cli TIMEOUT 120 RUN_SERIAL TRUE)
   endif()
   add_test(NAME cli.memory_limit COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/cli_memory_limit.py
                                          $<TARGET_FILE:attn_cli> ${CMAKE_CURRENT_BINARY_DIR}/cli_memory_limit)

@@ -27,10 +27,11 @@ namespace attn_cli {
 namespace {
 
 struct Options {
-  bool json = false, large = false, distributed = false;
+  bool json = false, large = false, distributed = false, serve = false;
   int threads = 0;
   double seconds = 1.0;  // time budget per measurement
   std::string filter, target;
+  ServeBenchOptions trace;  // --serve's trace (its json, seconds and filter copied from above)
 };
 
 double median(std::vector<double> times) {
@@ -38,8 +39,8 @@ double median(std::vector<double> times) {
   return times[times.size() / 2];
 }
 
-// Median seconds of `f` (warmed already) over at least 3 runs and about `budget` seconds (at most
-// 50 runs).
+}  // namespace
+
 double median_seconds(const std::function<void()>& f, double budget) {
   using clock = std::chrono::steady_clock;
   std::vector<double> times;
@@ -51,6 +52,8 @@ double median_seconds(const std::function<void()>& f, double budget) {
   }
   return median(times);
 }
+
+namespace {
 
 // Median seconds of `fused` and of `baseline` (both warmed already), their runs interleaved so that
 // a shared machine's slow and fast minutes fall on both alike: each round one baseline run, then
@@ -76,8 +79,8 @@ std::pair<double, double> interleaved_medians(const std::function<void()>& fused
   return {median(fused_times), median(baseline_times)};
 }
 
-// The median seconds of `kernel` and of a plain read of `bytes` (attn::machine::read_once over a
-// 64-byte aligned buffer of that size, touched first), timed in turn as interleaved_medians does.
+}  // namespace
+
 std::pair<double, double> medians_against_a_read(const std::function<void()>& kernel, double bytes, double budget) {
   const std::size_t count = static_cast<std::size_t>(bytes / sizeof(float));
   // Aligned as a Tensor's elements are (attn/tensor.hpp); not zeroed: touched below.
@@ -93,6 +96,8 @@ std::pair<double, double> medians_against_a_read(const std::function<void()>& ke
   read();
   return interleaved_medians(kernel, read, budget);
 }
+
+namespace {
 
 std::string fixed(double x, int digits) {
   char buf[64];
@@ -123,12 +128,15 @@ const char* short_unit(Unit u) {
   return u == Unit::bytes ? "GB" : u == Unit::tanhs ? "GT" : u == Unit::pairs ? "GP" : "GF";
 }
 
-// The targets the kernels recorded as they ran (attn::simd_targets_ran), e.g. "avx2".
+}  // namespace
+
 std::string ran_string(const std::vector<std::string>& ran) {
   std::string s;
   for (const std::string& t : ran) s += (s.empty() ? "" : ",") + t;
   return s.empty() ? "none" : s;
 }
+
+namespace {
 
 void print_json(const std::vector<Result>& results, double peak, double bandwidth, int threads, const std::string& ran) {
   std::cout << "{\"threads\": " << threads << ", \"simd_target\": \"" << attn::simd_target()
@@ -153,6 +161,11 @@ void run_bench(const Options& o) {
   if (o.distributed) return run_distributed_bench({o.json, o.large, o.threads, o.seconds});
   if (o.threads > 0) attn::set_num_threads(o.threads);
   if (!o.target.empty()) as_usage([&] { attn::set_simd_target(o.target); });  // an unknown name: exit 2
+  if (o.serve) {
+    ServeBenchOptions serve = o.trace;
+    serve.json = o.json, serve.seconds = o.seconds, serve.filter = o.filter;
+    return run_serve_bench(serve);
+  }
   const int threads = attn::num_threads();
   attn::simd_targets_ran(true);
   std::cerr << "measuring the machine (" << threads << " threads, " << attn::simd_target() << ")...\n";
@@ -248,9 +261,26 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--distributed", o->distributed,
                 "under mpiexec -n P: ring and all-to-all attention across the ranks against one process of all their "
                 "threads (--threads: per rank), n = m = 16384, d = 64");
+  CLI::Option* serve = cmd->add_flag(
+      "--serve", o->serve,
+      "replay a continuous-batching trace through the paged KV cache, for every cache dtype: one attend_batch a step "
+      "against one attend per sequence, decode against a plain read, prefill against the dense forward (docs/cli.md)");
+  serve->excludes(cmd->get_option("--distributed"))->excludes(cmd->get_option("--large"));
+  // The trace of --serve (bench.hpp's ServeBenchOptions holds the defaults; run_serve_bench checks the values).
+  ServeBenchOptions& t = o->trace;
+  cmd->add_option("--requests", t.requests, "--serve: requests in the trace (default 64)")->needs(serve);
+  cmd->add_option("--prompt-min", t.prompt_min, "--serve: shortest prompt (default 128)")->needs(serve);
+  cmd->add_option("--prompt-max", t.prompt_max, "--serve: longest prompt (default 4096; lengths uniform between, fixed seed)")
+      ->needs(serve);
+  cmd->add_option("--generate", t.generate, "--serve: tokens each request decodes after its prompt (default 128)")->needs(serve);
+  cmd->add_option("--budget", t.budget, "--serve: prompt tokens a step takes, chunked prefill (default 512)")->needs(serve);
+  cmd->add_option("--heads", t.heads, "--serve: query heads (default 32)")->needs(serve);
+  cmd->add_option("--kv-heads", t.kv_heads, "--serve: key and value heads (default 8)")->needs(serve);
+  cmd->add_option("--head-dim", t.head_dim, "--serve: head size (default 128)")->needs(serve);
   cmd->add_option("--threads", o->threads, "OpenMP threads (default: all)")->check(CLI::Range(0, 4096));
   cmd->add_option("--seconds", o->seconds, "time budget of each measurement (default 1)");
-  cmd->add_option("--filter", o->filter, "only the cases whose name contains this");
+  cmd->add_option("--filter", o->filter, "only the cases whose name contains this (--serve: the cache dtypes, several "
+                                         "separated by commas)");
   cmd->add_option("--simd", o->target, "SIMD target (avx3, avx2, sse4, scalar; default: the best)");
   cmd->callback([o] { run_bench(*o); });
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/tensor.hpp"
@@ -28,6 +29,34 @@ struct DistributedBenchOptions {
   double seconds = 1.0;
 };
 void run_distributed_bench(const DistributedBenchOptions& options);
+
+// `attn bench --serve` (bench_serve.cpp): a continuous-batching trace replayed through attn::KvCache
+// for each cache dtype whose name contains one of filter's comma-separated parts (empty: all): each
+// step's attend_batch timed against one attend per entry, decode-only steps against a plain read of
+// their bytes, prompt chunks against the dense causal forward. Requests all arrive at the start;
+// prompt lengths uniform in [prompt_min, prompt_max] from a fixed seed; each step every request whose
+// prompt is done decodes one token (generate in all), then prompt chunks fill `budget` tokens in
+// request order. The model: heads query heads, kv_heads key heads, head_dim.
+struct ServeBenchOptions {
+  bool json = false;
+  double seconds = 1.0;  // time budget of each repeated measurement
+  std::string filter;
+  attn::index_t requests = 64, prompt_min = 128, prompt_max = 4096, generate = 128, budget = 512;
+  attn::index_t heads = 32, kv_heads = 8, head_dim = 128;
+};
+void run_serve_bench(const ServeBenchOptions& options);
+
+// Timing helpers of bench.cpp, shared by the modes.
+// Median seconds of `f` (warmed already) over at least 3 runs and about `budget` seconds (at most
+// 50 runs).
+double median_seconds(const std::function<void()>& f, double budget);
+// The median seconds of `kernel` and of a plain read of `bytes` (attn::machine::read_once over a
+// 64-byte aligned buffer of that size, touched first), timed in turn: each round one read, then
+// kernel runs for as long (at least 3 runs each, about 2 `budget` seconds in all).
+std::pair<double, double> medians_against_a_read(const std::function<void()>& kernel, double bytes, double budget);
+// The targets the kernels recorded as they ran (attn::simd_targets_ran), e.g. "avx3": "a,b", or
+// "none".
+std::string ran_string(const std::vector<std::string>& ran);
 
 // One benchmark case (bench_cases.cpp). run_fused and run_unfused each execute the operation once
 // on inputs made by prepare(); check() compares their last results and returns the largest
