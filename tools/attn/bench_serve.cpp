@@ -189,6 +189,7 @@ struct ServeResult {
   double prefill_seconds = 0, prefill_pairs = 0;  // attend_batch over the prompt chunks alone; their (query, key) pairs, all heads
   double max_abs_diff = 0;
   double bytes_per_token = 0, cache_bytes = 0;  // stored_bytes_per_token; KvCache::bytes() at the end
+  double dense_rate = 0;  // the dense forward's (query, key) pairs a second, timed just before and after this replay
 };
 
 ServeResult replay(const NamedDtype& named, const Trace& trace, const ServeBenchOptions& o) {
@@ -355,12 +356,12 @@ void check_options(const ServeBenchOptions& o, const std::vector<NamedDtype>& ch
 struct Figures {  // what a result and the dense rate give
   double tokens_per_s, decode_fraction, prefill_rate, prefill_fraction, speedup;
 };
-Figures figures_of(const ServeResult& r, const Trace& trace, double dense_rate) {
+Figures figures_of(const ServeResult& r, const Trace& trace) {
   Figures f;
   f.tokens_per_s = static_cast<double>(trace.prompt_tokens + trace.generated_tokens) / r.seconds;
   f.decode_fraction = r.decode_step_read_seconds / r.decode_step_seconds;
   f.prefill_rate = r.prefill_seconds > 0 ? r.prefill_pairs / r.prefill_seconds : 0;
-  f.prefill_fraction = f.prefill_rate / dense_rate;
+  f.prefill_fraction = f.prefill_rate / r.dense_rate;
   f.speedup = r.per_sequence_seconds / r.seconds;
   return f;
 }
@@ -378,7 +379,7 @@ void print_json(const std::vector<ServeResult>& results, const Trace& trace, con
             << ", \"serve\": [\n";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const ServeResult& r = results[i];
-    const Figures f = figures_of(r, trace, dense_rate);
+    const Figures f = figures_of(r, trace);
     std::cout << "  {\"dtype\": \"" << r.dtype << "\", \"tokens_per_s\": " << f.tokens_per_s
               << ", \"decode_fraction_of_read\": " << f.decode_fraction << ", \"prefill_fraction_of_dense\": " << f.prefill_fraction
               << ", \"speedup_vs_per_sequence\": " << f.speedup << ", \"seconds\": " << r.seconds
@@ -387,7 +388,8 @@ void print_json(const std::vector<ServeResult>& results, const Trace& trace, con
               << ", \"decode_step_bytes\": " << r.decode_step_bytes << ", \"decode_step_median_s\": " << r.decode_step_seconds
               << ", \"decode_step_read_median_s\": " << r.decode_step_read_seconds << ", \"prefill_seconds\": " << r.prefill_seconds
               << ", \"prefill_gpairs\": " << f.prefill_rate / 1e9 << ", \"bytes_per_token\": " << r.bytes_per_token
-              << ", \"cache_bytes\": " << r.cache_bytes << ", \"max_abs_diff\": " << r.max_abs_diff << "}"
+              << ", \"cache_bytes\": " << r.cache_bytes << ", \"dense_gpairs\": " << r.dense_rate / 1e9
+              << ", \"max_abs_diff\": " << r.max_abs_diff << "}"
               << (i + 1 < results.size() ? "," : "") << "\n";
   }
   std::cout << "]}\n";
@@ -402,20 +404,21 @@ void print_table(const std::vector<ServeResult>& results, const Trace& trace, co
               static_cast<long long>(trace.prompt_tokens), static_cast<long long>(o.generate), static_cast<long long>(o.budget),
               static_cast<long long>(o.heads), static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim),
               static_cast<long long>(kBlockSize), trace.steps.size(), static_cast<long long>(trace.decode_only_steps));
-  std::printf("dense causal sdpa_forward<float> (1,%lld,%lld,%lld,%lld): %.2f Gpairs/s\n", static_cast<long long>(o.heads),
+  std::printf("dense causal sdpa_forward<float> (1,%lld,%lld,%lld,%lld): up to %.2f Gpairs/s\n", static_cast<long long>(o.heads),
               static_cast<long long>(dense_n), static_cast<long long>(dense_m), static_cast<long long>(o.head_dim), dense_rate / 1e9);
-  std::printf("%-12s %9s %11s %8s %10s %11s %8s %10s %8s %9s\n", "dtype", "batch s", "per-seq s", "speedup", "tokens/s",
-              "decode GB/s", "% read", "prefill GP", "% dense", "max diff");
+  std::printf("%-12s %9s %11s %8s %10s %11s %8s %10s %8s %8s %9s\n", "dtype", "batch s", "per-seq s", "speedup", "tokens/s",
+              "decode GB/s", "% read", "prefill GP", "dense GP", "% dense", "max diff");
   for (const ServeResult& r : results) {
-    const Figures f = figures_of(r, trace, dense_rate);
-    std::printf("%-12s %9.3f %11.3f %7.2fx %10.0f %11.1f %7.1f%% %10.2f %7.1f%% %9.1e\n", r.dtype.c_str(), r.seconds,
+    const Figures f = figures_of(r, trace);
+    std::printf("%-12s %9.3f %11.3f %7.2fx %10.0f %11.1f %7.1f%% %10.2f %8.2f %7.1f%% %9.1e\n", r.dtype.c_str(), r.seconds,
                 r.per_sequence_seconds, f.speedup, f.tokens_per_s, r.decode_bytes / r.decode_seconds / 1e9,
-                100 * f.decode_fraction, f.prefill_rate / 1e9, 100 * f.prefill_fraction, r.max_abs_diff);
+                100 * f.decode_fraction, f.prefill_rate / 1e9, r.dense_rate / 1e9, 100 * f.prefill_fraction, r.max_abs_diff);
   }
   std::printf("batch s: one attend_batch a step, summed; per-seq s: one attend per entry instead; tokens/s: the trace's prompt\n"
               "and generated tokens over batch s. decode GB/s: cache bytes over the decode-only steps' time; %% read: the first\n"
               "decode-only step timed in turn with a plain read of its bytes. prefill GP: 1e9 (query, key) pairs a second of\n"
-              "the prompt chunks (attend_batch over them alone); %% dense: of the dense causal forward above.\n");
+              "the prompt chunks (attend_batch over them alone); dense GP: the dense causal forward above, timed just\n"
+              "before and after the dtype's replay (the faster kept); %% dense: prefill GP of it.\n");
 }
 
 }  // namespace
@@ -431,16 +434,20 @@ void run_serve_bench(const ServeBenchOptions& o) {
   attn::simd_targets_ran(true);
   std::cerr << "bench --serve: " << trace.steps.size() << " steps (" << trace.decode_only_steps << " decode-only), "
             << attn::num_threads() << " threads, " << attn::simd_target() << "\n  dense forward..." << std::flush;
-  // Timed before the replays and after them, keeping the faster: a limit, as bench's machine figures.
-  double dense_rate = dense_pairs_per_second(o, dense_n, dense_m);
-  std::cerr << " " << dense_rate / 1e9 << " Gpairs/s\n";
+  // Timed before each replay and after it, each replay keeping the faster of its two: a shared
+  // machine's load changes over minutes (the same forward measured 0.14 and 0.43 Gpairs/s ten minutes
+  // apart), so the reference is taken beside the prefill it rates.
+  double before = dense_pairs_per_second(o, dense_n, dense_m), dense_rate = before;
+  std::cerr << " " << before / 1e9 << " Gpairs/s\n";
   std::vector<ServeResult> results;
   for (const NamedDtype& t : chosen) {
     std::cerr << "  " << t.name << "..." << std::flush;
     results.push_back(replay(t, trace, o));
-    std::cerr << " " << results.back().seconds << " s (per sequence " << results.back().per_sequence_seconds << " s)\n";
+    const double after = dense_pairs_per_second(o, dense_n, dense_m);
+    results.back().dense_rate = std::max(before, after), dense_rate = std::max(dense_rate, after), before = after;
+    std::cerr << " " << results.back().seconds << " s (per sequence " << results.back().per_sequence_seconds
+              << " s); dense forward " << after / 1e9 << " Gpairs/s\n";
   }
-  dense_rate = std::max(dense_rate, dense_pairs_per_second(o, dense_n, dense_m));
   // What ran, as the kernels recorded it: the chosen target alone, or the figures are not its.
   const std::vector<std::string> ran = attn::simd_targets_ran(true);
   if (ran != std::vector<std::string>{attn::simd_target()})
