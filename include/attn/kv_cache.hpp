@@ -46,8 +46,9 @@
 // as FlashAttention's flash_attn_with_kvcache), for the causal rule (on by default: query i sees the
 // keys up to length - n + i), a window and ALiBi; soft-capping, attention sinks and a scale as in
 // sdpa_forward. Up to four queries per head read the blocks in place
-// and split the keys across threads (the decode path); more queries (a prompt) gather the keys into
-// float32 first.
+// and split the keys across threads (the decode path); more queries (a prompt chunk) run the blocked
+// forward over the blocks in place too, each block of queries widening a tile of 64 key and value
+// rows at a time to float32 (never the whole prefix).
 //
 // attend_batch runs one call over a mixed batch, as a server's step hands it: some sequences decode
 // (one new query, or a few), others add a chunk of a prompt. Entry b's queries are rows
