@@ -811,6 +811,53 @@ TEST(KvCacheBlocks, TruncateResetAndAppendReuseBlocks) {
   for (index_t i = 0; i < out.numel(); ++i) EXPECT_EQ(out[i], 0.0f);
 }
 
+// Draft trees inside a mixed batch: attend_batch with tree_parents (total_q,) gives each entry what
+// attend with that entry's parents gives (the same bits), a decode as the tree {-1} and a prompt
+// chunk as a chain equal (within float32's rounding) to the causal attend; then commit_tree takes
+// each entry's path.
+TEST(KvCacheTrees, InsideAMixedBatchAsPerSequence) {
+  for (const KvDtype type : {KvDtype::float32, KvDtype::int8, KvDtype::int4}) {
+    KvCache cache(3, kKvHeads, kDim, {.dtype = type, .block_size = kBlock});
+    const index_t lengths[] = {20, 33, 41};
+    for (index_t seq = 0; seq < 3; ++seq) {
+      const Tensor<float> k = random_tensor<float>({kKvHeads, lengths[seq], kDim}, 700 + static_cast<std::uint64_t>(seq), -2, 2);
+      cache.append(seq, k.view(), k.view());
+    }
+    // Entries: sequence 2's tree of 5 drafts, sequence 0's decode, sequence 1's chunk of 4.
+    const std::vector<std::int64_t> parents{-1, 0, 0, 1, -1, /* decode */ -1, /* chain */ -1, 0, 1, 2};
+    const Tensor<std::int64_t> all({10}, parents);
+    const Tensor<std::int32_t> cu({4}, std::vector<std::int32_t>{0, 5, 6, 10}), seqs({3}, std::vector<std::int32_t>{2, 0, 1});
+    const Tensor<float> q = random_tensor<float>({10, kHeads, kDim}, 710, -2, 2);
+    KvAttendOptions o;
+    o.tree_parents = all.view();
+    Tensor<float> out({10, kHeads, kDim});
+    cache.attend_batch(out.view(), q.view(), cu.view(), seqs.view(), o);
+    for (index_t b = 0; b < 3; ++b) {
+      const index_t lo = cu[b], n = cu[b + 1] - cu[b];
+      Tensor<float> qb({kHeads, n, kDim}), own({kHeads, n, kDim}), plain({kHeads, n, kDim});
+      for (index_t h = 0; h < kHeads; ++h)
+        for (index_t i = 0; i < n; ++i)
+          for (index_t c = 0; c < kDim; ++c) qb(h, i, c) = q(lo + i, h, c);
+      const Tensor<std::int64_t> mine({n}, std::vector<std::int64_t>(parents.begin() + lo, parents.begin() + lo + n));
+      KvAttendOptions t;
+      t.tree_parents = mine.view();
+      cache.attend(own.view(), seqs[b], qb.view(), t);
+      cache.attend(plain.view(), seqs[b], qb.view());
+      for (index_t h = 0; h < kHeads; ++h)
+        for (index_t i = 0; i < n; ++i)
+          for (index_t c = 0; c < kDim; ++c) {
+            ASSERT_EQ(out(lo + i, h, c), own(h, i, c)) << type_name(type) << ", entry " << b;
+            if (b > 0) ASSERT_NEAR(out(lo + i, h, c), plain(h, i, c), 1e-5) << type_name(type) << ", entry " << b;
+          }
+    }
+    cache.attend_batch(out.view(), q.view(), cu.view(), seqs.view(), o);  // each sequence's tree noted again
+    cache.commit_tree(2, std::vector<index_t>{0, 1, 3});
+    cache.commit_tree(1, std::vector<index_t>{0, 1});
+    EXPECT_EQ(cache.length(2), 41 - 5 + 3);
+    EXPECT_EQ(cache.length(1), 33 - 4 + 2);
+  }
+}
+
 TEST(KvCacheBadInput, EachIsNamed) {
   KvCache cache(2, kKvHeads, kDim, {.capacity = 20, .grow = false});
   const Tensor<float> k({kKvHeads, 15, kDim}), k_bad({kKvHeads, 15, kDim + 1}), q({3, 1, kDim}), q4({kHeads, 1, kDim});
@@ -965,7 +1012,7 @@ TEST(KvCacheBadInput, MixedBatchesAndDraftTreesAreChecked) {
   KvAttendOptions tree;
   tree.tree_parents = parents.view();
   testing::expect_error([&] { cache.attend_batch(out.view(), q.view(), cu.view(), {}, tree); },
-                        {"tree_parents is given; a draft tree belongs to one sequence"});
+                        {"tree_parents has shape (3,); it must be (total_q,) = (7,)"});
   const Tensor<float> drafts({kHeads, 3, kDim});
   Tensor<float> drafts_out({kHeads, 3, kDim});
   for (const std::vector<std::int64_t>& bad : std::vector<std::vector<std::int64_t>>{{-1, 2, 0}, {-1, 1, 0}, {-2, 0, 0}}) {

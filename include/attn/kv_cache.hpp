@@ -70,7 +70,9 @@
 // accepted[k - 1]), dropping the others; only draft rows move. A sequence remembers the tree of its
 // last tree attend until its next append, truncate, reset or commit_tree. A cache with rotary tables
 // refuses trees (it rotates keys by their index, a draft's position is its depth): rotate drafts'
-// keys and queries at their depths before appending them to a cache without tables.
+// keys and queries at their depths before appending them to a cache without tables. attend_batch
+// with tree_parents (total_q,) attends every entry as its sequence's tree (one call per entry), so
+// that a server's step verifies several requests' drafts, and commit_tree then takes each.
 //
 // Rotary position embeddings (attn/rotary.hpp), fused: with KvCacheOptions::rotary's tables (cos, sin
 // (max_pos, rotary_dim / 2) float32; views, so the caller keeps their memory alive as long as the
@@ -121,8 +123,10 @@ struct KvAttendOptions {
   std::optional<double> softcap;
   std::optional<double> scale;  // default 1 / sqrt(head_dim)
   TensorView<const float> sinks;  // (heads,) attention sinks' logits, or empty
-  // attend of one sequence only: the last t tokens are draft tokens, a tree given by their parents
-  // (t,) (above), and the call's n queries are those t drafts; empty: no tree.
+  // attend of one sequence: the last t tokens are draft tokens, a tree given by their parents (t,)
+  // (above), and the call's n queries are those t drafts; attend_batch: (total_q,), every entry's
+  // queries its sequence's drafts, their parents at the entry's rows in its own indices (a decode is
+  // the tree {-1}, a prompt chunk the chain {-1, 0, 1, ...}); empty: no tree.
   TensorView<const std::int64_t> tree_parents;
 };
 

@@ -204,7 +204,8 @@ class KVCache {
   }
 
   py::object attend_batch(py::object queries_obj, py::object cu_seqlens_q, py::object seqs, py::object causal, py::object window,
-                          py::object alibi_slopes, py::object softcap, py::object scale, py::object sinks) {
+                          py::object alibi_slopes, py::object softcap, py::object scale, py::object sinks,
+                          py::object tree_parents) {
     Call call("KVCache.attend_batch", {{"alibi_slopes", "alibi_slopes"}, {"softcap", "softcap"}, {"scale", "scale"}});
     const py::array q = float32_array(call, queries_obj, "queries");
     const py::array cu = int32_array(call, cu_seqlens_q, "cu_seqlens_q");
@@ -213,6 +214,8 @@ class KVCache {
     options.causal = causal_from(call, causal);
     options.window = window_from(call, window);
     const ScoreArrays kept = read_scores(call, options, alibi_slopes, softcap, scale, sinks);
+    const py::array parents = tree_parents.is_none() ? no_array() : call.lengths(tree_parents, "tree_parents");
+    if (parents) options.tree_parents = cview<std::int64_t>(parents);
     py::array_t<float> out = new_array<float>(dims(q));
     const auto o = view_of<float>(out);
     const auto qv = cview<float>(q);
@@ -336,6 +339,7 @@ tree_parents: (t,) integers, with seq: the sequence's last t tokens are draft to
       .def("attend_batch", &KVCache::attend_batch, arg("queries"), arg("cu_seqlens_q"), arg("seqs") = py::none(), py::kw_only(),
            arg("causal") = "bottom_right", arg("window") = py::none(), arg("alibi_slopes") = py::none(),
            arg("softcap") = py::none(), arg("scale") = py::none(), arg("sinks") = py::none(),
+           arg("tree_parents") = py::none(),
            R"(Attention of a mixed batch (decodes and prompt chunks) over the cache in one call: queries
 (total_q, heads, head_dim) packed as FlashAttention's varlen layout; cu_seqlens_q (B + 1,) integers
 from 0, non-decreasing, ending at total_q; entry b's rows cu_seqlens_q[b]:cu_seqlens_q[b+1] are the
@@ -343,7 +347,11 @@ newest tokens (appended already) of sequence seqs[b] (default b; distinct sequen
 bottom-right in it as attend aligns them. alibi_slopes (heads,) or (B, heads), row b for entry b;
 the other options as attend. Entries of up to four queries (no window, no ALiBi) run as one decode
 call per query count over the blocks in place. Returns (total_q, heads, head_dim), of the queries'
-dtype.)")
+dtype.
+tree_parents: (total_q,) integers: every entry is its sequence's draft tree, its parents at its rows
+  in the entry's own indices (-1 for a child of the last accepted token; a decode is [-1], a prompt
+  chunk the chain [-1, 0, 1, ...]), as attend(queries, seq, tree_parents=...) takes one; then
+  commit_tree(seq, accepted) for each.)")
       .def("commit_tree", &KVCache::commit_tree, arg("seq"), arg("accepted"),
            R"(After attend with tree_parents: keeps sequence seq's accepted tokens followed by the drafts listed in
 accepted (a path from a root: accepted[0]'s parent is -1, each next one the child of the one before),

@@ -218,6 +218,34 @@ def test_float8_cache_stores_the_nearest_value_times_its_scale(dtype, mantissa, 
     assert np.array_equal(cache.keys(0), ref.numpy())
 
 
+def test_trees_inside_a_mixed_batch_as_each_sequence():
+    """attend_batch with tree_parents (total_q,): each entry's drafts attended as attend with its
+    parents attends them (the same values), a decode as [-1] and a chunk as a chain equal to the
+    causal attend; then commit_tree keeps each entry's path."""
+    rng = np.random.default_rng(5)
+    cache = attn.KVCache(3, KV_HEADS, D, dtype="bfloat16", block_size=8)
+    for s, L in enumerate([20, 33, 41]):
+        x = rng.standard_normal((KV_HEADS, L, D), dtype=np.float32)
+        cache.append(x, x, seq=s)
+    trees = {2: [-1, 0, 0, 1, -1, 2], 0: [-1], 1: [-1, 0, 1, 2]}  # sequence: its entry's parents
+    seqs = np.array(list(trees), np.int32)
+    cu = np.concatenate([[0], np.cumsum([len(p) for p in trees.values()])]).astype(np.int32)
+    parents = np.concatenate([np.array(p) for p in trees.values()])
+    q = rng.standard_normal((int(cu[-1]), HEADS, D), dtype=np.float32)
+    out = cache.attend_batch(q, cu, seqs, tree_parents=parents)
+    for b, s in enumerate(seqs):
+        qb = np.ascontiguousarray(q[cu[b] : cu[b + 1]].transpose(1, 0, 2))
+        got = out[cu[b] : cu[b + 1]].transpose(1, 0, 2)
+        assert np.array_equal(got, cache.attend(qb, int(s), tree_parents=np.array(trees[int(s)])))
+        if int(s) != 2:
+            assert np.abs(got - cache.attend(qb, int(s))).max() <= 1e-5
+    cache.attend_batch(q, cu, seqs, tree_parents=parents)
+    cache.commit_tree(2, [0, 2, 5])
+    assert cache.length(2) == 41 - 6 + 3
+    with pytest.raises(ValueError, match=r"tree_parents has shape \(3,\); it must be \(total_q,\) = \(11,\)"):
+        cache.attend_batch(q, cu, seqs, tree_parents=parents[:3])
+
+
 # The lowest cosine similarity measured over seeds 0-5 (docs/python.md quotes them), less a margin:
 # bfloat16 0.9999, int8 0.9960, float8_e4m3 0.969, float8_e5m2 0.951, int4_kivi 0.975, int4 0.752
 # (one scale and minimum for 32 channels of a token, two of them outliers: the other 30 channels

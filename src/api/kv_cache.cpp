@@ -784,7 +784,8 @@ void KvCache::attend(TensorView<float> out, TensorView<const float> queries, con
     detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", queries.dim(1), " heads; the cache has ",
                  s.kv_heads, " key heads, and the query heads must be a multiple of them");
   if (!options.tree_parents.empty())
-    detail::fail(op, ": tree_parents is given; a draft tree belongs to one sequence: give it to attend with seq");
+    detail::fail(op, ": tree_parents is given; a draft tree belongs to one sequence: give it to attend with seq, or to "
+                 "attend_batch (one tree per entry)");
   if (backend() == Backend::cpu && n <= cpu::fused::kDecodeRows && !options.window && options.alibi_slopes.empty()) {
     std::vector<index_t> every(static_cast<std::size_t>(s.batch));
     for (index_t b = 0; b < s.batch; ++b) every[static_cast<std::size_t>(b)] = b;
@@ -827,8 +828,10 @@ void KvCache::attend_batch(TensorView<float> out, TensorView<const float> querie
     detail::fail(op, ": queries has shape ", queries.shape_string(), " with ", H, " heads; the cache has ", s.kv_heads,
                  " key heads, and the query heads must be a multiple of them");
   check_causal(options, op);
-  if (!options.tree_parents.empty())
-    detail::fail(op, ": tree_parents is given; a draft tree belongs to one sequence: give it to attend with seq");
+  const TensorView<const std::int64_t>& trees = options.tree_parents;  // (total_q,): every entry a draft tree
+  if (!trees.empty() && (trees.rank() != 1 || trees.dim(0) != total_q))
+    detail::fail(op, ": tree_parents has shape ", trees.shape_string(), "; it must be (total_q,) = (", total_q,
+                 ",): entry b's parents at rows cu_seqlens_q[b] to cu_seqlens_q[b + 1], in the entry's own indices");
   if (cu_seqlens_q.rank() != 1 || cu_seqlens_q.dim(0) < 1)
     detail::fail(op, ": cu_seqlens_q has shape ", cu_seqlens_q.shape_string(), "; it must be (B + 1,), B >= 0 entries");
   const index_t B = cu_seqlens_q.dim(0) - 1;
@@ -885,7 +888,7 @@ void KvCache::attend_batch(TensorView<float> out, TensorView<const float> querie
   const TensorView<const float> q = rotated.numel() > 0 ? TensorView<const float>(rotated.view()) : queries;
   // Entries of up to kDecodeRows queries (no window, no ALiBi): one decode call per query count,
   // their rows copied into (G, heads, n, head_dim) and back. The others: a call each.
-  const bool decodes = backend() == Backend::cpu && !options.window && slopes.empty();
+  const bool decodes = backend() == Backend::cpu && !options.window && slopes.empty() && trees.empty();
   for (index_t n = 1; decodes && n <= cpu::fused::kDecodeRows; ++n) {
     std::vector<index_t> group, entries;
     for (index_t b = 0; b < B; ++b)
@@ -910,6 +913,9 @@ void KvCache::attend_batch(TensorView<float> out, TensorView<const float> querie
     if (n == 0 || (decodes && n <= cpu::fused::kDecodeRows)) continue;
     KvAttendOptions one = options;
     if (slopes.rank() == 2) one.alibi_slopes = detail::step(slopes, b, op, "alibi_slopes");
+    if (!trees.empty())  // entry b's drafts: its rows of tree_parents
+      one.tree_parents = TensorView<const std::int64_t>(trees.data() + first[static_cast<std::size_t>(b)] * trees.stride(0), {n},
+                                                        {trees.stride(0)});
     attend_sequence(rows_of(out, b), seq_of[static_cast<std::size_t>(b)], rows_of(q, b), one, true);
   }
 }
