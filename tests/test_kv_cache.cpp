@@ -858,6 +858,41 @@ TEST(KvCacheTrees, InsideAMixedBatchAsPerSequence) {
   }
 }
 
+// The decode path splits keys at fixed points, so a sequence's decode gives the same bits alone, in
+// a mixed batch of longer and shorter ones, and in the batched attend, at 1 and 2 threads: lengths
+// over several chunks (1024 keys each), one query and three.
+TEST(KvCacheBatch, DecodeResultsDoNotDependOnTheBatch) {
+  for (const KvDtype type : {KvDtype::float32, KvDtype::bfloat16, KvDtype::int4}) {
+    const index_t lengths[] = {3000, 1500, 700};
+    KvCache cache(3, kKvHeads, kDim, {.dtype = type, .block_size = 256});
+    for (index_t seq = 0; seq < 3; ++seq) {
+      const Tensor<float> k = random_tensor<float>({kKvHeads, lengths[seq], kDim}, 720 + static_cast<std::uint64_t>(seq), -2, 2);
+      cache.append(seq, k.view(), k.view());
+    }
+    for (const index_t n : {1, 3}) {
+      const Tensor<float> q = random_tensor<float>({3 * n, kHeads, kDim}, 730 + static_cast<std::uint64_t>(n), -2, 2);
+      const Tensor<std::int32_t> cu({4}, std::vector<std::int32_t>{0, static_cast<std::int32_t>(n), static_cast<std::int32_t>(2 * n),
+                                                                   static_cast<std::int32_t>(3 * n)});
+      Tensor<float> batch({3 * n, kHeads, kDim});
+      testing::expect_same_at_1_and_2_threads<float>([&] {
+        cache.attend_batch(batch.view(), q.view(), cu.view());
+        return std::vector<Tensor<float>>{batch};
+      });
+      for (index_t seq = 0; seq < 3; ++seq) {
+        Tensor<float> qs({kHeads, n, kDim}), alone({kHeads, n, kDim});
+        for (index_t h = 0; h < kHeads; ++h)
+          for (index_t i = 0; i < n; ++i)
+            for (index_t c = 0; c < kDim; ++c) qs(h, i, c) = q(seq * n + i, h, c);
+        cache.attend(alone.view(), seq, qs.view());
+        for (index_t h = 0; h < kHeads; ++h)
+          for (index_t i = 0; i < n; ++i)
+            for (index_t c = 0; c < kDim; ++c)
+              ASSERT_EQ(batch(seq * n + i, h, c), alone(h, i, c)) << type_name(type) << ", n " << n << ", sequence " << seq;
+      }
+    }
+  }
+}
+
 TEST(KvCacheBadInput, EachIsNamed) {
   KvCache cache(2, kKvHeads, kDim, {.capacity = 20, .grow = false});
   const Tensor<float> k({kKvHeads, 15, kDim}), k_bad({kKvHeads, 15, kDim + 1}), q({3, 1, kDim}), q4({kHeads, 1, kDim});

@@ -57,8 +57,8 @@
 // in its own sequence as attend aligns them. Entries of up to four queries with no window and no
 // ALiBi run as one decode call per query count (the blocks read in place, the keys split across
 // threads); the other entries one call each, threaded over heads and query blocks. The result of each
-// entry is the one attend gives for its sequence and queries, up to the decode path's key chunks
-// (which depend on the call's batch, never on the thread count).
+// entry is the one attend gives for its sequence and queries, bit for bit: the decode path splits
+// keys at fixed points (every 1024 keys), whatever the batch and the thread count.
 //
 // Tree attention for speculative decoding: with KvAttendOptions::tree_parents (t,), the last t tokens
 // of the sequence are draft tokens forming a tree, parents[i] = -1 for a child of the last accepted

@@ -39,10 +39,12 @@ struct DecodeBuffers {
         sigma(c.take<float>(rounded_rows)) {}
 };
 
-// The decode path (simd/fused.hpp): key chunks sized from the shape alone (about 16 tasks, at least
-// 256 keys each), partial results merged per row in chunk order. A task takes one key head, or, when
-// the keys are stored token by token (a token's heads side by side, as in FlashAttention's caches
-// and (B, S, H, D) tensors), several adjacent ones, read in memory order: all of its batch element's,
+// The decode path (simd/fused.hpp): keys split at fixed points, every fused::kDecodeChunkKeys keys
+// (split-KV), partial results merged per row in chunk order: a row's result depends on its own keys
+// alone, never on the batch it is called with or the thread count (a sequence decoded alone or in a
+// server's mixed batch gives the same bits). A task takes one chunk of one key head, or, when the
+// keys are stored token by token (a token's heads side by side, as in FlashAttention's caches and
+// (B, S, H, D) tensors), of several adjacent ones, read in memory order: all of its batch element's,
 // halved while that leaves fewer than 16 tasks (a short cache of few sequences still splits).
 template <class T>
 void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr, const fused::KvRows* values = nullptr) {
@@ -51,11 +53,10 @@ void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr,
   const bool token_major = keys != nullptr ? keys->sR > keys->sH && values->sR > values->sH
                                            : a.k.sR > a.k.sH && a.v.sR > a.v.sH;
   index_t heads = token_major ? std::max<index_t>(1, Hk) : 1;
-  auto tasks_with = [&](index_t h) { return B * (Hk / h) * fused::key_chunks(B * (Hk / h), m / 256); };
+  const index_t chunk_keys = fused::kDecodeChunkKeys, chunks = std::max<index_t>(1, (m + chunk_keys - 1) / chunk_keys);
+  auto tasks_with = [&](index_t h) { return B * (Hk / h) * chunks; };
   while (heads > 1 && heads % 2 == 0 && tasks_with(heads) < 16) heads /= 2;
   const index_t groups = Hk / heads;
-  const index_t chunks = fused::key_chunks(B * groups, m / 256);
-  const index_t chunk_keys = std::max<index_t>(1, (m + chunks - 1) / chunks);
   const bool int8 = keys != nullptr && keys->type == fused::KvType::i8;
   const auto rows = static_cast<std::size_t>(B * H * n);
   Scratch<DecodeBuffers<T>> buf(rows * static_cast<std::size_t>(chunks), dv, int8 ? rows : 0, a.q.C);

@@ -253,6 +253,9 @@ inline constexpr index_t kDecodeRows = 4;  // queries per head up to which the d
 // switch between the two streams less often: (32,1,8192,128) at 2 threads read at 78% of the
 // measured bandwidth with 64-key tiles, 87% with 256, 89-90% with 512 to 4096.
 inline constexpr index_t kDecodeTile = 512;
+// Keys per chunk of the decode path (cpu/sdpa.cpp: decode): fixed, so that where the keys are split
+// does not depend on the call's batch or threads; two tiles.
+inline constexpr index_t kDecodeChunkKeys = 2 * kDecodeTile;
 
 // Key or value rows the decode path reads in place of the plan's float tensors (whose shapes it
 // still uses): float, bfloat16, float16 or int8 elements, in a tensor (strides sB, sH, sR) or in the
