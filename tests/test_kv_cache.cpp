@@ -762,6 +762,21 @@ TEST(KvCacheInt4, KiviTruncateInsideAGroupKeepsTheRowsAsTheyReadBack) {
   EXPECT_EQ(cache.keys(0).values(), kivi_stored(more_k, false).values());
 }
 
+// A sequence never appended to, beside one that holds tokens, in one decode call: its output is 0
+// (found by fuzzing: the decode's rows pointed into the unallocated KIVI tail of the empty one).
+TEST(KvCacheInt4, AnEmptySequenceBesideAFullOne) {
+  for (const KvDtype type : {KvDtype::int4, KvDtype::int4_kivi}) {
+    KvCache cache(2, 1, 32, {.dtype = type, .block_size = 32});
+    const Tensor<float> k = random_tensor<float>({1, 40, 32}, 740, -1, 1);
+    cache.append(0, k.view(), k.view());
+    const Tensor<float> q = random_tensor<float>({2, 2, 1, 32}, 741, -1, 1);
+    Tensor<float> out({2, 2, 1, 32});
+    cache.attend(out.view(), q.view());
+    for (index_t c = 0; c < 2 * 32; ++c) EXPECT_EQ(out.data()[2 * 32 + c], 0.0f) << type_name(type);
+    EXPECT_NE(out.data()[0], 0.0f);
+  }
+}
+
 TEST(KvCacheInt4, BadInputIsNamed) {
   testing::expect_error([&] { KvCache bad(1, 1, 48, {.dtype = KvDtype::int4}); }, {"head_dim is 48", "int4 cache", "multiple of 32"});
   testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::int4_kivi, .block_size = 48}); },

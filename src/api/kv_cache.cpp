@@ -169,6 +169,13 @@ struct KvCache::State {
     const index_t L = lengths[static_cast<std::size_t>(seq)];
     return kivi() ? L / cpu::quant::kQ4Group * cpu::quant::kQ4Group : L;
   }
+  // Where sequence seq's tail keys or values start, or null for a sequence that has none yet
+  // (found by fuzzing: an offset into the unallocated tail of a sequence never appended to).
+  const std::uint16_t* tail_of(index_t seq, bool values) const {
+    const detail::Buffer<std::uint16_t>& t = tails[static_cast<std::size_t>(seq)];
+    return t.size() == 0 ? nullptr : t.data() + static_cast<index_t>(values) * kv_heads * 32 * head_dim;
+  }
+  // Row p % 32 of head hk of a sequence's tail (allocated: the sequence holds tokens).
   std::uint16_t* tail_row(index_t seq, bool values, index_t hk, index_t p) const {
     return const_cast<std::uint16_t*>(tails[static_cast<std::size_t>(seq)].data()) +
            ((static_cast<index_t>(values) * kv_heads + hk) * 32 + p % 32) * head_dim;
@@ -232,7 +239,7 @@ struct KvCache::State {
         x.k_mins[at] = b.k_mins.data(), x.v_mins[at] = b.v_mins.data();
       }
       if (kivi()) {
-        x.k_tails.push_back(tail_row(seqs[g], false, 0, 0)), x.v_tails.push_back(tail_row(seqs[g], true, 0, 0));
+        x.k_tails.push_back(tail_of(seqs[g], false)), x.v_tails.push_back(tail_of(seqs[g], true));
         x.tail_from.push_back(tail_from(seqs[g]));
       }
     }
