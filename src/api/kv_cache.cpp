@@ -1,7 +1,9 @@
 // The KV cache (attn/kv_cache.hpp): blocks of block_size tokens, each holding every key head's rows
-// [hk][row][c] in the cache's storage type, a block table per sequence, freed blocks reused. attend
-// hands the decode path the sequence's block pointers (fused::KvRows), or gathers the keys and
-// values into float32 for a prompt's many queries.
+// [hk][row][c] in the cache's storage type (4-bit: two codes a byte, with each group's scale and
+// minimum; int4_kivi's newest tokens in a bfloat16 tail per sequence), a block table per sequence,
+// freed blocks reused. attend hands the decode path or the blocked forward the sequence's block
+// pointers (fused::KvRows), read in place; the reference backend gets the keys and values gathered
+// into float32.
 #include "attn/kv_cache.hpp"
 
 #include <algorithm>
