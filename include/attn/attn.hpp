@@ -34,6 +34,7 @@
 // attn::train (libattn_train.a, pkg-config attn-train): optimizers, training, width selection.
 #include "attn/optim.hpp"
 #include "attn/train.hpp"
+#include "attn/kernel_regression.hpp"
 #include "attn/width_selection.hpp"
 
 // Not included:
