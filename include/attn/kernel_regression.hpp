@@ -78,8 +78,9 @@ struct KernelFit {
 enum class BandwidthMethod { cv_ls, aicc };
 
 struct BandwidthSearchOptions {
-  // Starts: the rule of thumb (continuous: 1.06 sd n^(-1/(4+k)); discrete: half their range), and
-  // the rule of thumb times each of these factors for the continuous bandwidths.
+  // Starts: the rule of thumb (continuous: 1.06 sd n^(-1/(4+k)), statsmodels' start, times the
+  // kernel's canonical bandwidth over the Gaussian's for the compact kernels; discrete: half their
+  // largest value), and the rule of thumb times each of these factors for the continuous bandwidths.
   std::vector<double> start_factors = {0.25, 4.0};
   int max_steps = 200;  // quasi-Newton (BFGS) steps per start on log(h) and a logistic transform of
                         // the discrete bandwidths; the boxcar takes a compass search (its gradient is 0)

@@ -1,0 +1,115 @@
+// The local polynomial fit at one point, the engine of attn/kernel_regression.hpp: the product
+// kernel's weights over the points a window admits, the weighted design's QR factorisation by Givens
+// rotations, the degree the design supports, and the pieces the criteria's gradients need.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "attn/kernel_regression.hpp"
+
+namespace attn {
+
+// Read access to a KernelRegression's data for the implementation (src/kreg).
+struct KernelRegressionAccess {
+  static const std::vector<RegressorType>& types(const KernelRegression& m) { return m.types_; }
+  static const std::vector<double>& x(const KernelRegression& m) { return m.x_; }
+  static const std::vector<double>& y(const KernelRegression& m) { return m.y_; }
+  static const std::vector<index_t>& order(const KernelRegression& m) { return m.order_; }
+  static const std::vector<double>& sorted(const KernelRegression& m) { return m.sorted_; }
+  static int sort_column(const KernelRegression& m) { return m.sort_column_; }
+  static const std::vector<int>& levels(const KernelRegression& m) { return m.levels_; }
+};
+
+namespace kreg {
+
+// The monomials of total degree <= degree in the continuous deviations, degree-major: term 0 is the
+// constant, terms 1..kc the first-order ones in column order, then the second- and third-order ones.
+// A term is the list of its factors (continuous-column positions 0..kc-1, non-decreasing).
+struct Design {
+  int degree = 0;
+  int continuous = 0;                       // kc
+  std::vector<std::vector<int>> terms;      // (q,) factor lists
+  std::vector<int> terms_up_to;             // (degree + 1,): terms of total degree <= d
+  Design(int degree, int continuous);
+  int size() const { return static_cast<int>(terms.size()); }
+};
+
+// What one local fit gives.
+struct PointFit {
+  double mean = 0;
+  int degree_used = 0;
+  bool empty = false;                // no weighted point: the nearest point's response
+  index_t nearest = -1;              // that point, when empty
+};
+
+// One thread's fitter: call fit() for a point, then read the pieces it leaves behind.
+class LocalFitter {
+ public:
+  LocalFitter(const KernelRegression& model, std::span<const double> bandwidths, const Design& design);
+
+  // The fit at x0 (k,) without point leave_out (-1: all points). with_rows keeps the visited points'
+  // weights, designs and (with_gradient) the weights' derivatives for the calls below.
+  PointFit fit(const double* x0, index_t leave_out, bool with_gradient, double* slopes);
+
+  // After fit(): d mean / d h_c (k,) (rows kept with_gradient).
+  void mean_gradient(double* out) const;
+  // After fit(): the smoother's weights l_j (mean = sum_j l_j y_j) over the kept rows.
+  struct Weight { index_t point; double l; };
+  void smoother_weights(std::vector<Weight>& out) const;
+  // After fit() at a data point i (leave_out -1): H_ii and (with_gradient) d H_ii / d h_c (k,).
+  double hat_diagonal(index_t i, double* gradient) const;
+
+ private:
+  void reset();
+  // Adds the points the window admits: a compact kernel's along the sort column, or the Gaussian's
+  // from the nearest outwards until the rest weigh below float64's resolution.
+  void visit_window(const double* x0, index_t leave_out, bool with_gradient);
+  // Point j's weight and design row, rotated into R; returns its weight.
+  double add_row(index_t j, const double* x0, bool with_gradient);
+  index_t nearest_point(const double* x0, index_t leave_out) const;
+
+  const KernelRegression& model_;
+  std::span<const double> h_;
+  const Design& design_;
+  const std::vector<RegressorType>& types_;
+  const std::vector<double>& x_;
+  const std::vector<double>& y_;
+  index_t k_;
+  int q_;
+  std::vector<int> continuous_columns_;  // (kc,) the columns of x the polynomial is in
+  // Kept rows: points, weights, designs (m, q) and weight derivatives (m, k).
+  std::vector<index_t> rows_;
+  std::vector<double> w_, z_, dw_;
+  std::vector<double> r_, rhs_;  // R (q, q) upper triangular, Q' sqrt(W) y (q,)
+  std::vector<double> column_norms_;  // (q,) sum_j W_j z_jt^2, for the rank test
+  std::vector<double> beta_, v_;      // the coefficients and A^-1 e0 over the used terms (q,)
+  double sums_w_ = 0;                 // sum_j W_j; and per continuous column sum_j dW_j/dx0 (y_j)
+  std::vector<double> sums_dx_, sums_dxy_;
+  std::vector<double> work_, kval_, kdh_, kdx_, u_;
+  int terms_used_ = 0;
+  PointFit last_;
+};
+
+// Per-column kernel value and derivatives at one pair.
+struct KernelValue {
+  double k = 0;     // K
+  double d_h = 0;   // d K / d h (or d lambda)
+  double d_x0 = 0;  // d K / d x0 (continuous only)
+};
+KernelValue continuous_kernel(ContinuousKernel kernel, double xj, double x0, double h);
+KernelValue unordered_kernel(double xj, double x0, double lambda, int levels);
+KernelValue ordered_kernel(double xj, double x0, double lambda);
+
+// The largest bandwidth a discrete column may take: (c - 1) / c unordered, 1 ordered.
+double discrete_bandwidth_limit(RegressorType type, int levels);
+// Checks bandwidths (k,) against the model; attn::Error naming `op`.
+void check_bandwidths(const KernelRegression& model, std::span<const double> bandwidths, const char* op);
+
+// The standard normal's quantile function (Acklam's rational approximation, refined by one Halley
+// step on erfc: about 1e-15 relative).
+double normal_quantile(double p);
+
+}  // namespace kreg
+}  // namespace attn
