@@ -23,14 +23,17 @@
 // The binned fits (KernSmooth's locpol, sdiag, sstdg) weight bin j's neighbours k, |k - j| <= L =
 // floor(4 h / delta), by exp(-((k - j) delta / h)^2 / 2) and solve the moment equations at each bin.
 //
-// Where this differs from KernSmooth, on purpose (the value agrees to about 1e-9 relative elsewhere):
+// Where this differs from KernSmooth, on purpose (elsewhere the value agrees to 1e-13 relative on the
+// 50 data sets tried, n = 6 to 5000):
 //  - Points are sorted by x, ties by y: the result does not depend on the order of the input. R sorts
 //    by x alone, stably, so with tied x its trimming and block edges follow the input order.
 //  - The quartic in each block is in u = (x - centre) / half-width (R: raw powers of x), and the binned
 //    fits in (k - j) delta / h (R: (k - j) delta); the fits are the same, better conditioned: R loses
-//    digits when |x| is large against the spread of x. y is centred on its mean, which no step sees.
+//    digits when |x| is large against the spread of x (1e-5 relative for x in [100, 101], 5% for x in
+//    [1000, 1001]). y is centred on its mean, which no step sees (R: 2e-8 relative at y + 1e4).
 //  - Only the grid points that carry data are fitted (the sums weight the others by 0); R fits all of
-//    them and returns NaN when one with no data has no data within 4 bandwidths (0 * NaN).
+//    them, and where one without data has none within 4 bandwidths (a gap in x wider than 8 pilot
+//    bandwidths) its 0 * NaN makes dpill return NaN or stop.
 //  - Where R returns NaN, a number from a singular fit, or stops, this throws attn::Error: fewer than 6
 //    points (sigma^2 would be 0 / 0), a block with fewer than 5 distinct x, a bandwidth under a quarter
 //    of the grid spacing (R: "Binning grid too coarse"), a binned fit at a grid point that carries data
