@@ -17,5 +17,6 @@ void bind_torch_bridge(pybind11::module_& m);  // torch_bridge.cpp: attn._attn._
 void bind_torch_varlen(pybind11::module_& m);  // torch_varlen.cpp: its varlen calls, what attn.flash calls (after bind_torch_bridge)
 void bind_varlen(pybind11::module_& m);        // varlen.cpp: varlen_attention (NumPy)
 void bind_torch_flash(pybind11::module_& m);   // torch_flash.cpp: flash_attn_with_kvcache, paged varlen (after bind_torch_bridge)
+void bind_kernel_regression(pybind11::module_& m);  // kernel_regression.cpp: _KernelRegression, plug_in_bandwidth
 
 }  // namespace attn_py

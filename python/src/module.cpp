@@ -11,8 +11,9 @@ PYBIND11_MODULE(_attn, m) {
 
 The chapter's PyTorch code as NumPy functions and layers: masked_softmax, bmm,
 scaled_dot_product_attention, nadaraya_watson, the layers DotProductAttention,
-AdditiveAttention and MultiHeadAttention with their backward passes, a KVCache for decoding, and
-show_heatmaps and plot (SVG or PNG files). attn.torch (import attn.torch) offers the kernels
+AdditiveAttention and MultiHeadAttention with their backward passes, a KVCache for decoding,
+show_heatmaps and plot (SVG or PNG files), and kernel regression (plug_in_bandwidth, and the
+_KernelRegression that attn.KernelReg wraps). attn.torch (import attn.torch) offers the kernels
 to PyTorch with autograd.
 
 Arrays are float32 or float64 (all arrays of one call in the same dtype; scaled_dot_product_attention
@@ -43,4 +44,5 @@ is released while attn computes. A bad argument raises ValueError (shapes, value
   attn_py::bind_torch_varlen(m);
   attn_py::bind_varlen(m);
   attn_py::bind_torch_flash(m);
+  attn_py::bind_kernel_regression(m);
 }
