@@ -12,6 +12,10 @@
 #   cli.bench_serve            `attn bench --serve` on a tiny trace: every cache dtype reported, its
 #                              figures positive and finite; bad trace options exit 2 naming the option
 #                              (tests/cli_bench_serve.py; Release only);
+#   cli.kreg                   `attn kreg` against local polynomial fits computed with numpy's least
+#                              squares at given bandwidths (fit, slopes, asymptotic band), chosen
+#                              bandwidths, bootstrap bands, plots, bad calls exiting 2 naming the
+#                              option, and the demo's boundary comparison (tests/cli_kreg.py);
 #   cli.memory_limit           runs too large for the memory attn may use (n = m = 2^20 weights,
 #                              ATTN_MAX_BYTES) exit 1 naming the bytes; a malformed ATTN_MAX_BYTES
 #                              exits 2 (tests/cli_memory_limit.py).
@@ -36,6 +40,9 @@ if(EXISTS /usr/bin/python3)
     add_test(NAME cli.bench_serve COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/cli_bench_serve.py $<TARGET_FILE:attn_cli>)
     set_tests_properties(cli.bench_serve PROPERTIES LABELS cli TIMEOUT 120 RUN_SERIAL TRUE)
   endif()
+  add_test(NAME cli.kreg COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/cli_kreg.py $<TARGET_FILE:attn_cli>
+                                 ${CMAKE_CURRENT_BINARY_DIR}/cli_kreg)
+  set_tests_properties(cli.kreg PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300)
   add_test(NAME cli.memory_limit COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/cli_memory_limit.py
                                          $<TARGET_FILE:attn_cli> ${CMAKE_CURRENT_BINARY_DIR}/cli_memory_limit)
   set_tests_properties(cli.memory_limit PROPERTIES LABELS cli TIMEOUT 120)

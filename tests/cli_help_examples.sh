@@ -6,7 +6,7 @@ set -eu
 attn=$1
 root=$2
 /usr/bin/python3 -c "import numpy" 2>/dev/null || { echo "numpy is not available: skipped"; exit 77; }
-for command in softmax sdpa additive nw demo; do
+for command in softmax sdpa additive nw kreg demo; do
   rm -rf "$root/$command"
   mkdir -p "$root/$command"
   # The lines after "Example...:" up to the end of the help text, with the programs replaced.
@@ -18,7 +18,8 @@ for command in softmax sdpa additive nw demo; do
 done
 # What the examples promise to write.
 for f in softmax/W.npy sdpa/O.npy sdpa/W.npy sdpa/W.png additive/O.npy additive/W.svg nw/YHAT.npy nw/fit.png \
-         demo/pictures/nadaraya-watson.png; do
+         kreg/YHAT.npy kreg/LOW.npy kreg/HIGH.npy kreg/fit.png demo/pictures/nadaraya-watson.png \
+         demo/pictures/local-linear.png; do
   test -s "$root/$f" || { echo "FAILED: the example did not write $f"; exit 1; }
 done
 echo "every example ran"

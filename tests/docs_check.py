@@ -181,6 +181,7 @@ def write_fixtures(directory):
         "WV.npy": rng.normal(size=(8,)).astype(f32),
         "X.npy": np.sort(rng.random(50) * 5).astype(f32),
         "XQ.npy": np.linspace(0, 5, 20, dtype=f32),
+        "B.npy": np.array([0.4]),  # kreg's bandwidths, one per column of X.npy
     }
     files["Y.npy"] = (2 * np.sin(files["X.npy"]) + files["X.npy"] ** 0.8).astype(f32)
     for name, array in files.items():

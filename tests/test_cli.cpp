@@ -244,11 +244,12 @@ TEST(Cli, NadarayaWatsonWidthAutoPrintsAndUsesTheLeaveOneOutWidth) {
   EXPECT_NE(bad.err.find("--width wide: the width must be a positive number or 'auto'"), std::string::npos) << bad.err;
 }
 
-TEST(Cli, DemoDrawsItsFourPicturesAsSvgAndPng) {
+TEST(Cli, DemoDrawsItsFivePicturesAsSvgAndPng) {
   ScratchDir dir;
   const testing::CliResult r = dir.run({"demo", "--out-dir", dir.file("pictures")});
   expect_success(r);
-  for (const char* name : {"attention-additive", "attention-dot-product", "kernels", "nadaraya-watson"}) {
+  for (const char* name :
+       {"attention-additive", "attention-dot-product", "kernels", "nadaraya-watson", "local-linear"}) {
     const std::string base = dir.file("pictures") + "/" + name;
     EXPECT_NE(r.out.find(base + ".svg"), std::string::npos) << "the demo lists " << name;
     EXPECT_EQ(testing::read_file(base + ".svg").rfind("</svg>\n"), testing::read_file(base + ".svg").size() - 7) << name;
@@ -262,6 +263,11 @@ TEST(Cli, DemoDrawsItsFourPicturesAsSvgAndPng) {
   for (const char* title : {"gaussian, width 1", "boxcar, width 1", "epanechnikov, width 1", "constant, width 1",
                             "gaussian, width 0.1", "gaussian, width 0.2", "gaussian, width 0.5"})
     EXPECT_NE(nw.find(title), std::string::npos) << title;
+  // Nadaraya-Watson beside local linear: both fits, over the data and near the boundary, and their means.
+  const std::string ll = testing::read_file(dir.file("pictures/local-linear.svg"));
+  for (const char* text : {"Nadaraya-Watson, width", "local linear, bandwidth", "near the boundary x = 0",
+                           "the fits of the noiseless curve"})
+    EXPECT_NE(ll.find(text), std::string::npos) << text;
 }
 
 TEST(Cli, ProgressOnlyWhenAskedOrOnATerminal) {
@@ -290,7 +296,7 @@ TEST(Cli, ProgressOnlyWhenAskedOrOnATerminal) {
 
 TEST(Cli, EveryCommandsHelpShowsAnExample) {
   ScratchDir dir;
-  for (const char* command : {"softmax", "sdpa", "additive", "nw", "demo"}) {
+  for (const char* command : {"softmax", "sdpa", "additive", "nw", "kreg", "demo"}) {
     const testing::CliResult r = dir.run({command, "--help"});
     EXPECT_EQ(r.code, 0) << command;
     EXPECT_NE(r.out.find("Example"), std::string::npos) << command;

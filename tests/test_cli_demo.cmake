@@ -3,7 +3,8 @@
 # cli.demo checks, in the order they are printed, values of the d2l chapter's examples that do not depend
 # on the random inputs: the row with valid length 1, bmm's 4s, the additive and the dot-product
 # outputs [[2, 3, 4, 5]] and [[10, 11, 12, 13]] with their uniform weights, the Nadaraya-Watson
-# table, the closing line. PASS_REGULAR_EXPRESSION makes CTest ignore the exit code, so
+# tables, the table of Nadaraya-Watson beside local linear regression (whose numbers cli.kreg
+# compares), the closing line. PASS_REGULAR_EXPRESSION makes CTest ignore the exit code, so
 # cli.demo_exit_code checks that separately.
 # One regular expression in pieces (string(CONCAT): a list would split them at the brackets).
 string(CONCAT attn_demo_expected
@@ -20,6 +21,9 @@ string(CONCAT attn_demo_expected
   ".*\nkernel +width +MSE +f\\(0\\) +f\\(1\\)[^\n]*\ntruth [^\n]*\ngaussian +1 [^\n]*\nboxcar +1 [^\n]*"
   "\nepanechnikov +1 [^\n]*\nconstant +1 "
   ".*\ngaussian +0\\.1 .*\ngaussian +0\\.2 .*\ngaussian +0\\.5 "
+  ".*Local linear regression \\(attn::KernelRegression"
+  ".*\nfit +bandwidth +MSE +MSE x<0\\.5 +f\\(0\\) +E f\\(0\\) +bias\\^2 x<0\\.5\ntruth [^\n]*"
+  "\nnadaraya-watson +[0-9][^\n]*\nlocal linear +[0-9][^\n]*\nlocal linear, NW width +[0-9]"
   ".*Masks beyond valid_lens")
 add_test(NAME cli.demo COMMAND $<TARGET_FILE:attn_cli> demo)
 set_tests_properties(cli.demo PROPERTIES LABELS cli

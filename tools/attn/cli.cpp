@@ -1,5 +1,5 @@
 // The `attn` command line: one CLI::App, each subcommand registered by its own file
-// (softmax.cpp, sdpa.cpp, additive.cpp, nw.cpp, demo.cpp, bench.cpp). The exit codes are a contract for the
+// (softmax.cpp, sdpa.cpp, additive.cpp, nw.cpp, kreg.cpp, demo.cpp, bench.cpp). The exit codes are a contract for the
 // scripts that drive attn; exit_codes.hpp states it and this is where it is kept. attn_cli::run
 // (cli.hpp) is the whole command: main() (main.cpp) only calls it, and the in-process fuzzer
 // fuzz/cli_fuzz.cpp and its corpus replay call it themselves.
@@ -38,6 +38,7 @@ int run(int argc, char** argv) {
   add_sdpa_command(app);
   add_additive_command(app);
   add_nw_command(app);
+  add_kreg_command(app);
   add_demo_command(app);
   add_bench_command(app);
   // Set after the subcommands: CLI11 copies a parent's footer into subcommands created after it.

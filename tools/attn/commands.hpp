@@ -12,5 +12,6 @@ void add_softmax_command(CLI::App& app);   // softmax.cpp
 void add_sdpa_command(CLI::App& app);      // sdpa.cpp
 void add_additive_command(CLI::App& app);  // additive.cpp
 void add_nw_command(CLI::App& app);        // nw.cpp
+void add_kreg_command(CLI::App& app);      // kreg.cpp
 
 }  // namespace attn_cli

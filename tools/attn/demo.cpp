@@ -192,9 +192,13 @@ struct Regression {
   }
 
   // The predictions at x_test of the estimator with `kernel` and width `sigma`.
-  std::vector<double> fit(attn::Kernel kernel, float sigma) const {
-    Tensor<float> out({1, n, 1});
-    attn::nadaraya_watson_forward<float>(out, {}, x_test.cview(), x_train.cview(), y_train.cview(), kernel, sigma);
+  std::vector<double> fit(attn::Kernel kernel, float sigma) const { return fit_at(x_test, y_train, kernel, sigma); }
+
+  // The same at other queries (1, nq, 1) with other targets (1, n, 1).
+  std::vector<double> fit_at(const Tensor<float>& queries, const Tensor<float>& targets, attn::Kernel kernel,
+                             float sigma) const {
+    Tensor<float> out({1, queries.dim(1), 1});
+    attn::nadaraya_watson_forward<float>(out, {}, queries.cview(), x_train.cview(), targets.cview(), kernel, sigma);
     return {out.values().begin(), out.values().end()};
   }
 
@@ -254,6 +258,112 @@ void nadaraya_watson_example(std::ostream& os, const Regression& data) {
   print_fits(os, data, {{Kernel::gaussian, 0.1f}, {Kernel::gaussian, 0.2f}, {Kernel::gaussian, 0.5f}, {Kernel::gaussian, 1}});
 }
 
+// --- Example 5, continued: local linear regression at the boundary ---
+
+// The Gaussian Nadaraya-Watson fit and the local linear fit (attn::KernelRegression, degree 1) of the
+// toy data, each with its bandwidth chosen by leave-one-out cross-validation, and local linear at
+// Nadaraya-Watson's width. Each is also fitted to the noiseless curve at the same points: both fits
+// are linear in y, so that fit is the mean of the fit over the noise, and its distance to the truth
+// the fit's bias. At the queries for the table, on a grid of 501 points over [0, 5] for the figure.
+struct BoundaryFits {
+  double nw_width = 0, ll_bandwidth = 0;
+  std::vector<double> nw, ll, ll_same;                 // at x_test, of the noisy data
+  std::vector<double> nw_mean, ll_mean, ll_same_mean;  // at x_test, of the noiseless curve
+  LocalLinearFigure figure;
+};
+
+BoundaryFits boundary_fits(const Regression& data) {
+  BoundaryFits f;
+  // Nadaraya-Watson's width as `attn nw --width auto` chooses it: (N, 1) points, (N, 1) targets.
+  const attn::WidthSelection width = attn::select_width<float>(
+      {data.x_train.data(), {Regression::n, 1}}, {data.y_train.data(), {Regression::n, 1}}, attn::Kernel::gaussian);
+  f.nw_width = width.widths[0];
+  const float nw_width = static_cast<float>(f.nw_width);
+  // The same data in float64 for KernelRegression; its Gaussian exp(-u^2 / 2) is Nadaraya-Watson's.
+  Tensor<float> noiseless({1, Regression::n, 1});
+  std::vector<double> x, y, y_mean;
+  for (index_t i = 0; i < Regression::n; ++i) {
+    x.push_back(data.x_train[i]);
+    y.push_back(data.y_train[i]);
+    y_mean.push_back(truth(data.x_train[i]));
+    noiseless[i] = static_cast<float>(y_mean.back());
+  }
+  const attn::KernelRegOptions options{"c", 1, attn::ContinuousKernel::gaussian};
+  const attn::KernelRegression local_linear({x.data(), {Regression::n}}, {y.data(), {Regression::n}}, options),
+      local_linear_mean({x.data(), {Regression::n}}, {y_mean.data(), {Regression::n}}, options);
+  f.ll_bandwidth = local_linear.select_bandwidth(attn::BandwidthMethod::cv_ls).bandwidths[0];
+  const std::vector<double> ll_h{f.ll_bandwidth}, same_h{f.nw_width};
+  const std::vector<double> queries(data.x_test.values().begin(), data.x_test.values().end());
+  const attn::TensorView<const double> at_queries(queries.data(), {Regression::n});
+  f.nw = data.fit(attn::Kernel::gaussian, nw_width);
+  f.ll = local_linear.fit(ll_h, at_queries).mean;
+  f.ll_same = local_linear.fit(same_h, at_queries).mean;
+  f.nw_mean = data.fit_at(data.x_test, noiseless, attn::Kernel::gaussian, nw_width);
+  f.ll_mean = local_linear_mean.fit(ll_h, at_queries).mean;
+  f.ll_same_mean = local_linear_mean.fit(same_h, at_queries).mean;
+
+  LocalLinearFigure& fig = f.figure;
+  fig.x_train = x;
+  fig.y_train = y;
+  fig.nw_width = f.nw_width;
+  fig.ll_bandwidth = f.ll_bandwidth;
+  constexpr index_t grid_points = 501;
+  Tensor<float> grid({1, grid_points, 1});
+  for (index_t i = 0; i < grid_points; ++i) {
+    grid[i] = 0.01f * static_cast<float>(i);
+    fig.grid.push_back(grid[i]);
+    fig.truth.push_back(truth(grid[i]));
+  }
+  const attn::TensorView<const double> at_grid(fig.grid.data(), {grid_points});
+  fig.nw = data.fit_at(grid, data.y_train, attn::Kernel::gaussian, nw_width);
+  fig.local_linear = local_linear.fit(ll_h, at_grid).mean;
+  fig.nw_mean = data.fit_at(grid, noiseless, attn::Kernel::gaussian, nw_width);
+  fig.local_linear_mean = local_linear_mean.fit(ll_h, at_grid).mean;
+  return f;
+}
+
+// The mean squared difference of y from the truth over the first `count` queries.
+double mse_first(const Regression& data, const std::vector<double>& y, std::size_t count) {
+  double sum = 0;
+  for (std::size_t i = 0; i < count; ++i) sum += (y[i] - data.y_truth[i]) * (y[i] - data.y_truth[i]);
+  return sum / static_cast<double>(count);
+}
+
+BoundaryFits local_linear_example(std::ostream& os, const Regression& data) {
+  os << "Local linear regression (attn::KernelRegression, degree 1, the same Gaussian kernel) fits a line\n"
+        "around each query instead of a constant. At the boundary x = 0 the data lie on one side only and\n"
+        "the curve rises steeply, so Nadaraya-Watson's local average is pulled up towards the points to\n"
+        "the right; the local line follows the slope down to x = 0. Bandwidths by leave-one-out\n"
+        "cross-validation (attn::select_width for Nadaraya-Watson, select_bandwidth(cv_ls) for local\n"
+        "linear); the last row is local linear at Nadaraya-Watson's width. MSE against the truth at all\n"
+        "50 queries and at the 5 nearest the boundary (x = 0, ..., 0.4). With 50 noisy points the few\n"
+        "near x = 0 make both fits noisy there; the bias columns take the noise out: each fit is linear\n"
+        "in y, so fitting the noiseless curve at the same x_i gives its mean over the noise, E f. bias^2\n"
+        "is the mean of (E f - truth)^2 over those 5 queries.\n";
+  BoundaryFits f = boundary_fits(data);
+  const std::vector<std::string> names{"truth", "nadaraya-watson", "local linear", "local linear, NW width"};
+  const std::vector<std::pair<const std::vector<double>*, const std::vector<double>*>> fits{
+      {&f.nw, &f.nw_mean}, {&f.ll, &f.ll_mean}, {&f.ll_same, &f.ll_same_mean}};
+  std::vector<double> widths{f.nw_width, f.ll_bandwidth, f.nw_width}, errors, near, at_zero{data.y_truth[0]},
+      mean_at_zero{data.y_truth[0]}, bias_near;
+  for (const auto& [fit, mean] : fits) {
+    errors.push_back(data.mse(*fit));
+    near.push_back(mse_first(data, *fit, 5));
+    at_zero.push_back((*fit)[0]);
+    mean_at_zero.push_back((*mean)[0]);
+    bias_near.push_back(mse_first(data, *mean, 5));
+  }
+  const auto below_blank = [](std::vector<std::string> cells) {
+    cells.insert(cells.begin(), "");
+    return cells;
+  };
+  print_table(os, {"fit", "bandwidth", "MSE", "MSE x<0.5", "f(0)", "E f(0)", "bias^2 x<0.5"},
+              {names, below_blank(format_column(widths)), below_blank(format_column(errors)),
+               below_blank(format_column(near)), format_column(at_zero), format_column(mean_at_zero),
+               below_blank(format_column(bias_near))});
+  return f;
+}
+
 void closing(std::ostream& os) {
   os << "\nMasks beyond valid_lens (attn::Mask, combinable): a boolean keep-mask and an additive float mask,\n"
         "both broadcast to (B, H, n, m), and a causal mask aligned top-left or bottom-right.\n"
@@ -282,9 +392,10 @@ void run_demo(std::ostream& os, const std::string& out_dir) {
   const Tensor<float> dot_product_weights = dot_product_example(os, shared);
   const Regression data;
   nadaraya_watson_example(os, data);
+  const BoundaryFits boundary = local_linear_example(os, data);
   closing(os);
   if (!out_dir.empty())
-    write_demo_figures(os, out_dir, additive_weights, dot_product_weights, regression_figure(data));
+    write_demo_figures(os, out_dir, additive_weights, dot_product_weights, regression_figure(data), boundary.figure);
 }
 
 void add_demo_command(CLI::App& app) {
@@ -292,7 +403,8 @@ void add_demo_command(CLI::App& app) {
   CLI::App* demo = app.add_subcommand("demo", "run every example of the d2l chapter (no input files needed)");
   demo->add_option("--out-dir", *out_dir,
                    "also draw the chapter's pictures into DIR (created if missing), each as .svg and .png: "
-                   "the additive and dot-product attention weights, the kernels, the Nadaraya-Watson fits")
+                   "the additive and dot-product attention weights, the kernels, the Nadaraya-Watson fits, "
+                   "and Nadaraya-Watson beside local linear regression at the boundary")
       ->type_name("DIR");
   demo->footer(
       "Exit codes: 0 success, 1 failed run, 2 bad usage (see attn --help).\n\n"

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 #include "attn/error.hpp"
 #include "attn/plot.hpp"
@@ -100,10 +101,53 @@ void write_regression(std::ostream& os, const std::string& dir, const Regression
   });
 }
 
+// Three plots: both fits over the data's whole range; the same over [0, 1], where the data lie on one
+// side of the boundary x = 0; and there the fits of the noiseless curve, their mean over the noise,
+// where Nadaraya-Watson's bias at the boundary shows without the noise of 50 points.
+void write_local_linear(std::ostream& os, const std::string& dir, const LocalLinearFigure& data) {
+  char nw_label[64], ll_label[64];
+  std::snprintf(nw_label, sizeof nw_label, "Nadaraya-Watson, width %.3g", data.nw_width);
+  std::snprintf(ll_label, sizeof ll_label, "local linear, bandwidth %.3g", data.ll_bandwidth);
+  // The points with x <= right.
+  const auto up_to = [](double right, const std::vector<double>& x, const std::vector<double>& y) {
+    std::pair<std::vector<double>, std::vector<double>> kept;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (x[i] <= right) kept.first.push_back(x[i]), kept.second.push_back(y[i]);
+    return kept;
+  };
+  struct View {
+    const char* title;
+    double right;
+    bool mean;  // the fits of the noiseless curve, without the data
+  };
+  std::vector<Panel> panels;
+  for (const View view : {View{"the fits", 5.0, false}, View{"near the boundary x = 0", 1.0, false},
+                          View{"their means: the fits of the noiseless curve", 1.0, true}}) {
+    const std::vector<double> grid = up_to(view.right, data.grid, data.truth).first;
+    const auto only = [&](const std::vector<double>& y) { return up_to(view.right, data.grid, y).second; };
+    PlotOptions options = labelled(view.title, "x", panels.empty() ? "y" : "");
+    options.legend = panels.empty();
+    std::vector<Series> series{
+        Series{nw_label, grid, only(view.mean ? data.nw_mean : data.nw), Series::Style::line, "#1f77b4"},
+        Series{ll_label, grid, only(view.mean ? data.local_linear_mean : data.local_linear), Series::Style::line,
+               "#2ca02c"},
+        Series{"truth", grid, only(data.truth), Series::Style::dashed, "#bf00bf"}};
+    if (!view.mean) {
+      const auto [x, y] = up_to(view.right, data.x_train, data.y_train);
+      series.push_back(Series{"data", x, y, Series::Style::points, "#7f7f7f"});
+    }
+    panels.push_back({series, options});
+  }
+  write_both(os, dir, "local-linear", [&](const std::string& path) {
+    attn::io::write_plots(path, panels, 3, "Nadaraya-Watson and local linear regression, bandwidths by cross-validation");
+  });
+}
+
 }  // namespace
 
 void write_demo_figures(std::ostream& os, const std::string& dir, const attn::Tensor<float>& additive_weights,
-                        const attn::Tensor<float>& dot_product_weights, const RegressionFigure& regression) {
+                        const attn::Tensor<float>& dot_product_weights, const RegressionFigure& regression,
+                        const LocalLinearFigure& local_linear) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) throw attn::Error(dir + ": cannot create the directory: " + error.message());
@@ -112,6 +156,7 @@ void write_demo_figures(std::ostream& os, const std::string& dir, const attn::Te
   write_weights_heatmap(os, dir, "attention-dot-product", dot_product_weights, "Dot-product attention weights");
   write_kernels(os, dir);
   write_regression(os, dir, regression);
+  write_local_linear(os, dir, local_linear);
 }
 
 }  // namespace attn_cli
