@@ -24,8 +24,10 @@
 // polynomial is in the continuous regressors (statsmodels' local linear fit also puts discrete columns
 // in its design; the two agree when every regressor is continuous).
 //
-// The local fit is solved by a QR factorisation of the weighted design sqrt(W) Z, built row by row with
-// Givens rotations, so the condition number is not squared as in the normal equations Z'WZ. Where the
+// The local fit is solved from the normal equations Z'WZ b = Z'Wy by Cholesky where the scaled
+// design's columns are far from dependent (every column's variance inflation 1 / (1 - R^2) at most
+// 1e4: at most 4 digits lost beyond the conditioning of the problem itself), and otherwise by a
+// Householder QR factorisation of sqrt(W) Z, which does not square the condition number. Where the
 // local design is singular (too few distinct points inside a compact kernel's window for the degree),
 // the fit drops to the highest degree whose design is not (down to 0, the local mean); where no point
 // has weight (a compact kernel's window is empty), the fit is the response of the nearest point (in
@@ -138,7 +140,7 @@ class KernelRegression {
   //               residual variance sigma^2 = RSS / (n - 2 tr(H) + tr(H'H)) (homoscedastic errors)
   //   bootstrap   the wild bootstrap: y*_j = m(x_j) + e_j v_j, Rademacher v from `seed` (counter-based,
   //               the same draws for any thread count), `replicates` refits (exact, through the
-  //               smoother's linearity), the percentile interval of m*(x0)
+  //               smoother's linearity); the band is m(x0) plus the quantiles of m*(x0) - E* m*(x0)
   // Both cover the smoothed curve E m(x0), not m(x0) (no bias correction). level in (0, 1).
   ConfidenceBand confidence_band(std::span<const double> bandwidths, TensorView<const double> queries = {},
                                  double level = 0.95, BandMethod method = BandMethod::asymptotic,
@@ -155,14 +157,16 @@ class KernelRegression {
   std::vector<double> x_, y_;    // (n, k), (n,), in the order given
   std::vector<index_t> order_;   // the points sorted along the sort column
   std::vector<double> sorted_;   // that column's values, sorted
+  std::vector<double> sorted_y_; // the responses in that order
+  std::vector<index_t> rank_;    // (n,) point i's position in that order
   int sort_column_ = -1;         // the first continuous regressor, -1 when none
   std::vector<int> levels_;      // per column: distinct values (unordered), 0 otherwise
 };
 
 // Ruppert, Sheather and Wand's (1995) direct plug-in bandwidth for local linear regression with the
 // Gaussian kernel and one continuous regressor, as KernSmooth's dpill computes it (binned, its
-// defaults: 401 bins, blocks by Mallows' Cp, proportion 0.05 trimmed each end). attn::Error for fewer
-// than 5 points, values that are not finite, or x with zero spread.
+// defaults: 401 bins, blocks by Mallows' Cp, 1% of the points trimmed at each end, 5% of the grid for
+// the curvature). attn::Error for fewer than 6 points, values that are not finite, or x with zero spread.
 double plug_in_bandwidth(std::span<const double> x, std::span<const double> y);
 
 }  // namespace attn

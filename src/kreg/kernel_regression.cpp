@@ -102,8 +102,12 @@ KernelRegression::KernelRegression(TensorView<const double> x, TensorView<const 
   if (sort_column_ >= 0) {
     std::stable_sort(order_.begin(), order_.end(),
                      [&](index_t a, index_t b) { return x_[a * k_ + sort_column_] < x_[b * k_ + sort_column_]; });
-    sorted_.resize(n_);
-    for (index_t s = 0; s < n_; ++s) sorted_[s] = x_[order_[s] * k_ + sort_column_];
+    sorted_.resize(n_), sorted_y_.resize(n_), rank_.resize(n_);
+    for (index_t s = 0; s < n_; ++s) {
+      sorted_[s] = x_[order_[s] * k_ + sort_column_];
+      sorted_y_[s] = y_[order_[s]];
+      rank_[order_[s]] = s;
+    }
   }
 }
 
@@ -261,7 +265,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
     Weights l;
 #pragma omp for schedule(dynamic, 8)
     for (index_t i = 0; i < n_; ++i) {
-      fitted[i] = fitter.fit(x_.data() + i * k_, -1, false, nullptr).mean;
+      fitted[i] = fitter.fit(x_.data() + i * k_, -1, false, nullptr, true).mean;
       fitter.smoother_weights(l);
       double squares = 0, own = 0;
       for (const auto& w : l) squares += w.l * w.l, own += w.point == i ? w.l : 0;
@@ -288,7 +292,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
     std::vector<double> draws;
 #pragma omp for schedule(dynamic, 4)
     for (index_t i = 0; i < nq; ++i) {
-      const double m = fitter.fit(points.data() + i * k_, -1, false, nullptr).mean;
+      const double m = fitter.fit(points.data() + i * k_, -1, false, nullptr, true).mean;
       fitter.smoother_weights(l);
       band.mean[i] = m;
       if (method == BandMethod::asymptotic) {
@@ -298,11 +302,11 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
         band.standard_error[i] = se, band.low[i] = m - z * se, band.high[i] = m + z * se;
         continue;
       }
-      // The wild bootstrap through the smoother's linearity: m*(x0) = sum_j l_j (m(x_j) + e_j v_j),
-      // v_j = -/+1 from bit b % 128 of Philox(counter (j, b / 128), key seed).
-      double base = 0;
-      for (const auto& w : l) base += w.l * fitted[w.point];
-      draws.assign(replicates, base);
+      // The wild bootstrap through the smoother's linearity: m*(x0) = sum_j l_j (m(x_j) + e_j v_j), so
+      // m*(x0) - E* m*(x0) = sum_j l_j e_j v_j, v_j = -/+1 from bit b % 128 of Philox(counter (j, b / 128),
+      // key seed). The band is m(x0) plus that deviation's quantiles (symmetric in law, so the basic
+      // and the percentile intervals agree): centred on the fit, not on the twice-smoothed sum_j l_j m(x_j).
+      draws.assign(replicates, 0.0);
       const r123::Philox4x32::key_type key = {
           {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)}};
       r123::Philox4x32 philox;
@@ -328,7 +332,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
         const std::size_t hi = std::min<std::size_t>(lo + 1, draws.size() - 1);
         return draws[lo] + (at - lo) * (draws[hi] - draws[lo]);
       };
-      band.low[i] = quantile(alpha), band.high[i] = quantile(1 - alpha);
+      band.low[i] = m + quantile(alpha), band.high[i] = m + quantile(1 - alpha);
     }
   }
   return band;

@@ -30,34 +30,15 @@ Design::Design(int degree_, int continuous_) : degree(degree_), continuous(conti
     if (continuous > 0 || d == 0) add_terms(terms, factors, d, 0, continuous);
     terms_up_to.push_back(static_cast<int>(terms.size()));
   }
-}
-
-KernelValue continuous_kernel(ContinuousKernel kernel, double xj, double x0, double h) {
-  const double u = (xj - x0) / h;
-  // K(u) and K'(u); d K / d h = K'(u) (-u / h), d K / d x0 = K'(u) (-1 / h).
-  double k = 0, dk = 0;
-  switch (kernel) {
-    case ContinuousKernel::gaussian:
-      k = std::exp(-0.5 * u * u);
-      dk = -u * k;
-      break;
-    case ContinuousKernel::epanechnikov:
-      if (std::abs(u) <= 1) k = 1 - u * u, dk = -2 * u;
-      break;
-    case ContinuousKernel::boxcar:
-      if (std::abs(u) <= 1) k = 1;
-      break;
-    case ContinuousKernel::tricube: {
-      const double a = std::abs(u);
-      if (a <= 1) {
-        const double t = 1 - a * a * a;
-        k = t * t * t;
-        dk = -9 * u * a * t * t;
-      }
-      break;
-    }
+  // A term's value is its parent's (the term without its last factor, of lower degree, so earlier)
+  // times that factor.
+  parent.assign(terms.size(), -1);
+  last_factor.assign(terms.size(), -1);
+  for (std::size_t t = 1; t < terms.size(); ++t) {
+    std::vector<int> head(terms[t].begin(), terms[t].end() - 1);
+    parent[t] = static_cast<int>(std::find(terms.begin(), terms.end(), head) - terms.begin());
+    last_factor[t] = terms[t].back();
   }
-  return {k, -dk * u / h, -dk / h};
 }
 
 KernelValue unordered_kernel(double xj, double x0, double lambda, int levels) {
@@ -136,28 +117,33 @@ LocalFitter::LocalFitter(const KernelRegression& model, std::span<const double> 
       x_(KernelRegressionAccess::x(model)),
       y_(KernelRegressionAccess::y(model)),
       k_(model.regressors()),
-      q_(design.size()) {
-  for (index_t c = 0; c < k_; ++c)
+      q_(design.size()),
+      kernel_(model.options().kernel) {
+  for (index_t c = 0; c < k_; ++c) {
     if (types_[c] == RegressorType::continuous) continuous_columns_.push_back(static_cast<int>(c));
+    inverse_h_.push_back(1 / h_[c]);
+  }
   r_.resize(static_cast<std::size_t>(q_) * q_);
+  gram_.resize(static_cast<std::size_t>(q_) * q_);
   rhs_.resize(q_);
+  zy_.resize(q_);
   v_.resize(q_);
   work_.resize(q_);
   kval_.resize(k_);
   kdh_.resize(k_);
   kdx_.resize(k_);
   u_.resize(continuous_columns_.size());
-  column_norms_.resize(q_);
   beta_.resize(q_);
   sums_dx_.resize(continuous_columns_.size());
   sums_dxy_.resize(continuous_columns_.size());
+  one_regressor_ = k_ == 1 && types_[0] == RegressorType::continuous;
+  simd_ = cpu::simd::current();
 }
 
 void LocalFitter::reset() {
   rows_.clear(), w_.clear(), z_.clear(), dw_.clear();
-  std::fill(r_.begin(), r_.end(), 0.0);
-  std::fill(rhs_.begin(), rhs_.end(), 0.0);
-  std::fill(column_norms_.begin(), column_norms_.end(), 0.0);
+  std::fill(gram_.begin(), gram_.end(), 0.0);
+  std::fill(zy_.begin(), zy_.end(), 0.0);
   std::fill(sums_dx_.begin(), sums_dx_.end(), 0.0);
   std::fill(sums_dxy_.begin(), sums_dxy_.end(), 0.0);
   sums_w_ = 0;
@@ -172,8 +158,8 @@ double LocalFitter::add_row(index_t j, const double* x0, bool with_gradient) {
     KernelValue kv;
     switch (types_[c]) {
       case RegressorType::continuous:
-        kv = continuous_kernel(model_.options().kernel, xj[c], x0[c], h_[c]);
-        u_[p++] = (xj[c] - x0[c]) / h_[c];
+        u_[p] = (xj[c] - x0[c]) * inverse_h_[c];
+        kv = continuous_kernel(kernel_, u_[p++], inverse_h_[c]);
         break;
       case RegressorType::unordered:
         kv = unordered_kernel(xj[c], x0[c], h_[c], levels[c]);
@@ -191,11 +177,8 @@ double LocalFitter::add_row(index_t j, const double* x0, bool with_gradient) {
   const std::size_t base = z_.size();
   z_.resize(base + q_);
   double* z = z_.data() + base;
-  for (int t = 0; t < q_; ++t) {
-    double term = 1;
-    for (int f : design_.terms[t]) term *= u_[f];
-    z[t] = term;
-  }
+  z[0] = 1;
+  for (int t = 1; t < q_; ++t) z[t] = z[design_.parent[t]] * u_[design_.last_factor[t]];
   rows_.push_back(j);
   w_.push_back(w);
   if (with_gradient) {
@@ -213,25 +196,14 @@ double LocalFitter::add_row(index_t j, const double* x0, bool with_gradient) {
       suffix *= kval_[c];
     }
   }
-  // Givens rotations of the row [sqrt(w) z, sqrt(w) y_j] into R and Q' sqrt(W) y.
-  const double s = std::sqrt(w);
-  for (int t = 0; t < q_; ++t) work_[t] = s * z[t];
-  double b = s * y_[j];
+  // The normal equations' A = sum_j W_j z_j z_j' (upper triangle) and b = sum_j W_j z_j y_j.
+  const double wy = w * y_[j];
   for (int t = 0; t < q_; ++t) {
-    if (work_[t] == 0) continue;
-    double* rt = r_.data() + static_cast<std::size_t>(t) * q_;
-    const double rr = std::hypot(rt[t], work_[t]);
-    const double cs = rt[t] / rr, sn = work_[t] / rr;
-    for (int c = t; c < q_; ++c) {
-      const double a = rt[c], e = work_[c];
-      rt[c] = cs * a + sn * e;
-      work_[c] = -sn * a + cs * e;
-    }
-    const double a = rhs_[t];
-    rhs_[t] = cs * a + sn * b;
-    b = -sn * a + cs * b;
+    const double wz = w * z[t];
+    double* at = gram_.data() + static_cast<std::size_t>(t) * q_;
+    for (int c = t; c < q_; ++c) at[c] += wz * z[c];
+    zy_[t] += wy * z[t];
   }
-  for (int t = 0; t < q_; ++t) column_norms_[t] += w * z[t] * z[t];
   // The degree-0 slopes' sums.
   sums_w_ += w;
   for (std::size_t pc = 0; pc < continuous_columns_.size(); ++pc) {
@@ -267,22 +239,77 @@ void LocalFitter::visit_window(const double* x0, index_t leave_out, bool with_gr
   // at most exp(-u_s^2 / 2) and its design terms at most |u|^(2 degree) (u >= u_s); once that bound,
   // decreasing past u_s^2 > 2 degree, is below 2^-60 / n of the largest weight seen, every point
   // further out on that side is dropped.
-  const double degree = design_.degree;
-  const double floor = std::ldexp(1.0, -60) / static_cast<double>(n);
+  double largest = 0, cut = std::numeric_limits<double>::infinity();
   index_t right = std::lower_bound(sorted.begin(), sorted.end(), at) - sorted.begin();
   index_t left = right - 1;
-  double largest = 0;
-  auto negligible = [&](double u) {
-    const double t = u * u;
-    return t > 2 * degree && std::exp(-0.5 * t) * std::pow(std::max(t, 1.0), degree) < largest * floor;
-  };
   while (left >= 0 || right < n) {
     const double ul = left >= 0 ? (at - sorted[left]) / h : std::numeric_limits<double>::infinity();
     const double ur = right < n ? (sorted[right] - at) / h : std::numeric_limits<double>::infinity();
     const bool take_left = ul <= ur;
-    if (negligible(take_left ? ul : ur)) break;  // the nearer side is negligible, so is the other
-    largest = std::max(largest, add(take_left ? left-- : right++));
+    const double u = take_left ? ul : ur;
+    if (u * u > cut) break;  // the nearer side is negligible, so is the other
+    const double weight = add(take_left ? left-- : right++);
+    if (weight > largest) largest = weight, cut = gaussian_cut(largest);
   }
+}
+
+double LocalFitter::gaussian_cut(double largest) const {
+  // The u_s^2 past which exp(-t / 2) t^degree < largest 2^-60 / n: t / 2 - degree log t = -log(largest)
+  // - log(2^-60 / n), solved by Newton's method (the left side is convex, increasing past t = 2 degree).
+  const double degree = design_.degree;
+  const double target = -std::log(largest) - std::log(std::ldexp(1.0, -60) / static_cast<double>(model_.size()));
+  double t = 2 * target + 4 * degree + 2;
+  for (int it = 0; it < 8; ++it) {
+    const double g = 0.5 * t - degree * std::log(t) - target, dg = 0.5 - degree / t;
+    t = std::max(t - g / dg, 2 * degree + 1e-9);
+  }
+  return t * (1 + 1e-9);
+}
+
+bool LocalFitter::fit_moments(const double* x0, index_t leave_out, bool with_gradient) {
+  const auto& sorted = KernelRegressionAccess::sorted(model_);
+  const auto& sorted_y = KernelRegressionAccess::sorted_y(model_);
+  const index_t n = model_.size();
+  const double at = x0[0], h = h_[0];
+  const index_t skip = leave_out >= 0 ? KernelRegressionAccess::rank(model_)[leave_out] : -1;
+  double reach = h * (1 + 1e-12);
+  if (kernel_ == ContinuousKernel::gaussian) {
+    // The nearest point other than the one left out weighs most; the window reaches as far as the
+    // expansion of visit_window would.
+    index_t right = std::lower_bound(sorted.begin(), sorted.end(), at) - sorted.begin(), left = right - 1;
+    if (left == skip) --left;
+    if (right == skip) ++right;
+    double nearest = std::numeric_limits<double>::infinity();
+    if (left >= 0) nearest = std::min(nearest, at - sorted[left]);
+    if (right < n) nearest = std::min(nearest, sorted[right] - at);
+    const double u = nearest * inverse_h_[0];
+    const double largest = std::exp(-0.5 * u * u);
+    if (!(largest > 0)) return false;
+    reach = h * std::sqrt(gaussian_cut(largest));
+  }
+  const index_t lo = std::lower_bound(sorted.begin(), sorted.end(), at - reach) - sorted.begin();
+  const index_t hi = std::upper_bound(sorted.begin(), sorted.end(), at + reach) - sorted.begin();
+  moments_ = {};
+  auto run = [&](index_t from, index_t to) {
+    if (to > from)
+      cpu::fused::kreg_moments(sorted.data() + from, sorted_y.data() + from, to - from, at, inverse_h_[0], kernel_,
+                               design_.degree, with_gradient, moments_, simd_);
+  };
+  if (skip >= lo && skip < hi) {
+    run(lo, skip);
+    run(skip + 1, hi);
+  } else {
+    run(lo, hi);
+  }
+  if (!(moments_.s[0] > 0)) return false;
+  for (int t = 0; t < q_; ++t) {  // 1-D terms are the powers u^t: A_st = s[s + t], b_t = t[t]
+    for (int c = t; c < q_; ++c) gram_[static_cast<std::size_t>(t) * q_ + c] = moments_.s[t + c];
+    zy_[t] = moments_.t[t];
+  }
+  sums_w_ = moments_.s[0];
+  sums_dx_[0] = moments_.gs[0] * inverse_h_[0];
+  sums_dxy_[0] = moments_.gt[0] * inverse_h_[0];
+  return cholesky();
 }
 
 index_t LocalFitter::nearest_point(const double* x0, index_t leave_out) const {
@@ -294,7 +321,7 @@ index_t LocalFitter::nearest_point(const double* x0, index_t leave_out) const {
     double d = 0;
     for (index_t c = 0; c < k_; ++c) {
       if (types_[c] == RegressorType::continuous) {
-        const double u = (xj[c] - x0[c]) / h_[c];
+        const double u = (xj[c] - x0[c]) * inverse_h_[c];
         d += u * u;
       } else {
         d += xj[c] != x0[c];
@@ -305,31 +332,103 @@ index_t LocalFitter::nearest_point(const double* x0, index_t leave_out) const {
   return best;
 }
 
-PointFit LocalFitter::fit(const double* x0, index_t leave_out, bool with_gradient, double* slopes) {
-  reset();
-  visit_window(x0, leave_out, with_gradient);
-  PointFit result;
-  if (rows_.empty()) {
-    result.empty = true;
-    result.nearest = nearest_point(x0, leave_out);
-    result.mean = y_[result.nearest];
-    if (slopes) std::fill(slopes, slopes + k_, 0.0);
-    terms_used_ = 0;
-    last_ = result;
-    return result;
+bool LocalFitter::cholesky() {
+  auto r = [&](int t, int c) -> double& { return r_[static_cast<std::size_t>(t) * q_ + c]; };
+  auto a = [&](int t, int c) { return gram_[static_cast<std::size_t>(t) * q_ + c]; };
+  // Cholesky, R'R = A. A_tt / R_tt^2 is column t's variance inflation (1 / (1 - R^2) of t on the columns
+  // before it); the largest bounds the digits the normal equations lose below cond(A)'s.
+  double inflation = 1;
+  bool ok = true;
+  for (int t = 0; t < q_ && ok; ++t) {
+    double d = a(t, t);
+    for (int s = 0; s < t; ++s) d -= r(s, t) * r(s, t);
+    if (!(d > 0)) {
+      ok = false;
+      break;
+    }
+    inflation = std::max(inflation, a(t, t) / d);
+    r(t, t) = std::sqrt(d);
+    for (int c = t + 1; c < q_; ++c) {
+      double e = a(t, c);
+      for (int s = 0; s < t; ++s) e -= r(s, t) * r(s, c);
+      r(t, c) = e / r(t, t);
+    }
   }
-  // The highest degree whose leading block of R is not singular: a diagonal entry at 1e-9 of its
-  // column's weighted norm or less means the column is (nearly) a combination of those before it.
+  if (!ok || inflation > kMaxInflation) return false;
+  for (int t = 0; t < q_; ++t) {  // rhs = R^-T b, what Q' sqrt(W) y is
+    double e = zy_[t];
+    for (int s = 0; s < t; ++s) e -= r(s, t) * rhs_[s];
+    rhs_[t] = e / r(t, t);
+  }
+  return true;
+}
+
+int LocalFitter::householder() {
+  auto r = [&](int t, int c) -> double& { return r_[static_cast<std::size_t>(t) * q_ + c]; };
+  auto a = [&](int t, int c) { return gram_[static_cast<std::size_t>(t) * q_ + c]; };
+  // Householder QR of the stored rows [sqrt(W) Z | sqrt(W) y] (m, q + 1): R and Q' sqrt(W) y without
+  // squaring the condition number.
+  const std::size_t m = rows_.size(), width = static_cast<std::size_t>(q_) + 1;
+  qr_.assign(m * width, 0.0);
+  for (std::size_t i = 0; i < m; ++i) {
+    const double s = std::sqrt(w_[i]);
+    for (int t = 0; t < q_; ++t) qr_[i * width + t] = s * z_[i * q_ + t];
+    qr_[i * width + q_] = s * y_[rows_[i]];
+  }
+  std::fill(r_.begin(), r_.end(), 0.0);
+  std::fill(rhs_.begin(), rhs_.end(), 0.0);
+  for (int t = 0; t < q_ && static_cast<std::size_t>(t) < m; ++t) {
+    double norm = 0;
+    for (std::size_t i = t; i < m; ++i) norm += qr_[i * width + t] * qr_[i * width + t];
+    norm = std::sqrt(norm);
+    if (norm == 0) continue;
+    const double alpha = qr_[t * width + t] > 0 ? -norm : norm;  // the reflection's image of the column
+    qr_[t * width + t] -= alpha;                                 // v = x - alpha e_t, in place
+    double vv = 0;
+    for (std::size_t i = t; i < m; ++i) vv += qr_[i * width + t] * qr_[i * width + t];
+    for (std::size_t c = t + 1; c < width; ++c) {
+      double dot = 0;
+      for (std::size_t i = t; i < m; ++i) dot += qr_[i * width + t] * qr_[i * width + c];
+      const double f = 2 * dot / vv;
+      for (std::size_t i = t; i < m; ++i) qr_[i * width + c] -= f * qr_[i * width + t];
+    }
+    r(t, t) = alpha;
+    for (int c = t + 1; c < q_; ++c) r(t, c) = qr_[t * width + c];
+    rhs_[t] = qr_[t * width + q_];
+  }
+  // The highest degree whose leading block of R is not singular: |R_tt| at 1e-9 of column t's weighted
+  // norm or less means the column is (nearly) a combination of those before it.
+  auto singular = [&](int t) { return !(a(t, t) > 0) || std::abs(r(t, t)) <= 1e-9 * std::sqrt(a(t, t)); };
   int degree = design_.degree;
-  auto singular = [&](int t) {
-    return !(column_norms_[t] > 0) ||
-           std::abs(r_[static_cast<std::size_t>(t) * q_ + t]) <= 1e-9 * std::sqrt(column_norms_[t]);
-  };
   while (degree > 0) {
-    bool ok = true;
-    for (int t = 0; t < design_.terms_up_to[degree] && ok; ++t) ok = !singular(t);
-    if (ok) break;
+    bool full = true;
+    for (int t = 0; t < design_.terms_up_to[degree] && full; ++t) full = !singular(t);
+    if (full) break;
     --degree;
+  }
+  return degree;
+}
+
+PointFit LocalFitter::fit(const double* x0, index_t leave_out, bool with_gradient, double* slopes, bool with_rows) {
+  reset();
+  PointFit result;
+  int degree = design_.degree;
+  // The degree-0 slopes need the derivative moments too.
+  from_moments_ = one_regressor_ && !with_rows &&
+                  fit_moments(x0, leave_out, with_gradient || (slopes != nullptr && design_.degree == 0));
+  if (!from_moments_) {
+    reset();
+    visit_window(x0, leave_out, with_gradient);
+    if (rows_.empty()) {
+      result.empty = true;
+      result.nearest = nearest_point(x0, leave_out);
+      result.mean = y_[result.nearest];
+      if (slopes) std::fill(slopes, slopes + k_, 0.0);
+      terms_used_ = 0;
+      last_ = result;
+      return result;
+    }
+    if (!cholesky()) degree = householder();
   }
   const int T = design_.terms_up_to[degree];
   terms_used_ = T;
@@ -368,6 +467,17 @@ PointFit LocalFitter::fit(const double* x0, index_t leave_out, bool with_gradien
 void LocalFitter::mean_gradient(double* out) const {
   std::fill(out, out + k_, 0.0);
   if (last_.empty) return;
+  if (from_moments_) {
+    // sum_j dW_j (z_j . v) (y_j - z_j . beta), dW_j = g_j u_j / h: v . E - v' D beta with
+    // E_s = gt[s + 1] / h and D_st = gs[s + t + 1] / h.
+    double sum = 0;
+    for (int s = 0; s < terms_used_; ++s) {
+      sum += v_[s] * moments_.gt[s + 1];
+      for (int t = 0; t < terms_used_; ++t) sum -= v_[s] * beta_[t] * moments_.gs[s + t + 1];
+    }
+    out[0] = sum * inverse_h_[0];
+    return;
+  }
   for (std::size_t r = 0; r < rows_.size(); ++r) {
     const double* z = z_.data() + r * q_;
     double zv = 0, zb = 0;
@@ -380,6 +490,7 @@ void LocalFitter::mean_gradient(double* out) const {
 
 void LocalFitter::smoother_weights(std::vector<Weight>& out) const {
   out.clear();
+  if (from_moments_) detail::fail("LocalFitter::smoother_weights: the fit did not keep its rows (with_rows)");
   if (last_.empty) {
     out.push_back({last_.nearest, 1.0});
     return;
@@ -401,6 +512,13 @@ double LocalFitter::hat_diagonal(index_t i, double* gradient) const {
   for (index_t c = 0; c < k_; ++c)
     if (types_[c] != RegressorType::continuous) wii *= 1 - h_[c];
   const double hii = wii * v_[0];
+  if (gradient && from_moments_) {  // - v' dA v, dA_st = gs[s + t + 1] / h
+    double sum = 0;
+    for (int s = 0; s < terms_used_; ++s)
+      for (int t = 0; t < terms_used_; ++t) sum += v_[s] * v_[t] * moments_.gs[s + t + 1];
+    gradient[0] = -sum * inverse_h_[0];
+    return hii;
+  }
   if (gradient) {
     // d H_ii = dW_ii v_0 - W_ii v' dA v, dA = sum_j dW_j z_j z_j'.
     for (std::size_t r = 0; r < rows_.size(); ++r) {
