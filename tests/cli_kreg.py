@@ -1,8 +1,8 @@
 """cli.kreg (tests/cli.cmake): `attn kreg` on data numpy made, checked against local polynomial fits
 that numpy computes itself (weighted least squares with numpy.linalg.pinv: an oracle that shares no
 code with the library) at the bandwidths of a B.npy file: the fit, --slopes, the asymptotic band of
---band, for degrees 0 to 2, four kernels and mixed var_types. The bootstrap band is the wild
-bootstrap's percentile interval and repeats with its seed; cv_ls finds a criterion no worse than
+--band, for degrees 0 to 2, four kernels and mixed var_types. The bootstrap band is the fit plus the
+wild bootstrap's quantiles and repeats with its seed; cv_ls finds a criterion no worse than
 statsmodels' KernelReg (when statsmodels is installed); --plot draws the data, the fit and the band;
 bad calls exit 2 naming the option. Last, `attn demo` shows local linear's smaller bias at the
 boundary x = 0. Exits 77 without numpy.
@@ -262,14 +262,15 @@ def band(*extra, name="b"):
 
 
 # The wild bootstrap as attn/kernel_regression.hpp defines it: y*_j = m(x_j) + e_j v_j with Rademacher
-# v, refitted; the percentile interval of m*(x0). numpy draws its own signs, so the ends agree within
-# the Monte Carlo error of the 2.5% and 97.5% quantiles (below a tenth of the band's width at 999
-# replicates; a quarter allowed). Its centre is the fit of the fitted values, not the fit itself.
+# v, refitted; the band is the fit m(x0) plus the quantiles of m*(x0) - E* m*(x0). numpy draws its own
+# signs, so the ends agree within the Monte Carlo error of the 2.5% and 97.5% quantiles (below a tenth
+# of the band's width at 999 replicates; a quarter allowed).
 fit, low, high = band("--band-method", "bootstrap", "--seed", "3", "--replicates", "999", name="boot")
 fitted = H @ y1
 signs = np.random.default_rng(11).choice([-1.0, 1.0], size=(4000, n))
-refits = L @ (fitted[None, :] + (y1 - fitted)[None, :] * signs).T  # (nq, 4000)
-want_low, want_high = np.quantile(refits, [0.025, 0.975], axis=1)
+deviations = L @ ((y1 - fitted)[None, :] * signs).T  # (nq, 4000)
+quantiles = np.quantile(deviations, [0.025, 0.975], axis=1)  # (2, nq)
+want_low, want_high = L @ y1 + quantiles[0], L @ y1 + quantiles[1]
 width = want_high - want_low
 if not (np.all(low < high) and np.all(np.abs(low - want_low) < 0.25 * width)
         and np.all(np.abs(high - want_high) < 0.25 * width)):

@@ -217,7 +217,8 @@ class KernelReg:
         method="asymptotic": mean -/+ z se, se^2 = sigma^2 sum_j l_j(x0)^2 with the smoother's weights
         l(x0) and the residual variance sigma^2 = RSS / (n - 2 tr(H) + tr(H'H)) (homoscedastic errors).
         method="bootstrap": the wild bootstrap, y*_j = m(x_j) + e_j v_j with Rademacher v drawn from
-        ``seed`` (the same band for the same seed), ``replicates`` refits, the percentile interval.
+        ``seed`` (the same band for the same seed), ``replicates`` refits; the fit plus the quantiles
+        of m*(x0) - E* m*(x0).
         Both cover the smoothed curve E m(x0), not m(x0): there is no bias correction."""
         if method not in ("asymptotic", "bootstrap"):
             raise ValueError(f"KernelReg.confidence_band: method is {method!r}; it must be \"asymptotic\" or "

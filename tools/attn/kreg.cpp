@@ -372,8 +372,8 @@ void add_kreg_command(CLI::App& app) {
       ->type_name("P")
       ->needs(band);
   command->add_option("--band-method", args->band_method,
-                      "asymptotic (the default: fit -/+ z se, homoscedastic errors) or bootstrap (the wild bootstrap's "
-                      "percentile interval)")
+                      "asymptotic (the default: fit -/+ z se, homoscedastic errors) or bootstrap (the fit plus the "
+                      "quantiles of the wild bootstrap's deviations)")
       ->type_name("METHOD")
       ->check(CLI::IsMember({"asymptotic", "bootstrap"}))
       ->needs(band);
