@@ -113,6 +113,9 @@ KernelRegression::KernelRegression(TensorView<const double> x, TensorView<const 
 
 namespace {
 
+// Fewer points than this are fitted on the calling thread: starting a team costs more than they take.
+constexpr index_t kThreadedPoints = 64;
+
 // The points to fit at: queries (nq, k) / (nq,) copied row-major, or the data's x when empty.
 std::vector<double> query_points(const KernelRegression& model, TensorView<const double> queries, const char* op) {
   const index_t k = model.regressors();
@@ -151,7 +154,7 @@ PointResults fit_data_points(const KernelRegression& model, std::span<const doub
   if (gradient) out.gradient.resize(n * k);
   if (hat) out.hat.resize(n), out.hat_gradient.resize(gradient ? n * k : 0);
   const double* x = KernelRegressionAccess::x(model).data();
-#pragma omp parallel
+#pragma omp parallel if (n >= kThreadedPoints)
   {
     kreg::LocalFitter fitter(model, h, design);
 #pragma omp for schedule(dynamic, 8)
@@ -175,7 +178,7 @@ KernelFit KernelRegression::fit(std::span<const double> bandwidths, TensorView<c
   out.mean.resize(nq);
   out.slopes.resize(nq * k_);
   std::vector<unsigned char> reduced(nq), empty(nq);
-#pragma omp parallel
+#pragma omp parallel if (nq >= kThreadedPoints)
   {
     kreg::LocalFitter fitter(*this, bandwidths, design);
 #pragma omp for schedule(dynamic, 8)
@@ -259,7 +262,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
 
   // The fit at the data, its residuals, and the traces of H and H'H.
   std::vector<double> fitted(n_), hat(n_), row_squares(n_);
-#pragma omp parallel
+#pragma omp parallel if (n_ >= kThreadedPoints)
   {
     kreg::LocalFitter fitter(*this, bandwidths, design);
     Weights l;
@@ -285,7 +288,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
 
   ConfidenceBand band;
   band.mean.resize(nq), band.low.resize(nq), band.high.resize(nq), band.standard_error.resize(nq);
-#pragma omp parallel
+#pragma omp parallel if (nq >= kThreadedPoints)
   {
     kreg::LocalFitter fitter(*this, bandwidths, design);
     Weights l;
