@@ -715,6 +715,17 @@ TEST(KernelRegressionErrors, BandwidthsQueriesAndLevel) {
   expect_error([&] { kr.fit(good, Tensor<double>({4})); }, {"queries"});
   for (const double level : {0.0, 1.0, 1.5, double(NAN)})
     expect_error([&] { kr.confidence_band(good, {}, level); }, {"level"});
+  expect_error([&] { kr.confidence_band(good, {}, 0.9, BandMethod::bootstrap, 0, 1); }, {"replicates", "1"});
+  // A bandwidth this narrow interpolates: every point is its own fit, no residual degrees of freedom.
+  const Sample c = sample("c", 20, 272);
+  const KernelRegression narrow(c.x, c.y, options("c", 0, ContinuousKernel::boxcar));
+  expect_error([&] { narrow.confidence_band(std::vector<double>{1e-9}); }, {"interpolate", "degrees of freedom"});
+  BandwidthSearchOptions search;
+  search.max_steps = -1;
+  expect_error([&] { kr.select_bandwidth(BandwidthMethod::cv_ls, search); }, {"max_steps", "-1"});
+  search = {};
+  search.start_factors = {2.0, 0.0};
+  expect_error([&] { kr.select_bandwidth(BandwidthMethod::aicc, search); }, {"start_factors", "0"});
 }
 
 TEST(KernelRegressionErrors, PlugInBandwidth) {

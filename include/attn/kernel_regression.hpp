@@ -110,8 +110,11 @@ class KernelRegression {
   // column with a non-integer value or (unordered) fewer than 2 distinct values.
   KernelRegression(TensorView<const double> x, TensorView<const double> y, KernelRegOptions options);
 
+  /// The number of points n.
   index_t size() const { return n_; }
+  /// The number of regressors k (columns of x).
   index_t regressors() const { return k_; }
+  /// The options the model was made with.
   const KernelRegOptions& options() const { return options_; }
 
   // The fit at queries (nq, k) or (nq,); an empty view fits at the data points x.

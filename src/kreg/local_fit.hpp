@@ -61,9 +61,9 @@ class LocalFitter {
   // ill-conditioned, from the window's rows, kept for smoother_weights.
   PointFit fit(const double* x0, index_t leave_out, bool with_gradient, double* slopes, bool with_rows = false);
 
-  // After fit(): d mean / d h_c (k,) (rows kept with_gradient).
+  // After fit(..., with_gradient): d mean / d h_c (k,).
   void mean_gradient(double* out) const;
-  // After fit(): the smoother's weights l_j (mean = sum_j l_j y_j) over the kept rows.
+  // After fit(..., with_rows): the smoother's weights l_j (mean = sum_j l_j y_j) over the kept rows.
   struct Weight { index_t point; double l; };
   void smoother_weights(std::vector<Weight>& out) const;
   // After fit() at a data point i (leave_out -1): H_ii and (with_gradient) d H_ii / d h_c (k,).
@@ -71,11 +71,12 @@ class LocalFitter {
 
  private:
   void reset();
-  // R and rhs from A and b by Cholesky where A's columns are far enough from dependent (a largest
-  // variance inflation of at most kMaxInflation: the normal equations then lose at most 4 digits more
-  // than QR), else by Householder QR of the stored rows; returns the degree the design supports.
+  // R (R'R = A) and rhs = R^-T b by Cholesky, where A's columns are far enough from dependent (a
+  // largest variance inflation of at most kMaxInflation: the normal equations then lose at most 4
+  // digits more than QR); false otherwise.
   static constexpr double kMaxInflation = 1e4;
   bool cholesky();
+  // R and rhs = Q' sqrt(W) y by Householder QR of the kept rows; returns the degree the design supports.
   int householder();
   // The one-regressor path: A and b from the window's moments; false where it does not apply (no
   // weight, or A too ill-conditioned for Cholesky).
@@ -85,7 +86,7 @@ class LocalFitter {
   // Adds the points the window admits: a compact kernel's along the sort column, or the Gaussian's
   // from the nearest outwards until the rest weigh below float64's resolution.
   void visit_window(const double* x0, index_t leave_out, bool with_gradient);
-  // Point j's weight and design row, rotated into R; returns its weight.
+  // Point j's weight and design row, kept and added to A and b; returns its weight.
   double add_row(index_t j, const double* x0, bool with_gradient);
   index_t nearest_point(const double* x0, index_t leave_out) const;
 

@@ -382,7 +382,7 @@ void add_kreg_command(CLI::App& app) {
       ->needs(band);
   command->add_option("--replicates", args->replicates, "the bootstrap's replicates (default 999)")
       ->type_name("R")
-      ->check(CLI::Range(1, 1000000))
+      ->check(CLI::Range(2, 1000000))
       ->needs(band);
   check_picture_path(*command->add_option(
       "--plot", args->plot,
