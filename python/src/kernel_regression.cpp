@@ -88,16 +88,19 @@ attn::KernelRegression* make_regression(py::object x_obj, py::object y_obj, cons
   return reg;
 }
 
+// data_predict as a float64 view held by `storage`, or an empty view (the data points) for None.
+attn::TensorView<const double> optional_queries(Call& call, py::object queries_obj, Float64& storage) {
+  if (queries_obj.is_none()) return {};
+  storage = float64_array(call, queries_obj, "data_predict");
+  return view_of_array(storage);
+}
+
 // The fit at queries (None: the data points): (mean (nq,), slopes (nq, k)).
 py::tuple fit(const attn::KernelRegression& reg, py::object bw_obj, py::object queries_obj) {
   Call call("KernelReg.fit", kreg_renames());
   const std::vector<double> bw = bandwidths_of(call, bw_obj);
   Float64 q;
-  attn::TensorView<const double> qv;
-  if (!queries_obj.is_none()) {
-    q = float64_array(call, queries_obj, "data_predict");
-    qv = view_of_array(q);
-  }
+  const attn::TensorView<const double> qv = optional_queries(call, queries_obj, q);
   attn::KernelFit f;
   call.run([&] { f = reg.fit(bw, qv); });
   const index_t nq = static_cast<index_t>(f.mean.size());
@@ -135,11 +138,7 @@ py::tuple confidence_band(const attn::KernelRegression& reg, py::object bw_obj, 
   Call call("KernelReg.confidence_band", kreg_renames());
   const std::vector<double> bw = bandwidths_of(call, bw_obj);
   Float64 q;
-  attn::TensorView<const double> qv;
-  if (!queries_obj.is_none()) {
-    q = float64_array(call, queries_obj, "data_predict");
-    qv = view_of_array(q);
-  }
+  const attn::TensorView<const double> qv = optional_queries(call, queries_obj, q);
   attn::BandMethod m = attn::BandMethod::asymptotic;
   if (method == "bootstrap") {
     m = attn::BandMethod::bootstrap;
