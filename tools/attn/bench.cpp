@@ -240,12 +240,15 @@ void run_bench(const Options& o) {
                 "kernels (all threads); the unfused path holds n x m buffers. %% limit: of the FMA peak; for\n"
                 "decode (GB/s), of a plain read of as many bytes timed in turn with it (%% of the best read\n"
                 "bandwidth above in the JSON).\n");
-    if (std::any_of(results.begin(), results.end(), [](const Result& r) { return r.unit == Unit::pairs; }))
+    if (std::any_of(results.begin(), results.end(), [](const Result& r) { return r.name.rfind("nw ", 0) == 0; }))
       std::printf("nw: GP = 1e9 (query, key) pairs visited per second (no FLOP count: an exp per pair); its\n"
                   "baseline is the dense path%s.\n",
                   std::any_of(results.begin(), results.end(), [](const Result& r) { return r.scaled_baseline; })
                       ? ", timed on a subset of the queries spread over their range and scaled to all of them"
                       : "");
+    if (std::any_of(results.begin(), results.end(), [](const Result& r) { return r.name.rfind("kreg ", 0) == 0; }))
+      std::printf("kreg: GP = 1e9 (point, point) pairs a second, counted as the points inside each point's window\n"
+                  "along the first column (approximately those visited); no baseline (the reference is dense).\n");
   }
   if (!mismatches.empty())
     throw attn::Error("bench: the fused and unfused results differ by more than the case allows (relative): " + mismatches);

@@ -94,5 +94,7 @@ std::vector<BenchCase> variant_cases();
 std::vector<BenchCase> half_cases();
 // The variable-length case (bench_varlen.cpp), part of bench_cases.
 std::vector<BenchCase> varlen_cases();
+// The kernel regression cases (bench_kreg.cpp), part of bench_cases.
+std::vector<BenchCase> kreg_cases();
 
 }  // namespace attn_cli

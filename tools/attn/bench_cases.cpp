@@ -312,6 +312,7 @@ std::vector<BenchCase> bench_cases(bool large) {
   for (BenchCase& c : variant_cases()) cases.push_back(std::move(c));
   for (BenchCase& c : half_cases()) cases.push_back(std::move(c));
   for (BenchCase& c : varlen_cases()) cases.push_back(std::move(c));
+  for (BenchCase& c : kreg_cases()) cases.push_back(std::move(c));
   if (large) cases.push_back(sdpa_forward_case(1, 16384, 16384, 64, MaskKind::none, false));
   return cases;
 }
