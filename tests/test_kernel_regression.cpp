@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attn/config.hpp"
+#include "attn/diagnostics.hpp"
 #include "attn/kernel_regression.hpp"
 #include "ref/kernel_regression.hpp"
 #include "support/testing.hpp"
@@ -557,6 +558,21 @@ TEST(ConfidenceBand, BootstrapIsReproducibleAndCentredOnTheFit) {
   std::sort(ratio.begin(), ratio.end());
   EXPECT_GT(ratio[12], 0.6);  // the median width ratio
   EXPECT_LT(ratio[12], 1.5);
+}
+
+// The one-regressor path runs the calling thread's SIMD target on every worker thread, as a
+// ScopedSimdTarget is the calling thread's alone.
+TEST(KernelRegression, RunsTheCallersSimdTargetOnEveryThread) {
+  const Sample s = sample("c", 200, 231);
+  const KernelRegression kr(s.x, s.y, options("c", 1, ContinuousKernel::gaussian));
+  set_num_threads(2);
+  for (const std::string target : {"scalar"}) {
+    const ScopedSimdTarget scoped(target);
+    simd_targets_ran(true);
+    kr.cv_ls(std::vector<double>{0.1});
+    EXPECT_EQ(simd_targets_ran(true), std::vector<std::string>{target});
+  }
+  set_num_threads(0);
 }
 
 TEST(KernelRegression, RSquaredMatchesTheReference) {

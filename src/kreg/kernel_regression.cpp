@@ -149,6 +149,7 @@ PointResults fit_data_points(const KernelRegression& model, std::span<const doub
                              bool hat) {
   const index_t n = model.size(), k = model.regressors();
   const kreg::Design design(model.options().degree, continuous_count(model));
+  const cpu::simd::Target simd = cpu::simd::current();
   PointResults out;
   out.mean.resize(n);
   if (gradient) out.gradient.resize(n * k);
@@ -156,7 +157,7 @@ PointResults fit_data_points(const KernelRegression& model, std::span<const doub
   const double* x = KernelRegressionAccess::x(model).data();
 #pragma omp parallel if (n >= kThreadedPoints)
   {
-    kreg::LocalFitter fitter(model, h, design);
+    kreg::LocalFitter fitter(model, h, design, simd);
 #pragma omp for schedule(dynamic, 8)
     for (index_t i = 0; i < n; ++i) {
       out.mean[i] = fitter.fit(x + i * k, leave_out ? i : -1, gradient, nullptr).mean;
@@ -174,13 +175,14 @@ KernelFit KernelRegression::fit(std::span<const double> bandwidths, TensorView<c
   const std::vector<double> points = query_points(*this, queries, "KernelRegression::fit");
   const index_t nq = static_cast<index_t>(points.size()) / k_;
   const kreg::Design design(options_.degree, continuous_count(*this));
+  const cpu::simd::Target simd = cpu::simd::current();
   KernelFit out;
   out.mean.resize(nq);
   out.slopes.resize(nq * k_);
   std::vector<unsigned char> reduced(nq), empty(nq);
 #pragma omp parallel if (nq >= kThreadedPoints)
   {
-    kreg::LocalFitter fitter(*this, bandwidths, design);
+    kreg::LocalFitter fitter(*this, bandwidths, design, simd);
 #pragma omp for schedule(dynamic, 8)
     for (index_t i = 0; i < nq; ++i) {
       const kreg::PointFit f = fitter.fit(points.data() + i * k_, -1, false, out.slopes.data() + i * k_);
@@ -258,13 +260,14 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
   const std::vector<double> points = query_points(*this, queries, op);
   const index_t nq = static_cast<index_t>(points.size()) / k_;
   const kreg::Design design(options_.degree, continuous_count(*this));
+  const cpu::simd::Target simd = cpu::simd::current();
   using Weights = std::vector<kreg::LocalFitter::Weight>;
 
   // The fit at the data, its residuals, and the traces of H and H'H.
   std::vector<double> fitted(n_), hat(n_), row_squares(n_);
 #pragma omp parallel if (n_ >= kThreadedPoints)
   {
-    kreg::LocalFitter fitter(*this, bandwidths, design);
+    kreg::LocalFitter fitter(*this, bandwidths, design, simd);
     Weights l;
 #pragma omp for schedule(dynamic, 8)
     for (index_t i = 0; i < n_; ++i) {
@@ -290,7 +293,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
   band.mean.resize(nq), band.low.resize(nq), band.high.resize(nq), band.standard_error.resize(nq);
 #pragma omp parallel if (nq >= kThreadedPoints)
   {
-    kreg::LocalFitter fitter(*this, bandwidths, design);
+    kreg::LocalFitter fitter(*this, bandwidths, design, simd);
     Weights l;
     std::vector<double> draws;
 #pragma omp for schedule(dynamic, 4)

@@ -109,7 +109,8 @@ double normal_quantile(double p) {
   return x - u / (1 + x * u / 2);
 }
 
-LocalFitter::LocalFitter(const KernelRegression& model, std::span<const double> bandwidths, const Design& design)
+LocalFitter::LocalFitter(const KernelRegression& model, std::span<const double> bandwidths, const Design& design,
+                         cpu::simd::Target simd)
     : model_(model),
       h_(bandwidths),
       design_(design),
@@ -137,7 +138,7 @@ LocalFitter::LocalFitter(const KernelRegression& model, std::span<const double> 
   sums_dx_.resize(continuous_columns_.size());
   sums_dxy_.resize(continuous_columns_.size());
   one_regressor_ = k_ == 1 && types_[0] == RegressorType::continuous;
-  simd_ = cpu::simd::current();
+  simd_ = simd;
 }
 
 void LocalFitter::reset() {

@@ -53,7 +53,10 @@ struct PointFit {
 // One thread's fitter: call fit() for a point, then read the pieces it leaves behind.
 class LocalFitter {
  public:
-  LocalFitter(const KernelRegression& model, std::span<const double> bandwidths, const Design& design);
+  // simd: the calling thread's target (cpu::simd::current()), read before the parallel region, as a
+  // ScopedSimdTarget is the calling thread's alone.
+  LocalFitter(const KernelRegression& model, std::span<const double> bandwidths, const Design& design,
+              cpu::simd::Target simd);
 
   // The fit at x0 (k,) without point leave_out (-1: all points), and its slopes (k,) when not null.
   // With one continuous regressor the fit comes from the kernel-weighted moments of the window
