@@ -411,10 +411,10 @@ int LocalFitter::householder() {
 }
 
 PointFit LocalFitter::fit(const double* x0, index_t leave_out, bool with_gradient, double* slopes, bool with_rows) {
-  reset();
   PointFit result;
   int degree = design_.degree;
-  // The degree-0 slopes need the derivative moments too.
+  // The degree-0 slopes need the derivative moments too. The moments path writes A, b and the sums
+  // whole; the rows path starts from cleared ones.
   from_moments_ = one_regressor_ && !with_rows &&
                   fit_moments(x0, leave_out, with_gradient || (slopes != nullptr && design_.degree == 0));
   if (!from_moments_) {
