@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <string>
@@ -37,7 +38,18 @@ using attn::io::DType;
 
 std::string g_dir;                // the temporary working directory of every run
 std::set<std::string> g_inputs;   // the names of the inputs written there, kept between runs
-std::vector<std::string> g_words; // the dictionary argv is built from
+std::vector<std::string> g_words; // the dictionary argv is built from: the commands, the flags, values and files
+
+// The commands (bench and demo always followed by --help: their runs take seconds) and every flag.
+constexpr const char* kCommands[] = {"softmax", "sdpa", "additive", "nw", "kreg", "bench", "demo"};
+constexpr const char* kFlags[] = {
+    "--help", "-h", "--version", "--queries", "--keys", "--values", "--valid-lens", "--mask", "--causal",
+    "--bottom-right", "--window", "--alibi", "--segment-ids", "--key-segment-ids", "--scale", "--softcap", "--dropout",
+    "--seed", "--lse", "--compute", "--out", "--weights", "--heatmap", "--scores", "--wq", "--wk", "--wv", "--x-train",
+    "--y-train", "--x-query", "--kernel", "--width", "--plot", "--out-dir", "--json", "--large", "--threads", "--filter",
+    "--simd", "--seconds", "--distributed", "--", "--x", "--y", "--var-type", "--degree", "--bandwidth", "--slopes",
+    "--band", "--level", "--band-method", "--replicates"};
+constexpr std::size_t kNumCommands = std::size(kCommands), kNumFlags = std::size(kFlags);
 long g_codes[3] = {0, 0, 0};      // runs that exited 0, 1 and 2 (printed at exit with FUZZ_STATS=1)
 
 // Writes one input file of `dtype` with `count` elements of `shape` from `values` (cycled).
@@ -88,6 +100,8 @@ void write_inputs() {
   write_input("xq.npy", DType::float32, {5}, f);
   write_input("x2.npy", DType::float64, {8, 2}, d);
   write_input("xq2.npy", DType::float64, {5, 2}, d);
+  write_input("yd.npy", DType::float64, {8}, d);
+  write_input("bw.npy", DType::float64, {2}, std::vector<double>{0.5, 0.25});
   write_input("empty.npy", DType::float32, {0, 3, 4}, f);
   for (const char* name : {"garbage.npy", "notes.txt"}) {
     std::FILE* file = std::fopen((g_dir + "/" + name).c_str(), "wb");
@@ -98,16 +112,12 @@ void write_inputs() {
 }
 
 void make_dictionary() {
-  for (const char* w : {"softmax", "sdpa", "additive", "nw", "bench", "demo",
-                        "--help", "-h", "--version", "--queries", "--keys", "--values", "--valid-lens", "--mask",
-                        "--causal", "--bottom-right", "--window", "--alibi", "--segment-ids", "--key-segment-ids",
-                        "--scale", "--softcap", "--dropout", "--seed", "--lse", "--compute", "--out", "--weights",
-                        "--heatmap", "--scores", "--wq", "--wk", "--wv", "--x-train", "--y-train", "--x-query",
-                        "--kernel", "--width", "--plot", "--out-dir", "--json", "--large", "--threads", "--filter",
-                        "--simd", "--seconds", "--distributed", "--",
-                        "0", "1", "-1", "2", "0.5", "-0.1", "1.5", "1e308", "nan", "inf", "-inf", "1e-320", "7",
+  for (const char* w : kCommands) g_words.push_back(w);
+  for (const char* w : kFlags) g_words.push_back(w);
+  for (const char* w : {"0", "1", "-1", "2", "0.5", "-0.1", "1.5", "1e308", "nan", "inf", "-inf", "1e-320", "7",
                         "18446744073709551615", "18446744073709551616", "2,0", "-1,-1", "0,0", "1,x", "3", "",
                         "auto", "gaussian", "boxcar", "epanechnikov", "constant", "bf16", "f16",
+                        "tricube", "uniform", "cv_ls", "aic", "dpi", "c", "cc", "cu", "co", "asymptotic", "bootstrap",
                         "out.npy", "w.npy", "lse.npy", "heat.svg", "heat.png", "heat.jpg", "plot.svg", "plot.png"})
     g_words.push_back(w);
   for (const std::string& name : g_inputs) g_words.push_back(g_dir + "/" + name);
@@ -150,13 +160,13 @@ std::vector<std::string> make_argv(Bytes& in) {
     if (slow) argv.push_back("--help");
   };
   const std::uint8_t first = in.u8();
-  if (first < 224) push(g_words[first % 6]);
+  if (first < 224) push(g_words[first % kNumCommands]);
   while (!in.exhausted() && argv.size() < 32) {
     const std::uint8_t b = in.u8();
     if (b < 200) {
       push(g_words[in.u8() % g_words.size()]);
     } else if (b < 230) {
-      std::string flag = g_words[6 + in.u8() % 42], value = g_words[in.u8() % g_words.size()];
+      std::string flag = g_words[kNumCommands + in.u8() % kNumFlags], value = g_words[in.u8() % g_words.size()];
       if (value == "bench" || value == "demo") value = "x";
       argv.push_back(flag + "=" + value);
     } else {
@@ -206,7 +216,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   argv.push_back(nullptr);
   bool command = false, help = false;
   for (const std::string& a : args) {
-    for (int c = 0; c < 6; ++c) command = command || a == g_words[static_cast<std::size_t>(c)];
+    for (const char* c : kCommands) command = command || a == c;
     // --help=x and -hx ask for help too (CLI11 reads the flag before complaining about the rest).
     help = help || a.starts_with("--help") || a.starts_with("-h") || a.starts_with("--version");
   }
