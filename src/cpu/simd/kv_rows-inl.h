@@ -23,6 +23,18 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::fused::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The codes of values [i, i + Lanes(d)) and [16 + i, 16 + i + Lanes(d)) of a 4-bit group (16 bytes
+// from `group`, q4.hpp's layout) as floats: the low nibbles of bytes [i, i + Lanes(d)) in lo, the
+// high ones in hi. For the widening below and the decode's in-register dot products.
+template <class D>
+HWY_INLINE void Q4Codes(D d, const std::uint8_t* HWY_RESTRICT group, index_t i, hn::Vec<D>& lo, hn::Vec<D>& hi) {
+  const hn::Rebind<std::uint8_t, D> d8;
+  const hn::RebindToSigned<D> di;
+  const auto bytes = hn::LoadU(d8, group + i);
+  lo = hn::ConvertTo(d, hn::PromoteTo(di, hn::And(bytes, hn::Set(d8, std::uint8_t{0x0F}))));
+  hi = hn::ConvertTo(d, hn::PromoteTo(di, hn::ShiftRight<4>(bytes)));
+}
+
 // to[0, dim) = a packed 4-bit row (q4.hpp's layout) as floats, code x scale + min by one fused
 // multiply-add (q4_value): one scale and min per 32 values (scale[c / 32]), or per value
 // (per_channel: scale[c]). 16 bytes widen to 32 values: the low nibbles are values 0 to 15, the
@@ -32,17 +44,12 @@ HWY_INLINE void WidenQ4Row(D d, const std::uint8_t* HWY_RESTRICT codes, const fl
                            const float* HWY_RESTRICT min, bool per_channel, index_t dim, float* HWY_RESTRICT to) {
 #if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
   if constexpr (hn::MaxLanes(d) <= 16) {
-    const hn::Rebind<std::uint8_t, D> d8;
-    const hn::RebindToSigned<D> di;
     const index_t L = static_cast<index_t>(hn::Lanes(d));
-    const auto low = hn::Set(d8, std::uint8_t{0x0F});
     for (index_t g = 0; g < dim; g += 32) {
-      const std::uint8_t* group = codes + g / 2;
       const auto gs = hn::Set(d, scale[g / 32]), gm = hn::Set(d, min[g / 32]);
       for (index_t i = 0; i < 16; i += L) {
-        const auto bytes = hn::LoadU(d8, group + i);
-        const auto lo = hn::ConvertTo(d, hn::PromoteTo(di, hn::And(bytes, low)));
-        const auto hi = hn::ConvertTo(d, hn::PromoteTo(di, hn::ShiftRight<4>(bytes)));
+        hn::Vec<D> lo, hi;
+        Q4Codes(d, codes + g / 2, i, lo, hi);
         const index_t c_lo = g + i, c_hi = g + 16 + i;
         if (per_channel) {
           hn::StoreU(hn::MulAdd(lo, hn::LoadU(d, scale + c_lo), hn::LoadU(d, min + c_lo)), d, to + c_lo);

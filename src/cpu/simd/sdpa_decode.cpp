@@ -65,11 +65,9 @@ constexpr index_t RowBytes(index_t dim) {
 template <class D>
 HWY_INLINE void LoadQ4(D d, const std::uint8_t* bytes, index_t i, hn::Vec<D> scale, hn::Vec<D> min, hn::Vec<D>& lo,
                        hn::Vec<D>& hi) {
-  const hn::Rebind<std::uint8_t, D> d8;
-  const hn::RebindToSigned<D> di;
-  const auto raw = hn::LoadU(d8, bytes + i);
-  lo = hn::MulAdd(hn::ConvertTo(d, hn::PromoteTo(di, hn::And(raw, hn::Set(d8, std::uint8_t{0x0F})))), scale, min);
-  hi = hn::MulAdd(hn::ConvertTo(d, hn::PromoteTo(di, hn::ShiftRight<4>(raw))), scale, min);
+  Q4Codes(d, bytes, i, lo, hi);
+  lo = hn::MulAdd(lo, scale, min);
+  hi = hn::MulAdd(hi, scale, min);
 }
 
 // The lanes of q . x over a 4-bit row (dim a multiple of 32), before they are summed.
