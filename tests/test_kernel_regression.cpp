@@ -566,7 +566,7 @@ TEST(KernelRegression, RunsTheCallersSimdTargetOnEveryThread) {
   const Sample s = sample("c", 200, 231);
   const KernelRegression kr(s.x, s.y, options("c", 1, ContinuousKernel::gaussian));
   set_num_threads(2);
-  for (const std::string target : {"scalar"}) {
+  for (const std::string& target : simd_targets()) {
     const ScopedSimdTarget scoped(target);
     simd_targets_ran(true);
     kr.cv_ls(std::vector<double>{0.1});
