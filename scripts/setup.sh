@@ -3,9 +3,9 @@
 # Debian's /usr/bin/python3, and runs either the demo or every test.
 #   bash scripts/setup.sh demo   install, build (Release), install the module, run `attn demo`
 #                                (its pictures in out/demo/)
-#   bash scripts/setup.sh test   the same until the demo, then every test twice, Release and ASan + UBSan,
-#                                the threaded kernels' suites under ThreadSanitizer (clang + libomp), and
-#                                the three fuzzers' seed corpora under clang's ASan + UBSan
+#   bash scripts/setup.sh test   the same until the demo, then every test twice, Release and ASan + UBSan
+#                                (each replaying the three fuzzers' seed corpora), and the threaded
+#                                kernels' suites under ThreadSanitizer (clang + libomp)
 set -euo pipefail
 mode=${1:-demo}
 case "$mode" in demo | test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
@@ -62,10 +62,3 @@ cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_
   -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build/tsan -j "$jobs" --target threaded_tests
 ctest --test-dir build/tsan -L "unit|simd" --output-on-failure -j "$jobs"
-# The three libFuzzer targets (fuzz/), built by clang++ under ASan and UBSan (clang's UBSan also checks
-# pointer-offset overflow, which GCC's does not), each replaying its seed corpus once
-# (fuzz.*_corpus, CMakeLists.txt): only the fuzzers and their instrumented copy of the library.
-cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DATTN_FUZZ=ON -DATTN_BUILD_TESTS=OFF \
-  -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_EXAMPLES=OFF -DATTN_BUILD_DISTRIBUTED=OFF >/dev/null
-cmake --build build/fuzz -j "$jobs" --target npy_fuzz api_fuzz cli_fuzz
-ctest --test-dir build/fuzz -L fuzz --output-on-failure -j "$jobs"
