@@ -250,12 +250,9 @@ const std::vector<std::int64_t> kLens{150, 97};
 
 class MaskPatterns : public ::testing::TestWithParam<Pattern> {};
 
-// 3 query blocks (the last partial) x 4 key tiles (the last partial), 2 batches, 2 heads.
-TEST_P(MaskPatterns, MatchFloat64ReferenceWithGarbageInMaskedPositions) {
-  const Pattern& p = GetParam();
-  const index_t B = 2, H = 2, n = 150, m = 203, d = 24, dv = 16;
-  Inputs clean{random_tensor<float>({B, H, n, d}, 1, -2, 2), random_tensor<float>({B, H, m, d}, 2, -2, 2),
-               random_tensor<float>({B, H, m, dv}, 3), random_tensor<float>({B, H, n, dv}, 4)};
+// The cpu backend against the float64 reference on `clean`, then the same results, bit for bit, in
+// float32 and float64, with every key and value row that no query attends spoiled by NaN and Inf.
+void expect_matches_reference_with_garbage_in_masked_rows(const Pattern& p, const Inputs& clean) {
   testing::expect_cpu_matches_reference([&]<class T>() { return run_sdpa<T>(p, clean); }, 1e-9);
   Inputs dirty = clean;
   const index_t spoiled = spoil_masked_rows(p, dirty);
@@ -275,13 +272,27 @@ TEST_P(MaskPatterns, MatchFloat64ReferenceWithGarbageInMaskedPositions) {
   }
 }
 
-// A few queries over many keys: the decode path under the same masks.
+// 3 query blocks (the last partial) x 4 key tiles (the last partial), 2 batches, 2 heads.
+TEST_P(MaskPatterns, MatchFloat64ReferenceWithGarbageInMaskedPositions) {
+  const index_t B = 2, H = 2, n = 150, m = 203, d = 24, dv = 16;
+  expect_matches_reference_with_garbage_in_masked_rows(
+      GetParam(), Inputs{random_tensor<float>({B, H, n, d}, 1, -2, 2), random_tensor<float>({B, H, m, d}, 2, -2, 2),
+                         random_tensor<float>({B, H, m, dv}, 3), random_tensor<float>({B, H, n, dv}, 4)});
+}
+
+// A few queries over many keys: the decode path under the same masks, its rows one at a time (v = 8
+// is not a multiple of AVX-512's 16 lanes) and its rows in packs that share each key and value row
+// (d, v multiples of every target's lanes; simd/sdpa_decode.cpp), also with garbage in masked rows.
 TEST_P(MaskPatterns, DecodeMatchesFloat64Reference) {
   const Pattern& p = GetParam();
-  const index_t B = 2, H = 2, n = 3, m = 1500, d = 16, dv = 8;
-  const Inputs in{random_tensor<float>({B, H, n, d}, 5, -2, 2), random_tensor<float>({B, H, m, d}, 6, -2, 2),
-                  random_tensor<float>({B, H, m, dv}, 7), random_tensor<float>({B, H, n, dv}, 8)};
-  testing::expect_cpu_matches_reference([&]<class T>() { return run_sdpa<T>(p, in); }, 1e-9);
+  const index_t B = 2, H = 2, n = 3, m = 1500;
+  for (const auto [d, dv] : {std::pair<index_t, index_t>{16, 8}, {32, 16}}) {
+    SCOPED_TRACE("d = " + std::to_string(d) + ", v = " + std::to_string(dv));
+    const Inputs in{random_tensor<float>({B, H, n, d}, 5, -2, 2), random_tensor<float>({B, H, m, d}, 6, -2, 2),
+                    random_tensor<float>({B, H, m, dv}, 7), random_tensor<float>({B, H, n, dv}, 8)};
+    if (d == 16) testing::expect_cpu_matches_reference([&]<class T>() { return run_sdpa<T>(p, in); }, 1e-9);
+    else expect_matches_reference_with_garbage_in_masked_rows(p, in);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -136,6 +136,46 @@ TEST_P(SdpaCases, DecodeOverSeveralTilesMatchesFloat64Reference) {
   expect_matches_reference(GetParam(), 2, 8, 2, 1300, 17, 9, 41);
 }
 
+// Grouped-query decode: the query heads of a key head take each key and value row together, in
+// packs (simd/sdpa_decode.cpp). Each head's output and lse are those it gets alone, with its key
+// head, bit for bit: 5 heads a key head make packs of 4 and 1 on AVX-512, of 2, 2 and 1 elsewhere;
+// lengths, ALiBi, sinks and soft-capping differ per row or head.
+TEST(SdpaDecode, QueryHeadsSharingAKeyHeadGetTheirOwnResultsBitForBit) {
+  const index_t B = 2, Hk = 2, group = 5, H = Hk * group, m = 1300, d = 32, dv = 48;
+  const Tensor<float> q = random_tensor<float>({B, H, 1, d}, 61, -2, 2), k = random_tensor<float>({B, Hk, m, d}, 62, -2, 2);
+  const Tensor<float> v = random_tensor<float>({B, Hk, m, dv}, 63);
+  const Tensor<float> slopes = random_tensor<float>({H}, 64, 0, 0.01), sinks = random_tensor<float>({H}, 65);
+  const Tensor<std::int64_t> lens({B}, {m, 777});
+  SdpaOptions options;
+  options.softcap = 20.0;
+  ScopedBackend cpu(Backend::cpu);
+  for (const bool masked : {false, true}) {
+    SCOPED_TRACE(masked ? "lengths, ALiBi and sinks" : "no mask");
+    Mask<float> mask;
+    if (masked) mask.valid_lens = lens.view(), mask.alibi_slopes = slopes.view(), mask.sinks = sinks.view();
+    Tensor<float> out({B, H, 1, dv}), lse({B, H, 1});
+    sdpa_forward<float>(out.view(), lse.view(), {}, q.view(), k.view(), v.view(), mask, options);
+    for (index_t h = 0; h < H; ++h) {
+      Tensor<float> qh({B, 1, 1, d}), kh({B, 1, m, d}), vh({B, 1, m, dv}), out_h({B, 1, 1, dv}), lse_h({B, 1, 1});
+      for (index_t b = 0; b < B; ++b) {
+        for (index_t c = 0; c < d; ++c) qh(b, 0, 0, c) = q(b, h, 0, c);
+        for (index_t j = 0; j < m; ++j) {
+          for (index_t c = 0; c < d; ++c) kh(b, 0, j, c) = k(b, h / group, j, c);
+          for (index_t c = 0; c < dv; ++c) vh(b, 0, j, c) = v(b, h / group, j, c);
+        }
+      }
+      const Tensor<float> slope_h({1}, {slopes[h]}), sink_h({1}, {sinks[h]});
+      Mask<float> one;
+      if (masked) one.valid_lens = lens.view(), one.alibi_slopes = slope_h.view(), one.sinks = sink_h.view();
+      sdpa_forward<float>(out_h.view(), lse_h.view(), {}, qh.view(), kh.view(), vh.view(), one, options);
+      for (index_t b = 0; b < B; ++b) {
+        for (index_t c = 0; c < dv; ++c) ASSERT_EQ(out(b, h, 0, c), out_h(b, 0, 0, c)) << "b " << b << ", head " << h << ", column " << c;
+        ASSERT_EQ(lse(b, h, 0), lse_h(b, 0, 0)) << "b " << b << ", head " << h;
+      }
+    }
+  }
+}
+
 TEST_P(SdpaCases, BackwardMatchesFiniteDifferences) {
   const SdpaCase sc = GetParam();
   const index_t B = 2, H = 2, n = 3, m = 5, d = 4, dv = 3;
