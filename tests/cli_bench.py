@@ -1,8 +1,8 @@
-"""cli.bench (tests/cli.cmake): `attn bench` runs its decode cases, float32, 16-bit, int8, float8 and
-4-bit (int4, int4_kivi), and exits 0 with every case in its JSON. Each case's own tolerance (its JSON
-"tolerance", none looser than the 4-bit caches' 4/15 ~ 0.267: 4 units of a group's (max - lo) / 30) decides
-whether its fused and unfused results agree (a single float32 threshold once failed every run that
-had a 16-bit case, and later the float8 one).
+"""cli.bench (tests/cli.cmake): `attn bench` runs its decode cases, float32, 16-bit, int8, float8 and 4-bit
+(int4, int4_kivi), and grouped-query ones (32 query heads over 8 key heads), and exits 0 with every case
+in its JSON. Each case's own tolerance (its JSON "tolerance", none looser than the 4-bit caches' 4/15 ~
+0.267: 4 units of a group's (max - lo) / 30) decides whether its fused and unfused results agree (a
+single float32 threshold once failed every run that had a 16-bit case, and later the float8 one).
 
     /usr/bin/python3 tests/cli_bench.py build/release/attn
 """
@@ -18,7 +18,8 @@ report = json.loads(run.stdout)
 names = [case["name"] for case in report["cases"]]
 for wanted in ("sdpa decode (32,1,8192,128)", "sdpa decode bf16 (32,1,8192,128)", "sdpa decode f16 (32,1,8192,128)",
                "sdpa decode int8 (32,1,8192,128)", "sdpa decode float8_e4m3 cache (32,1,8192,128)",
-               "sdpa decode int4 cache (32,1,8192,128)", "sdpa decode int4_kivi cache (32,1,8192,128)"):
+               "sdpa decode int4 cache (32,1,8192,128)", "sdpa decode int4_kivi cache (32,1,8192,128)",
+               "sdpa decode float32 cache 32/8 heads (4,1,8192,128)", "sdpa decode bf16 cache 32/8 heads (4,1,8192,128)"):
     if wanted not in names:
         sys.exit(f"attn bench did not run {wanted!r}; it ran {names}")
 for case in report["cases"]:

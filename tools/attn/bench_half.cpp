@@ -157,40 +157,45 @@ BenchCase int8_forward_case(index_t B, index_t n, index_t m, index_t d) {
   return c;
 }
 
-// Decoding over a KV cache of `type` holding m tokens of each of B sequences (one key head): attend
-// against float32 sdpa over the same values.
-BenchCase cache_decode_case(const char* type, attn::KvDtype dtype, index_t B, index_t m, index_t d) {
+// Decoding over a KV cache of `type` holding m tokens of each of B sequences (one key head, or
+// kv_heads read by `heads` query heads, grouped-query attention): attend against float32 sdpa over
+// the same values.
+BenchCase cache_decode_case(const char* type, attn::KvDtype dtype, index_t B, index_t m, index_t d, index_t heads = 1,
+                            index_t kv_heads = 1) {
   struct Data {
     std::unique_ptr<attn::KvCache> cache;
     Tensor<float> q, k, v, out, out32;
   };
   auto s = std::make_shared<Data>();
   BenchCase c;
-  c.name = std::string("sdpa decode ") + type + " (" + std::to_string(B) + ",1," + std::to_string(m) + "," + std::to_string(d) + ")";
+  const std::string grouped = heads > 1 ? " " + std::to_string(heads) + "/" + std::to_string(kv_heads) + " heads" : "";
+  c.name = std::string("sdpa decode ") + type + grouped + " (" + std::to_string(B) + ",1," + std::to_string(m) + "," + std::to_string(d) + ")";
   const bool eight_bit_float = dtype == attn::KvDtype::float8_e4m3 || dtype == attn::KvDtype::float8_e5m2;
   const bool four_bit = dtype == attn::KvDtype::int4 || dtype == attn::KvDtype::int4_kivi;
   // 4-bit: half a byte a value and a float32 scale and minimum a group of 32 (int4_kivi's bfloat16
   // tail of m % 32 tokens is not counted: none at m a multiple of 32).
-  const double bytes_per_value = dtype == attn::KvDtype::int8 ? 1.0 + 4.0 / 32
+  const double bytes_per_value = dtype == attn::KvDtype::float32 ? 4.0
+                                 : dtype == attn::KvDtype::int8 ? 1.0 + 4.0 / 32
                                  : four_bit                   ? 0.5 + 8.0 / 32
                                  : eight_bit_float            ? 1.0
                                                               : 2.0;
-  c.bytes = static_cast<double>(B) * (2.0 * m * d * bytes_per_value + 8.0 * d);
+  c.bytes = static_cast<double>(B) * (2.0 * kv_heads * m * d * bytes_per_value + 8.0 * heads * d);
   c.formula = "bytes of the cache's keys and values (int8 and int4 with their scales and minima), queries and out; "
               "float32 in the unfused column";
-  c.flops = 4.0 * static_cast<double>(B) * m * d;
+  c.flops = 4.0 * static_cast<double>(B * heads) * m * d;
   // float8: a value within 2^-4 (e4m3) or 2^-3 (e5m2) of the float32 one, relatively (kv_cache.hpp).
   // int4 and int4_kivi: within (max - lo) / 30 of it, a group's range over 30, at most 2 max|x| / 30
   // = max|x| / 15 (int4_kivi's quantizing of bfloat16 values adds 2^-9 of max|x| at most).
-  c.tolerance = dtype == attn::KvDtype::int8          ? kInt8Tolerance
+  c.tolerance = dtype == attn::KvDtype::float32       ? 1e-5  // the same floats, summed in another order
+                : dtype == attn::KvDtype::int8          ? kInt8Tolerance
                 : dtype == attn::KvDtype::float8_e4m3 ? 4.0 / 16
                 : dtype == attn::KvDtype::float8_e5m2 ? 4.0 / 8
                 : four_bit                            ? kInt4Tolerance
                                                       : kBf16Tolerance;
-  c.prepare = [s, dtype, B, m, d] {
-    s->q = uniform({B, 1, 1, d}, 1), s->k = uniform({B, 1, m, d}, 2), s->v = uniform({B, 1, m, d}, 3);
-    s->out = Tensor<float>({B, 1, 1, d}), s->out32 = Tensor<float>({B, 1, 1, d});
-    s->cache = std::make_unique<attn::KvCache>(B, 1, d, attn::KvCacheOptions{.dtype = dtype});
+  c.prepare = [s, dtype, B, m, d, heads, kv_heads] {
+    s->q = uniform({B, heads, 1, d}, 1), s->k = uniform({B, kv_heads, m, d}, 2), s->v = uniform({B, kv_heads, m, d}, 3);
+    s->out = Tensor<float>({B, heads, 1, d}), s->out32 = Tensor<float>({B, heads, 1, d});
+    s->cache = std::make_unique<attn::KvCache>(B, kv_heads, d, attn::KvCacheOptions{.dtype = dtype});
     s->cache->append(s->k.view(), s->v.view());
   };
   c.run_fused = [s] { s->cache->attend(s->out.view(), s->q.view()); };
@@ -251,6 +256,8 @@ std::vector<BenchCase> half_cases() {
           cache_decode_case("float8_e4m3 cache", attn::KvDtype::float8_e4m3, 32, 8192, 128),
           cache_decode_case("int4 cache", attn::KvDtype::int4, 32, 8192, 128),
           cache_decode_case("int4_kivi cache", attn::KvDtype::int4_kivi, 32, 8192, 128),
+          cache_decode_case("float32 cache", attn::KvDtype::float32, 4, 8192, 128, 32, 8),
+          cache_decode_case("bf16 cache", attn::KvDtype::bfloat16, 4, 8192, 128, 32, 8),
           cache_append_case(32, 8, 128)};
 }
 

@@ -245,7 +245,8 @@ void simd_exp_weight(const float* x, float* y, std::size_t count);
 // Keys split into chunks that threads take independently, one task per chunk of a key head: for each
 // tile of the chunk, every query row of the head's group (dot products along d) while the tile is in
 // the cache, so that K and V are read from memory once for all the query heads that share them
-// (grouped-query attention). Each chunk leaves a partial result per row (unnormalised output,
+// (grouped-query attention), and in packs of rows that take each key and value row from one load
+// (simd/sdpa_decode.cpp). Each chunk leaves a partial result per row (unnormalised output,
 // maximum, sum) and a merge combines the chunks of a row through their maxima, in chunk order.
 // Bound by reading K and V.
 inline constexpr index_t kDecodeRows = 4;  // queries per head up to which the decode path is used

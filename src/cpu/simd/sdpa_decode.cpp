@@ -1,7 +1,9 @@
 // Fused scaled dot-product attention for a few queries (simd/fused.hpp, decode), compiled once per
-// SIMD target: per query row and tile of kDecodeTile keys, dot products along d (each key row read
-// front to back), masks, an online softmax step, and the weighted sum of the value rows whose
-// weight is not 0 (a masked or dropped key's value row is never read). Keys and values are the plan's
+// SIMD target: per tile of kDecodeTile keys and query row (or pack of the rows that share a key
+// head, each key and value row loaded once for all of them), dot products along d (each key row
+// read front to back), masks, an online softmax step, and the weighted sum of the value rows whose
+// weight is not 0 (a masked or dropped key's value row never enters that query's sum, and one that
+// no query of the pack attends is never read). Keys and values are the plan's
 // tensors, or (float queries only) bfloat16, float16 or int8 rows of a tensor or of a KV cache's
 // blocks, widened to float as they are loaded (half-inl.h): bound by reading them, the 16-bit ones
 // take half the float32 time.
