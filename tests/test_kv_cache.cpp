@@ -908,6 +908,35 @@ TEST(KvCacheBatch, DecodeResultsDoNotDependOnTheBatch) {
   }
 }
 
+// The query heads of a key head decode in packs that share each key and value row (simd/
+// sdpa_decode.cpp): each head's output is the one it gets alone over a cache of its key head's rows,
+// bit for bit, on every cache type the packs read (4-bit: each group dequantized once for the pack).
+// 5 query heads a key head make packs of 4 and 1 on AVX-512, 2, 2 and 1 elsewhere.
+TEST(KvCacheBatch, QueryHeadsSharingAKeyHeadGetTheirOwnResultsBitForBit) {
+  const index_t Hk = 2, group = 5, H = Hk * group, d = 64, L = 1100;
+  for (const KvDtype type : {KvDtype::float32, KvDtype::bfloat16, KvDtype::float8_e4m3, KvDtype::int4, KvDtype::int4_kivi}) {
+    const Tensor<float> k = random_tensor<float>({Hk, L, d}, 740, -2, 2), v = random_tensor<float>({Hk, L, d}, 741);
+    KvCache cache(1, Hk, d, {.dtype = type, .block_size = 256});
+    cache.append(0, k.view(), v.view());
+    const Tensor<float> q = random_tensor<float>({H, 1, d}, 742, -2, 2);
+    Tensor<float> out({H, 1, d});
+    cache.attend(out.view(), 0, q.view());
+    for (index_t hk = 0; hk < Hk; ++hk) {
+      Tensor<float> kh({1, L, d}), vh({1, L, d});
+      for (index_t j = 0; j < L; ++j)
+        for (index_t c = 0; c < d; ++c) kh(0, j, c) = k(hk, j, c), vh(0, j, c) = v(hk, j, c);
+      KvCache one(1, 1, d, {.dtype = type, .block_size = 256});
+      one.append(0, kh.view(), vh.view());
+      for (index_t h = hk * group; h < (hk + 1) * group; ++h) {
+        Tensor<float> qh({1, 1, d}), alone({1, 1, d});
+        for (index_t c = 0; c < d; ++c) qh(0, 0, c) = q(h, 0, c);
+        one.attend(alone.view(), 0, qh.view());
+        for (index_t c = 0; c < d; ++c) ASSERT_EQ(out(h, 0, c), alone(0, 0, c)) << type_name(type) << ", head " << h << ", column " << c;
+      }
+    }
+  }
+}
+
 TEST(KvCacheBadInput, EachIsNamed) {
   KvCache cache(2, kKvHeads, kDim, {.capacity = 20, .grow = false});
   const Tensor<float> k({kKvHeads, 15, kDim}), k_bad({kKvHeads, 15, kDim + 1}), q({3, 1, kDim}), q4({kHeads, 1, kDim});

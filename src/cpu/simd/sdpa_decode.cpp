@@ -577,8 +577,8 @@ void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, 
 // same key and value rows. Row by row, each re-read the tile from the L2 cache for every query row
 // and did its FMAs between the loads; the float32 decode of 7 sequences of 4,096 tokens, 8 key heads,
 // d = 128, 2 threads, took 30 ms with 32 query heads against 18 ms with 8. Here up to kPackRows rows
-// take each key row and each value row from one load: float queries over float, 16-bit or 8-bit
-// float rows, d and v multiples of the lanes. Each row's dot products and FMAs are those of the row
+// take each key row and each value row from one load (a 4-bit row's groups dequantized once): float
+// queries over float, 16-bit, 8-bit float or 4-bit rows, d and v multiples of the lanes. Each row's dot products and FMAs are those of the row
 // by row path, in the same order (the same results, whichever rows share a pack).
 
 // Rows a pack holds: four where 32 vector registers hold four rows' four dot-product chains, two on
@@ -613,6 +613,41 @@ HWY_INLINE void DotLanesRows(D d, const float* const* q, const E* HWY_RESTRICT k
   _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) lanes[r] = hn::Add(hn::Add(a[r][0], a[r][1]), hn::Add(a[r][2], a[r][3]));
 }
 
+// lanes[r] = DotQ4Lanes of q[r] over the 4-bit key row j, for R rows: each group of the row
+// dequantized once for all of them.
+template <int R, class D>
+HWY_INLINE void DotQ4LanesRows(D d, const float* const* q, const TileRows<Q4Byte>& k, index_t j, index_t dim,
+                               hn::Vec<D>* lanes) {
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(k.row(j));
+  const float* scales = k.scale(j);
+  const float* mins = k.min(j);
+  hn::Vec<D> a0[R], a1[R];
+  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(d);
+  for (index_t g = 0; g < dim; g += 32) {
+    const auto scale = hn::Set(d, scales[g / 32]), min = hn::Set(d, mins[g / 32]);
+    for (index_t i = 0; i < 16; i += L) {
+      hn::Vec<D> lo, hi;
+      LoadQ4(d, bytes + g / 2, i, scale, min, lo, hi);
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+        a0[r] = hn::MulAdd(hn::LoadU(d, q[r] + g + i), lo, a0[r]);
+        a1[r] = hn::MulAdd(hn::LoadU(d, q[r] + g + 16 + i), hi, a1[r]);
+      }
+    }
+  }
+  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) lanes[r] = hn::Add(a0[r], a1[r]);
+}
+
+// The lanes of q[r] . k_j for R rows: float, 16-bit and 8-bit float rows, or 4-bit ones.
+template <int R, class D, class E>
+HWY_INLINE void RowLanes(D d, const float* const* q, const TileRows<E>& k, index_t j, index_t dim, hn::Vec<D>* lanes) {
+  if constexpr (std::is_same_v<E, Q4Byte>) {
+    DotQ4LanesRows<R>(d, q, k, j, dim, lanes);
+  } else {
+    DotLanesRows<R>(d, q, k.row(j), dim, lanes);
+  }
+}
+
 // s[r][0, cnt) = q[r] . k_j for R rows, as Dots gives each (dim a multiple of the lanes).
 template <int R, class D, class E>
 void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, index_t cnt, float* const* s,
@@ -629,7 +664,7 @@ void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, ind
     for (int jj = 0; jj < 4; ++jj) {
       prefetch(j + jj);
       hn::Vec<D> row_lanes[R];
-      DotLanesRows<R>(d, q, k.row(j + jj), dim, row_lanes);
+      RowLanes<R>(d, q, k, j + jj, dim, row_lanes);
       for (int r = 0; r < R; ++r) lanes[r][jj] = row_lanes[r];
     }
     for (int r = 0; r < R; ++r) SumOfLanes4(d, lanes[r], s[r] + j);
@@ -638,7 +673,7 @@ void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, ind
   for (; j < cnt; ++j) {
     prefetch(j);
     hn::Vec<D> lanes[R];
-    DotLanesRows<R>(d, q, k.row(j), dim, lanes);
+    RowLanes<R>(d, q, k, j, dim, lanes);
     for (int r = 0; r < R; ++r) s[r][j] = hn::GetLane(hn::SumOfLanes(d, lanes[r]));
   }
 }
@@ -687,6 +722,43 @@ HWY_INLINE void AccumulateVectorsRows(D d, const float* const* w, const bool* us
   }
 }
 
+// o[r] += the tile's 4-bit value rows by the weights w[r], for R rows: each group of 32 columns of
+// a row used by some of them dequantized once, then added as the row-by-row AccumulateValues adds it.
+template <int R, class D>
+void AccumulateQ4Rows(D d, const float* const* w, const bool* used, const TileRows<Q4Byte>& vals, index_t cnt,
+                      float* const* o, index_t dv, index_t ahead, const NextRows<Q4Byte>& then) {
+  constexpr index_t kMaxVectors = std::max<index_t>(1, 32 / static_cast<index_t>(hn::MaxLanes(d)));
+  const index_t L = static_cast<index_t>(hn::Lanes(d)), half = 16 / L;
+  for (index_t g = 0; g < dv; g += 32) {
+    hn::Vec<D> acc[R][kMaxVectors];
+    for (int r = 0; r < R; ++r)
+      for (index_t v = 0; v < half; ++v)
+        acc[r][v] = hn::LoadU(d, o[r] + g + v * L), acc[r][half + v] = hn::LoadU(d, o[r] + g + 16 + v * L);
+    for (index_t jj = 0; jj < cnt; ++jj) {
+      if (g == 0) {
+        if (jj + ahead >= cnt) then.prefetch(jj + ahead - cnt);
+        else if (used[jj + ahead]) PrefetchRow(vals, jj + ahead, dv);
+      }
+      if (!used[jj]) continue;
+      const auto scale = hn::Set(d, vals.scale(jj)[g / 32]), min = hn::Set(d, vals.min(jj)[g / 32]);
+      const auto* bytes = reinterpret_cast<const std::uint8_t*>(vals.row(jj)) + g / 2;
+      for (index_t v = 0; v < half; ++v) {
+        hn::Vec<D> lo, hi;
+        LoadQ4(d, bytes, v * L, scale, min, lo, hi);
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+          const float wj = w[r][jj];
+          if (wj == 0.0f) continue;
+          acc[r][v] = hn::MulAdd(hn::Set(d, wj), lo, acc[r][v]);
+          acc[r][half + v] = hn::MulAdd(hn::Set(d, wj), hi, acc[r][half + v]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (index_t v = 0; v < half; ++v)
+        hn::StoreU(acc[r][v], d, o[r] + g + v * L), hn::StoreU(acc[r][half + v], d, o[r] + g + 16 + v * L);
+  }
+}
+
 // One tile of keys [j0, j0 + cnt) for R query rows of one key head: their scores from one pass over
 // the keys, each row's weights (TileWeights), then their weighted values from one pass over the
 // values (per group of columns). rm, bh, i, o, mx, sum: each row's, as DecodeTileRow takes them;
@@ -711,8 +783,12 @@ void DecodeTileRows(D d, const SdpaPlan<float>& a, const RowMask<float>* rm, con
   const index_t ahead = RowsAhead<E>(a.v.C), L = static_cast<index_t>(hn::Lanes(d));
   for (index_t jj = 0; jj < ahead && jj < cnt; ++jj)
     if (used[jj]) PrefetchRow(vals, jj, a.v.C);
-  constexpr int kAccumulators = PackRows(hn::ScalableTag<float>()) == 4 ? 16 : 8;
-  AccumulateVectorsRows<R, kAccumulators / R>(d, s, used, vals, cnt, o, 0, a.v.C / L, a.v.C, ahead, next_keys);
+  if constexpr (std::is_same_v<E, Q4Byte>) {
+    AccumulateQ4Rows<R>(d, s, used, vals, cnt, o, a.v.C, ahead, next_keys);
+  } else {
+    constexpr int kAccumulators = PackRows(hn::ScalableTag<float>()) == 4 ? 16 : 8;
+    AccumulateVectorsRows<R, kAccumulators / R>(d, s, used, vals, cnt, o, 0, a.v.C / L, a.v.C, ahead, next_keys);
+  }
 }
 
 // The tile of rows from key j0 on of (b, hk): the plan's tensor, or KvRows of element type E.
@@ -781,9 +857,9 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t hea
       begin = std::min(begin, a.mask.d2l_fill ? k0 : std::max(k0, rm.begin));
       end = std::max(end, a.mask.d2l_fill ? k1 : std::min(k1, rm.end));
     }
-  // Rows in packs (DecodeTileRows): float queries over float, 16-bit or 8-bit float rows, d and v
-  // multiples of the lanes; int8 and 4-bit rows, and float64, row by row.
-  constexpr bool kPackable = std::is_same_v<T, float> && !std::is_same_v<E, std::int8_t> && !std::is_same_v<E, Q4Byte>;
+  // Rows in packs (DecodeTileRows): float queries over float, 16-bit, 8-bit float or 4-bit rows, d
+  // and v multiples of the lanes; int8 rows (their queries rounded to integers), and float64, row by row.
+  constexpr bool kPackable = std::is_same_v<T, float> && !std::is_same_v<E, std::int8_t>;
   constexpr int kPack = kPackable ? PackRows(d) : 1;
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   const bool packs = kPackable && a.q.C % L == 0 && a.v.C % L == 0;
