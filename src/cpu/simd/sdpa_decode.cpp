@@ -72,26 +72,6 @@ HWY_INLINE void LoadQ4(D d, const std::uint8_t* bytes, index_t i, hn::Vec<D> sca
   hi = hn::MulAdd(hi, scale, min);
 }
 
-// The lanes of q . x over a 4-bit row (dim a multiple of 32), before they are summed.
-template <class D>
-HWY_INLINE hn::Vec<D> DotQ4Lanes(D d, const float* HWY_RESTRICT q, const TileRows<Q4Byte>& k, index_t j, index_t dim) {
-  const index_t L = static_cast<index_t>(hn::Lanes(d));
-  const auto* bytes = reinterpret_cast<const std::uint8_t*>(k.row(j));
-  const float* scales = k.scale(j);
-  const float* mins = k.min(j);
-  auto a0 = hn::Zero(d), a1 = hn::Zero(d);
-  for (index_t g = 0; g < dim; g += 32) {
-    const auto scale = hn::Set(d, scales[g / 32]), min = hn::Set(d, mins[g / 32]);
-    for (index_t i = 0; i < 16; i += L) {
-      hn::Vec<D> lo, hi;
-      LoadQ4(d, bytes + g / 2, i, scale, min, lo, hi);
-      a0 = hn::MulAdd(hn::LoadU(d, q + g + i), lo, a0);
-      a1 = hn::MulAdd(hn::LoadU(d, q + g + 16 + i), hi, a1);
-    }
-  }
-  return hn::Add(a0, a1);
-}
-
 // The lanes of q . k over dim elements (a multiple of the lanes), before they are summed: four
 // independent FMA chains along the row, so that their latency overlaps while the row is read front
 // to back (a stream the hardware prefetcher follows).
@@ -339,11 +319,88 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
   }
 }
 
-// The same over 4-bit keys (dim a multiple of 32), four rows' lanes summed in one reduction.
+// ---- Several query rows of a key head at once ------------------------------------------------------
+// The query heads of a key head's group (grouped-query attention) and a decode's few queries read the
+// same key and value rows. Row by row, each re-read the tile from the L2 cache for every query row
+// and did its FMAs between the loads; the float32 decode of 7 sequences of 4,096 tokens, 8 key heads,
+// d = 128, 2 threads, took 30 ms with 32 query heads against 18 ms with 8. Here up to PackRows rows
+// take each key row and each value row from one load (a 4-bit row's groups dequantized once): float
+// queries over float, 16-bit, 8-bit float or 4-bit rows, d and v multiples of the lanes (17 ms). Each
+// row's dot products and FMAs are those of the row by row path, in the same order (the same results,
+// whichever rows share a pack).
+
+// Rows a pack holds: four where 32 vector registers hold four rows' four dot-product chains, two on
+// targets with 16.
 template <class D>
-void Dots(D d, const float* q, const std::int16_t*, float, const TileRows<Q4Byte>& k, index_t dim, index_t cnt, float* s,
-          const NextRows<Q4Byte>& then) {
-  const index_t ahead = RowsAhead<Q4Byte>(dim);
+constexpr int PackRows(D d) {
+  return hn::MaxLanes(d) >= 16 ? 4 : 2;
+}
+
+// lanes[r] = the lanes of q[r] . k over dim elements (a multiple of the lanes), for R rows: DotLanes's
+// four chains of each row, the key's vectors loaded once for all of them.
+template <int R, class D, class E>
+HWY_INLINE void DotLanesRows(D d, const float* const* q, const E* HWY_RESTRICT k, index_t dim, hn::Vec<D>* lanes) {
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  hn::Vec<D> a[R][4];
+  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = a[r][2] = a[r][3] = hn::Zero(d);
+  index_t c = 0;
+  for (; c + 4 * L <= dim; c += 4 * L) {
+    const auto k0 = LoadWide(d, k + c), k1 = LoadWide(d, k + c + L), k2 = LoadWide(d, k + c + 2 * L),
+               k3 = LoadWide(d, k + c + 3 * L);
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+      a[r][0] = hn::MulAdd(hn::LoadU(d, q[r] + c), k0, a[r][0]);
+      a[r][1] = hn::MulAdd(hn::LoadU(d, q[r] + c + L), k1, a[r][1]);
+      a[r][2] = hn::MulAdd(hn::LoadU(d, q[r] + c + 2 * L), k2, a[r][2]);
+      a[r][3] = hn::MulAdd(hn::LoadU(d, q[r] + c + 3 * L), k3, a[r][3]);
+    }
+  }
+  for (; c + L <= dim; c += L) {
+    const auto kc = LoadWide(d, k + c);
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) a[r][0] = hn::MulAdd(hn::LoadU(d, q[r] + c), kc, a[r][0]);
+  }
+  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) lanes[r] = hn::Add(hn::Add(a[r][0], a[r][1]), hn::Add(a[r][2], a[r][3]));
+}
+
+// lanes[r] = the lanes of q[r] . k_j over the 4-bit key row j (dim a multiple of 32), for R rows,
+// before they are summed: each group of the row dequantized once for all of them.
+template <int R, class D>
+HWY_INLINE void DotQ4LanesRows(D d, const float* const* q, const TileRows<Q4Byte>& k, index_t j, index_t dim,
+                               hn::Vec<D>* lanes) {
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(k.row(j));
+  const float* scales = k.scale(j);
+  const float* mins = k.min(j);
+  hn::Vec<D> a0[R], a1[R];
+  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(d);
+  for (index_t g = 0; g < dim; g += 32) {
+    const auto scale = hn::Set(d, scales[g / 32]), min = hn::Set(d, mins[g / 32]);
+    for (index_t i = 0; i < 16; i += L) {
+      hn::Vec<D> lo, hi;
+      LoadQ4(d, bytes + g / 2, i, scale, min, lo, hi);
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+        a0[r] = hn::MulAdd(hn::LoadU(d, q[r] + g + i), lo, a0[r]);
+        a1[r] = hn::MulAdd(hn::LoadU(d, q[r] + g + 16 + i), hi, a1[r]);
+      }
+    }
+  }
+  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) lanes[r] = hn::Add(a0[r], a1[r]);
+}
+
+// The lanes of q[r] . k_j for R rows: float, 16-bit and 8-bit float rows, or 4-bit ones.
+template <int R, class D, class E>
+HWY_INLINE void RowLanes(D d, const float* const* q, const TileRows<E>& k, index_t j, index_t dim, hn::Vec<D>* lanes) {
+  if constexpr (std::is_same_v<E, Q4Byte>) {
+    DotQ4LanesRows<R>(d, q, k, j, dim, lanes);
+  } else {
+    DotLanesRows<R>(d, q, k.row(j), dim, lanes);
+  }
+}
+
+// s[r][0, cnt) = q[r] . k_j for R rows, as Dots gives each (dim a multiple of the lanes).
+template <int R, class D, class E>
+void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, index_t cnt, float* const* s,
+              const NextRows<E>& then) {
+  const index_t ahead = RowsAhead<E>(dim);
   auto prefetch = [&](index_t j) {
     if (j + ahead < cnt) PrefetchRow(k, j + ahead, dim);
     else then.prefetch(j + ahead - cnt);
@@ -351,18 +408,30 @@ void Dots(D d, const float* q, const std::int16_t*, float, const TileRows<Q4Byte
   index_t j = 0;
 #if HWY_TARGET != HWY_SCALAR
   for (; j + 4 <= cnt; j += 4) {
-    hn::Vec<D> lanes[4];
-    for (int r = 0; r < 4; ++r) {
-      prefetch(j + r);
-      lanes[r] = DotQ4Lanes(d, q, k, j + r, dim);
+    hn::Vec<D> lanes[R][4];
+    for (int jj = 0; jj < 4; ++jj) {
+      prefetch(j + jj);
+      hn::Vec<D> row_lanes[R];
+      RowLanes<R>(d, q, k, j + jj, dim, row_lanes);
+      for (int r = 0; r < R; ++r) lanes[r][jj] = row_lanes[r];
     }
-    SumOfLanes4(d, lanes, s + j);
+    for (int r = 0; r < R; ++r) SumOfLanes4(d, lanes[r], s[r] + j);
   }
 #endif
   for (; j < cnt; ++j) {
     prefetch(j);
-    s[j] = hn::GetLane(hn::SumOfLanes(d, DotQ4Lanes(d, q, k, j, dim)));
+    hn::Vec<D> lanes[R];
+    RowLanes<R>(d, q, k, j, dim, lanes);
+    for (int r = 0; r < R; ++r) s[r][j] = hn::GetLane(hn::SumOfLanes(d, lanes[r]));
   }
+}
+
+// The same over 4-bit keys (dim a multiple of 32): one row's pack (DotsRows), each group of a key row
+// dequantized in registers.
+template <class D>
+void Dots(D d, const float* q, const std::int16_t*, float, const TileRows<Q4Byte>& k, index_t dim, index_t cnt, float* s,
+          const NextRows<Q4Byte>& then) {
+  DotsRows<1>(d, &q, k, dim, cnt, &s, then);
 }
 
 // o[c0, c0 + N L) += the weighted value rows of the tile, those whose weight is not 0, held in N
@@ -572,111 +641,8 @@ void DecodeTileRow(D d, const SdpaPlan<T>& a, const RowMask<T>& rm, const T* q, 
   if (TileWeights(d, a, rm, j0, cnt, bh, i, s, o, mx, sum)) AccumulateValues(d, s, vals, cnt, o, a.v.C, next_keys);
 }
 
-// ---- Several query rows of a key head at once ------------------------------------------------------
-// The query heads of a key head's group (grouped-query attention) and a decode's few queries read the
-// same key and value rows. Row by row, each re-read the tile from the L2 cache for every query row
-// and did its FMAs between the loads; the float32 decode of 7 sequences of 4,096 tokens, 8 key heads,
-// d = 128, 2 threads, took 30 ms with 32 query heads against 18 ms with 8. Here up to kPackRows rows
-// take each key row and each value row from one load (a 4-bit row's groups dequantized once): float
-// queries over float, 16-bit, 8-bit float or 4-bit rows, d and v multiples of the lanes. Each row's dot products and FMAs are those of the row
-// by row path, in the same order (the same results, whichever rows share a pack).
-
-// Rows a pack holds: four where 32 vector registers hold four rows' four dot-product chains, two on
-// targets with 16.
-template <class D>
-constexpr int PackRows(D d) {
-  return hn::MaxLanes(d) >= 16 ? 4 : 2;
-}
-
-// lanes[r] = the lanes of q[r] . k over dim elements (a multiple of the lanes), for R rows: DotLanes's
-// four chains of each row, the key's vectors loaded once for all of them.
-template <int R, class D, class E>
-HWY_INLINE void DotLanesRows(D d, const float* const* q, const E* HWY_RESTRICT k, index_t dim, hn::Vec<D>* lanes) {
-  const index_t L = static_cast<index_t>(hn::Lanes(d));
-  hn::Vec<D> a[R][4];
-  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = a[r][2] = a[r][3] = hn::Zero(d);
-  index_t c = 0;
-  for (; c + 4 * L <= dim; c += 4 * L) {
-    const auto k0 = LoadWide(d, k + c), k1 = LoadWide(d, k + c + L), k2 = LoadWide(d, k + c + 2 * L),
-               k3 = LoadWide(d, k + c + 3 * L);
-    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
-      a[r][0] = hn::MulAdd(hn::LoadU(d, q[r] + c), k0, a[r][0]);
-      a[r][1] = hn::MulAdd(hn::LoadU(d, q[r] + c + L), k1, a[r][1]);
-      a[r][2] = hn::MulAdd(hn::LoadU(d, q[r] + c + 2 * L), k2, a[r][2]);
-      a[r][3] = hn::MulAdd(hn::LoadU(d, q[r] + c + 3 * L), k3, a[r][3]);
-    }
-  }
-  for (; c + L <= dim; c += L) {
-    const auto kc = LoadWide(d, k + c);
-    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) a[r][0] = hn::MulAdd(hn::LoadU(d, q[r] + c), kc, a[r][0]);
-  }
-  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) lanes[r] = hn::Add(hn::Add(a[r][0], a[r][1]), hn::Add(a[r][2], a[r][3]));
-}
-
-// lanes[r] = DotQ4Lanes of q[r] over the 4-bit key row j, for R rows: each group of the row
-// dequantized once for all of them.
-template <int R, class D>
-HWY_INLINE void DotQ4LanesRows(D d, const float* const* q, const TileRows<Q4Byte>& k, index_t j, index_t dim,
-                               hn::Vec<D>* lanes) {
-  const index_t L = static_cast<index_t>(hn::Lanes(d));
-  const auto* bytes = reinterpret_cast<const std::uint8_t*>(k.row(j));
-  const float* scales = k.scale(j);
-  const float* mins = k.min(j);
-  hn::Vec<D> a0[R], a1[R];
-  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(d);
-  for (index_t g = 0; g < dim; g += 32) {
-    const auto scale = hn::Set(d, scales[g / 32]), min = hn::Set(d, mins[g / 32]);
-    for (index_t i = 0; i < 16; i += L) {
-      hn::Vec<D> lo, hi;
-      LoadQ4(d, bytes + g / 2, i, scale, min, lo, hi);
-      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
-        a0[r] = hn::MulAdd(hn::LoadU(d, q[r] + g + i), lo, a0[r]);
-        a1[r] = hn::MulAdd(hn::LoadU(d, q[r] + g + 16 + i), hi, a1[r]);
-      }
-    }
-  }
-  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) lanes[r] = hn::Add(a0[r], a1[r]);
-}
-
-// The lanes of q[r] . k_j for R rows: float, 16-bit and 8-bit float rows, or 4-bit ones.
-template <int R, class D, class E>
-HWY_INLINE void RowLanes(D d, const float* const* q, const TileRows<E>& k, index_t j, index_t dim, hn::Vec<D>* lanes) {
-  if constexpr (std::is_same_v<E, Q4Byte>) {
-    DotQ4LanesRows<R>(d, q, k, j, dim, lanes);
-  } else {
-    DotLanesRows<R>(d, q, k.row(j), dim, lanes);
-  }
-}
-
-// s[r][0, cnt) = q[r] . k_j for R rows, as Dots gives each (dim a multiple of the lanes).
-template <int R, class D, class E>
-void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, index_t cnt, float* const* s,
-              const NextRows<E>& then) {
-  const index_t ahead = RowsAhead<E>(dim);
-  auto prefetch = [&](index_t j) {
-    if (j + ahead < cnt) PrefetchRow(k, j + ahead, dim);
-    else then.prefetch(j + ahead - cnt);
-  };
-  index_t j = 0;
-#if HWY_TARGET != HWY_SCALAR
-  for (; j + 4 <= cnt; j += 4) {
-    hn::Vec<D> lanes[R][4];
-    for (int jj = 0; jj < 4; ++jj) {
-      prefetch(j + jj);
-      hn::Vec<D> row_lanes[R];
-      RowLanes<R>(d, q, k, j + jj, dim, row_lanes);
-      for (int r = 0; r < R; ++r) lanes[r][jj] = row_lanes[r];
-    }
-    for (int r = 0; r < R; ++r) SumOfLanes4(d, lanes[r], s[r] + j);
-  }
-#endif
-  for (; j < cnt; ++j) {
-    prefetch(j);
-    hn::Vec<D> lanes[R];
-    RowLanes<R>(d, q, k, j, dim, lanes);
-    for (int r = 0; r < R; ++r) s[r][j] = hn::GetLane(hn::SumOfLanes(d, lanes[r]));
-  }
-}
+// ---- Several query rows of a key head at once: values ---------------------------------------------
+// (the packs and their dot products: above, beside Dots)
 
 // o[r][c0, c0 + N L) += the tile's value rows by the weights w[r], for R rows: each value row whose
 // weight is not 0 for some row (used) loaded once, then one FMA an element for each row whose weight
