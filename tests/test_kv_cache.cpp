@@ -910,15 +910,18 @@ TEST(KvCacheBatch, DecodeResultsDoNotDependOnTheBatch) {
 
 // The query heads of a key head decode in packs that share each key and value row (simd/
 // sdpa_decode.cpp): each head's output is the one it gets alone over a cache of its key head's rows,
-// bit for bit, on every cache type the packs read (4-bit: each group dequantized once for the pack).
+// bit for bit, on every cache type (int8: each key row widened once for the pack's rounded queries;
+// 4-bit: each group dequantized once).
 // 5 query heads a key head make packs of 4 and 1 on AVX-512, 2, 2 and 1 elsewhere.
 TEST(KvCacheBatch, QueryHeadsSharingAKeyHeadGetTheirOwnResultsBitForBit) {
   const index_t Hk = 2, group = 5, H = Hk * group, d = 64, L = 1100;
-  for (const KvDtype type : {KvDtype::float32, KvDtype::bfloat16, KvDtype::float8_e4m3, KvDtype::int4, KvDtype::int4_kivi}) {
+  for (const KvDtype type : {KvDtype::float32, KvDtype::bfloat16, KvDtype::float8_e4m3, KvDtype::int8, KvDtype::int4,
+                             KvDtype::int4_kivi}) {
     const Tensor<float> k = random_tensor<float>({Hk, L, d}, 740, -2, 2), v = random_tensor<float>({Hk, L, d}, 741);
     KvCache cache(1, Hk, d, {.dtype = type, .block_size = 256});
     cache.append(0, k.view(), v.view());
-    const Tensor<float> q = random_tensor<float>({H, 1, d}, 742, -2, 2);
+    Tensor<float> q = random_tensor<float>({H, 1, d}, 742, -2, 2);
+    for (index_t c = 0; c < d; ++c) q(6, 0, c) = 0;  // int8: rounded with sigma 0, its pack row by row
     Tensor<float> out({H, 1, d});
     cache.attend(out.view(), 0, q.view());
     for (index_t hk = 0; hk < Hk; ++hk) {

@@ -170,6 +170,34 @@ HWY_INLINE void DotRoundedLanes(D d, const std::int16_t* HWY_RESTRICT rounded, c
   ScaledGroups<R>(d, scales, dim, group_dots, lanes);
 }
 
+// lanes[r] = DotRoundedLanes's lanes of rounded[r] . k over one int8 key row k (its 32-element
+// groups scaled by scales), for R query rows: the row's bytes widened once for all of them, each
+// row's integer sums and scaled totals as DotRoundedLanes forms them.
+template <int R, class D>
+HWY_INLINE void DotRoundedLanesQueries(D d, const std::int16_t* const* rounded, const std::int8_t* HWY_RESTRICT k,
+                                       const float* scales, index_t dim, hn::Vec<D>* lanes) {
+  const hn::Repartition<std::int32_t, D> di;
+#if HWY_TARGET == HWY_SCALAR
+  const hn::Rebind<std::int16_t, D> dw;
+#else
+  const hn::Repartition<std::int16_t, D> dw;
+#endif
+  const hn::Rebind<std::int8_t, decltype(dw)> db;
+  const index_t W = static_cast<index_t>(hn::Lanes(dw));
+  const auto group_dots = [&](index_t g, hn::Vec<D>* dots) HWY_ATTR {
+    hn::Vec<decltype(di)> even[R], odd[R];
+    for (int r = 0; r < R; ++r) even[r] = odd[r] = hn::Zero(di);
+    for (index_t c = g; c < g + 32; c += W) {
+      const auto kv = hn::PromoteTo(dw, hn::LoadU(db, k + c));
+      for (int r = 0; r < R; ++r) even[r] = hn::ReorderWidenMulAccumulate(di, kv, hn::LoadU(dw, rounded[r] + c), even[r], odd[r]);
+    }
+    for (int r = 0; r < R; ++r) dots[r] = hn::ConvertTo(d, hn::RearrangeToOddPlusEven(even[r], odd[r]));
+  };
+  const float* row_scales[R];
+  for (int r = 0; r < R; ++r) row_scales[r] = scales;
+  ScaledGroups<R>(d, row_scales, dim, group_dots, lanes);
+}
+
 #if HWY_TARGET != HWY_SCALAR  // one lane: nothing to interleave
 // out[0, 4) = the sums of the lanes of v[0, 4), in one reduction: within each 128-bit block, pairs
 // of lanes are added across the four vectors (two interleaving rounds) so that the block holds one
@@ -236,6 +264,27 @@ struct NextRows {
   }
 };
 
+// s[0, cnt) times sigma: the scores of a query rounded to integers (quant::round_query) over int8
+// keys. A sum of up to 32767 / max|q| times q . k can overflow where q . k does not (keys near 1e34
+// max|q|): such a score again with the query q as given.
+template <class D>
+void ScaleBySigma(D d, const float* q, float sigma, const TileRows<std::int8_t>& k, index_t dim, index_t cnt, float* s) {
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  const auto vsigma = hn::Set(d, sigma);
+  auto poison = hn::Zero(d);  // NaN where a score is not finite
+  index_t j = 0;
+  for (; j + L <= cnt; j += L) {
+    const auto x = hn::Mul(hn::Load(d, s + j), vsigma);
+    poison = hn::Add(poison, hn::Mul(x, hn::Zero(d)));
+    hn::Store(x, d, s + j);
+  }
+  bool overflow = std::isnan(hn::GetLane(hn::SumOfLanes(d, poison)));
+  for (; j < cnt; ++j) s[j] *= sigma, overflow = overflow || !std::isfinite(s[j]);
+  if (overflow)
+    for (j = 0; j < cnt; ++j)
+      if (!std::isfinite(s[j])) s[j] = hn::GetLane(hn::SumOfLanes(d, DotScaledLanes(d, q, k.row(j), k.scale(j), dim)));
+}
+
 // s[0, cnt) = q . k_j for the tile's keys, d elements each; `then`: the rows read next. Rows one
 // after another: reading four rows side by side was measured 40% slower (keys alone, one thread,
 // (32,1,8192,128): 14.2 ms against 10.1 ms). In float, the lanes of four rows are summed in one
@@ -273,22 +322,7 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
         DotRoundedLanes<1>(d, rounded, &row, &scale, dim, lanes);
         s[j] = hn::GetLane(hn::SumOfLanes(d, lanes[0]));
       }
-      // Times sigma; a sum of up to 32767 / max|q| times q . k can overflow where q . k does not
-      // (keys near 1e34 max|q|): such a row again with the query as given.
-      const index_t L = static_cast<index_t>(hn::Lanes(d));
-      const auto vsigma = hn::Set(d, sigma);
-      auto poison = hn::Zero(d);  // NaN where a score is not finite
-      j = 0;
-      for (; j + L <= cnt; j += L) {
-        const auto x = hn::Mul(hn::Load(d, s + j), vsigma);
-        poison = hn::Add(poison, hn::Mul(x, hn::Zero(d)));
-        hn::Store(x, d, s + j);
-      }
-      bool overflow = std::isnan(hn::GetLane(hn::SumOfLanes(d, poison)));
-      for (; j < cnt; ++j) s[j] *= sigma, overflow = overflow || !std::isfinite(s[j]);
-      if (overflow)
-        for (j = 0; j < cnt; ++j)
-          if (!std::isfinite(s[j])) s[j] = hn::GetLane(hn::SumOfLanes(d, DotScaledLanes(d, q, k.row(j), k.scale(j), dim)));
+      ScaleBySigma(d, q, sigma, k, dim, cnt, s);
       return;
     }
   }
@@ -424,6 +458,39 @@ void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, ind
     RowLanes<R>(d, q, k, j, dim, lanes);
     for (int r = 0; r < R; ++r) s[r][j] = hn::GetLane(hn::SumOfLanes(d, lanes[r]));
   }
+}
+
+// s[r][0, cnt) = the scores of R query rows over int8 keys, each query rounded to integers (rounded[r],
+// sigma[r] not 0; quant::round_query), as Dots gives each: each key row widened once for the pack.
+template <int R, class D>
+void DotsRowsInt8(D d, const float* const* q, const std::int16_t* const* rounded, const float* sigma,
+                  const TileRows<std::int8_t>& k, index_t dim, index_t cnt, float* const* s,
+                  const NextRows<std::int8_t>& then) {
+  const index_t ahead = RowsAhead<std::int8_t>(dim);
+  auto prefetch = [&](index_t j) {
+    if (j + ahead < cnt) PrefetchRow(k, j + ahead, dim);
+    else then.prefetch(j + ahead - cnt);
+  };
+  index_t j = 0;
+#if HWY_TARGET != HWY_SCALAR
+  for (; j + 4 <= cnt; j += 4) {
+    hn::Vec<D> lanes[R][4];
+    for (int jj = 0; jj < 4; ++jj) {
+      prefetch(j + jj);
+      hn::Vec<D> row_lanes[R];
+      DotRoundedLanesQueries<R>(d, rounded, k.row(j + jj), k.scale(j + jj), dim, row_lanes);
+      for (int r = 0; r < R; ++r) lanes[r][jj] = row_lanes[r];
+    }
+    for (int r = 0; r < R; ++r) SumOfLanes4(d, lanes[r], s[r] + j);
+  }
+#endif
+  for (; j < cnt; ++j) {
+    prefetch(j);
+    hn::Vec<D> lanes[R];
+    DotRoundedLanesQueries<R>(d, rounded, k.row(j), k.scale(j), dim, lanes);
+    for (int r = 0; r < R; ++r) s[r][j] = hn::GetLane(hn::SumOfLanes(d, lanes[r]));
+  }
+  for (int r = 0; r < R; ++r) ScaleBySigma(d, q[r], sigma[r], k, dim, cnt, s[r]);
 }
 
 // The same over 4-bit keys (dim a multiple of 32): one row's pack (DotsRows), each group of a key row
@@ -667,8 +734,14 @@ HWY_INLINE void AccumulateColumnsRows(D d, const float* const* w, const bool* us
     _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
       const float wj = w[r][jj];
       if (wj == 0.0f) continue;
-      const auto wv = hn::Set(d, wj);
-      _Pragma("GCC unroll 8") for (int v = 0; v < N; ++v) acc[r][v] = hn::MulAdd(wv, xv[v], acc[r][v]);
+      if constexpr (std::is_same_v<E, std::int8_t>) {  // each vector's group scale: the weight times it, as row by row
+        const float* scales = vals.scale(jj);
+        _Pragma("GCC unroll 8") for (int v = 0; v < N; ++v)
+          acc[r][v] = hn::MulAdd(hn::Set(d, wj * scales[(c0 + v * L) / 32]), xv[v], acc[r][v]);
+      } else {
+        const auto wv = hn::Set(d, wj);
+        _Pragma("GCC unroll 8") for (int v = 0; v < N; ++v) acc[r][v] = hn::MulAdd(wv, xv[v], acc[r][v]);
+      }
     }
   }
   _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r)
@@ -730,10 +803,15 @@ void AccumulateQ4Rows(D d, const float* const* w, const bool* used, const TileRo
 // values (per group of columns). rm, bh, i, o, mx, sum: each row's, as DecodeTileRow takes them;
 // s: R rows of kDecodeTile scratch.
 template <int R, class D, class E>
-void DecodeTileRows(D d, const SdpaPlan<float>& a, const RowMask<float>* rm, const float* const* q, const TileRows<E>& keys,
+void DecodeTileRows(D d, const SdpaPlan<float>& a, const RowMask<float>* rm, const float* const* q,
+                    const std::int16_t* const* rounded, const float* sigma, const TileRows<E>& keys,
                     const TileRows<E>& vals, const NextRows<E>& next_keys, index_t j0, index_t cnt, const index_t* bh,
                     const index_t* i, float* const* s, float* const* o, float* const* mx, double* const* sum) {
-  DotsRows<R>(d, q, keys, a.q.C, cnt, s, NextRows<E>{vals, cnt, a.v.C});
+  if constexpr (std::is_same_v<E, std::int8_t>) {
+    DotsRowsInt8<R>(d, q, rounded, sigma, keys, a.q.C, cnt, s, NextRows<E>{vals, cnt, a.v.C});
+  } else {
+    DotsRows<R>(d, q, keys, a.q.C, cnt, s, NextRows<E>{vals, cnt, a.v.C});
+  }
   int adding = 0;
   for (int r = 0; r < R; ++r) {
     if (TileWeights(d, a, rm[r], j0, cnt, bh[r], i[r], s[r], o[r], *mx[r], *sum[r])) ++adding;
@@ -823,9 +901,10 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t hea
       begin = std::min(begin, a.mask.d2l_fill ? k0 : std::max(k0, rm.begin));
       end = std::max(end, a.mask.d2l_fill ? k1 : std::min(k1, rm.end));
     }
-  // Rows in packs (DecodeTileRows): float queries over float, 16-bit, 8-bit float or 4-bit rows, d
-  // and v multiples of the lanes; int8 rows (their queries rounded to integers), and float64, row by row.
-  constexpr bool kPackable = std::is_same_v<T, float> && !std::is_same_v<E, std::int8_t>;
+  // Rows in packs (DecodeTileRows): float queries over float, 16-bit, 8-bit float, int8 (queries
+  // rounded to integers with a sigma not 0) or 4-bit rows, d and v multiples of the lanes; float64 and
+  // other d row by row.
+  constexpr bool kPackable = std::is_same_v<T, float>;
   constexpr int kPack = kPackable ? PackRows(d) : 1;
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   const bool packs = kPackable && a.q.C % L == 0 && a.v.C % L == 0;
@@ -850,23 +929,29 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t hea
       RowMask<T> rm[kPack];
       index_t is[kPack], bh[kPack];
       const T* q[kPack];
+      const std::int16_t* rounded[kPack];  // int8 keys: each row's query rounded to integers, and its sigma
+      float sigma[kPack];
       T *o[kPack], *mx[kPack], *sp[kPack];
       double* sum[kPack];
       int count = 0;
       auto run_pack = [&] {
         if constexpr (kPackable && kPack >= 2) {
-          if (count == kPack) return DecodeTileRows<kPack>(d, a, rm, q, keys, vals, next_keys, j0, cnt, bh, is, sp, o, mx, sum);
-          if constexpr (kPack > 2) {
-            if (count == 3) return DecodeTileRows<3>(d, a, rm, q, keys, vals, next_keys, j0, cnt, bh, is, sp, o, mx, sum);
+          // int8 keys: a query rounded to 0 (sigma 0) takes the float products, row by row.
+          const bool rounded_all = !std::is_same_v<E, std::int8_t> || std::all_of(sigma, sigma + count, [](float x) { return x != 0; });
+          if (rounded_all) {
+            if (count == kPack)
+              return DecodeTileRows<kPack>(d, a, rm, q, rounded, sigma, keys, vals, next_keys, j0, cnt, bh, is, sp, o, mx, sum);
+            if constexpr (kPack > 2) {
+              if (count == 3)
+                return DecodeTileRows<3>(d, a, rm, q, rounded, sigma, keys, vals, next_keys, j0, cnt, bh, is, sp, o, mx, sum);
+            }
+            if (count == 2)
+              return DecodeTileRows<2>(d, a, rm, q, rounded, sigma, keys, vals, next_keys, j0, cnt, bh, is, sp, o, mx, sum);
           }
-          if (count == 2) return DecodeTileRows<2>(d, a, rm, q, keys, vals, next_keys, j0, cnt, bh, is, sp, o, mx, sum);
         }
-        for (int r = 0; r < count; ++r) {
-          const index_t row = bh[r] * n + is[r];  // its rounding, for int8 keys
-          DecodeTileRow(d, a, rm[r], q[r], p.rounded == nullptr ? nullptr : p.rounded + row * a.q.C,
-                        p.sigma == nullptr ? 0.0f : p.sigma[row], keys, vals, next_keys, j0, cnt, bh[r], is[r], s[0], o[r],
+        for (int r = 0; r < count; ++r)
+          DecodeTileRow(d, a, rm[r], q[r], rounded[r], sigma[r], keys, vals, next_keys, j0, cnt, bh[r], is[r], s[0], o[r],
                         *mx[r], *sum[r]);
-        }
       };
       for (index_t h = hk * a.group; h < (hk + 1) * a.group; ++h)
         for (index_t i = 0; i < n; ++i) {
@@ -874,6 +959,9 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t hea
           if (!a.mask.d2l_fill && (j0 >= row_mask.end || j0 + cnt <= row_mask.begin)) continue;
           const index_t r = slot(h, i);
           rm[count] = row_mask, is[count] = i, bh[count] = b * H + h, q[count] = a.q.row(b, h, i);
+          const index_t row = (b * H + h) * n + i;  // its rounding, for int8 keys
+          rounded[count] = p.rounded == nullptr ? nullptr : p.rounded + row * a.q.C;
+          sigma[count] = p.sigma == nullptr ? 0.0f : p.sigma[row];
           o[count] = p.part_out + r * dv, mx[count] = p.part_max + r, sum[count] = p.part_sum + r, sp[count] = s[count];
           if (++count == (packs ? kPack : 1)) run_pack(), count = 0;
         }
