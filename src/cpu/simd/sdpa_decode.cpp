@@ -430,10 +430,11 @@ HWY_INLINE void RowLanes(D d, const float* const* q, const TileRows<E>& k, index
   }
 }
 
-// s[r][0, cnt) = q[r] . k_j for R rows, as Dots gives each (dim a multiple of the lanes).
-template <int R, class D, class E>
-void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, index_t cnt, float* const* s,
-              const NextRows<E>& then) {
+// s[r][0, cnt) for R rows from row_lanes(j, lanes), the lanes of key j's R dot products before they
+// are summed: four keys' lanes summed in one reduction a row (SumOfLanes4), as Dots sums them.
+template <int R, class D, class E, class RowLanesOf>
+void PackScores(D d, const TileRows<E>& k, index_t dim, index_t cnt, float* const* s, const NextRows<E>& then,
+                const RowLanesOf& row_lanes) {
   const index_t ahead = RowsAhead<E>(dim);
   auto prefetch = [&](index_t j) {
     if (j + ahead < cnt) PrefetchRow(k, j + ahead, dim);
@@ -445,9 +446,9 @@ void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, ind
     hn::Vec<D> lanes[R][4];
     for (int jj = 0; jj < 4; ++jj) {
       prefetch(j + jj);
-      hn::Vec<D> row_lanes[R];
-      RowLanes<R>(d, q, k, j + jj, dim, row_lanes);
-      for (int r = 0; r < R; ++r) lanes[r][jj] = row_lanes[r];
+      hn::Vec<D> key_lanes[R];
+      row_lanes(j + jj, key_lanes);
+      for (int r = 0; r < R; ++r) lanes[r][jj] = key_lanes[r];
     }
     for (int r = 0; r < R; ++r) SumOfLanes4(d, lanes[r], s[r] + j);
   }
@@ -455,9 +456,16 @@ void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, ind
   for (; j < cnt; ++j) {
     prefetch(j);
     hn::Vec<D> lanes[R];
-    RowLanes<R>(d, q, k, j, dim, lanes);
+    row_lanes(j, lanes);
     for (int r = 0; r < R; ++r) s[r][j] = hn::GetLane(hn::SumOfLanes(d, lanes[r]));
   }
+}
+
+// s[r][0, cnt) = q[r] . k_j for R rows, as Dots gives each (dim a multiple of the lanes).
+template <int R, class D, class E>
+void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, index_t cnt, float* const* s,
+              const NextRows<E>& then) {
+  PackScores<R>(d, k, dim, cnt, s, then, [&](index_t j, hn::Vec<D>* lanes) HWY_ATTR { RowLanes<R>(d, q, k, j, dim, lanes); });
 }
 
 // s[r][0, cnt) = the scores of R query rows over int8 keys, each query rounded to integers (rounded[r],
@@ -466,30 +474,9 @@ template <int R, class D>
 void DotsRowsInt8(D d, const float* const* q, const std::int16_t* const* rounded, const float* sigma,
                   const TileRows<std::int8_t>& k, index_t dim, index_t cnt, float* const* s,
                   const NextRows<std::int8_t>& then) {
-  const index_t ahead = RowsAhead<std::int8_t>(dim);
-  auto prefetch = [&](index_t j) {
-    if (j + ahead < cnt) PrefetchRow(k, j + ahead, dim);
-    else then.prefetch(j + ahead - cnt);
-  };
-  index_t j = 0;
-#if HWY_TARGET != HWY_SCALAR
-  for (; j + 4 <= cnt; j += 4) {
-    hn::Vec<D> lanes[R][4];
-    for (int jj = 0; jj < 4; ++jj) {
-      prefetch(j + jj);
-      hn::Vec<D> row_lanes[R];
-      DotRoundedLanesQueries<R>(d, rounded, k.row(j + jj), k.scale(j + jj), dim, row_lanes);
-      for (int r = 0; r < R; ++r) lanes[r][jj] = row_lanes[r];
-    }
-    for (int r = 0; r < R; ++r) SumOfLanes4(d, lanes[r], s[r] + j);
-  }
-#endif
-  for (; j < cnt; ++j) {
-    prefetch(j);
-    hn::Vec<D> lanes[R];
+  PackScores<R>(d, k, dim, cnt, s, then, [&](index_t j, hn::Vec<D>* lanes) HWY_ATTR {
     DotRoundedLanesQueries<R>(d, rounded, k.row(j), k.scale(j), dim, lanes);
-    for (int r = 0; r < R; ++r) s[r][j] = hn::GetLane(hn::SumOfLanes(d, lanes[r]));
-  }
+  });
   for (int r = 0; r < R; ++r) ScaleBySigma(d, q[r], sigma[r], k, dim, cnt, s[r]);
 }
 
