@@ -358,8 +358,9 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
 // same key and value rows. Row by row, each re-read the tile from the L2 cache for every query row
 // and did its FMAs between the loads; the float32 decode of 7 sequences of 4,096 tokens, 8 key heads,
 // d = 128, 2 threads, took 30 ms with 32 query heads against 18 ms with 8. Here up to PackRows rows
-// take each key row and each value row from one load (a 4-bit row's groups dequantized once): float
-// queries over float, 16-bit, 8-bit float or 4-bit rows, d and v multiples of the lanes (17 ms). Each
+// take each key row and each value row from one load (a 4-bit row's groups dequantized once, an int8
+// row widened once for the pack's rounded queries): float queries over every cache type, d and v
+// multiples of the lanes (17 ms). Each
 // row's dot products and FMAs are those of the row by row path, in the same order (the same results,
 // whichever rows share a pack).
 
