@@ -137,7 +137,7 @@ HWY_INLINE hn::Vec<D> DotScaledLanes(D d, const float* HWY_RESTRICT q, const std
   return lanes[0];
 }
 
-// The lanes of rounded . k over R int8 rows at once, rows[r] scaled by scales[r] (dim a multiple of
+// The lanes of rounded[0] . k over R int8 rows at once, rows[r] scaled by scales[r] (dim a multiple of
 // 32): each 32 products summed in 32-bit integers (at most 32 * 127 * 32767 < 2^31; on AVX2 and
 // AVX-512 four or two a lane, under 2^24, so exact in float too), converted once, then scaled by
 // the group's float into one of two totals (ScaledGroups). Half the instructions of DotScaledLanes:
@@ -146,8 +146,10 @@ HWY_INLINE hn::Vec<D> DotScaledLanes(D d, const float* HWY_RESTRICT q, const std
 // registers. (Row by row, GCC kept the four rows' lanes and its loop state on the stack: the int8
 // decode (32,1,8192,128) on a Zen 5 with two threads took 1.96-2.15 ms against 1.85-1.91 ms four
 // rows at a time, four alternated runs.)
-template <int R, class D>
-HWY_INLINE void DotRoundedLanes(D d, const std::int16_t* HWY_RESTRICT rounded, const std::int8_t* const* rows,
+// kOneKey: the lanes of rounded[r] . rows[0] for R query rows instead, one int8 key row widened once
+// for a pack of queries (DecodeTileRows), each pair's sums formed as above.
+template <int R, bool kOneKey = false, class D>
+HWY_INLINE void DotRoundedLanes(D d, const std::int16_t* const* rounded, const std::int8_t* const* rows,
                                 const float* const* scales, index_t dim, hn::Vec<D>* lanes) {
   const hn::Repartition<std::int32_t, D> di;
 #if HWY_TARGET == HWY_SCALAR
@@ -161,41 +163,18 @@ HWY_INLINE void DotRoundedLanes(D d, const std::int16_t* HWY_RESTRICT rounded, c
     hn::Vec<decltype(di)> even[R], odd[R];
     for (int r = 0; r < R; ++r) even[r] = odd[r] = hn::Zero(di);
     for (index_t c = g; c < g + 32; c += W) {
-      const auto qv = hn::LoadU(dw, rounded + c);
-      for (int r = 0; r < R; ++r)
-        even[r] = hn::ReorderWidenMulAccumulate(di, hn::PromoteTo(dw, hn::LoadU(db, rows[r] + c)), qv, even[r], odd[r]);
+      if constexpr (kOneKey) {
+        const auto kv = hn::PromoteTo(dw, hn::LoadU(db, rows[0] + c));
+        for (int r = 0; r < R; ++r) even[r] = hn::ReorderWidenMulAccumulate(di, kv, hn::LoadU(dw, rounded[r] + c), even[r], odd[r]);
+      } else {
+        const auto qv = hn::LoadU(dw, rounded[0] + c);
+        for (int r = 0; r < R; ++r)
+          even[r] = hn::ReorderWidenMulAccumulate(di, hn::PromoteTo(dw, hn::LoadU(db, rows[r] + c)), qv, even[r], odd[r]);
+      }
     }
     for (int r = 0; r < R; ++r) dots[r] = hn::ConvertTo(d, hn::RearrangeToOddPlusEven(even[r], odd[r]));
   };
   ScaledGroups<R>(d, scales, dim, group_dots, lanes);
-}
-
-// lanes[r] = DotRoundedLanes's lanes of rounded[r] . k over one int8 key row k (its 32-element
-// groups scaled by scales), for R query rows: the row's bytes widened once for all of them, each
-// row's integer sums and scaled totals as DotRoundedLanes forms them.
-template <int R, class D>
-HWY_INLINE void DotRoundedLanesQueries(D d, const std::int16_t* const* rounded, const std::int8_t* HWY_RESTRICT k,
-                                       const float* scales, index_t dim, hn::Vec<D>* lanes) {
-  const hn::Repartition<std::int32_t, D> di;
-#if HWY_TARGET == HWY_SCALAR
-  const hn::Rebind<std::int16_t, D> dw;
-#else
-  const hn::Repartition<std::int16_t, D> dw;
-#endif
-  const hn::Rebind<std::int8_t, decltype(dw)> db;
-  const index_t W = static_cast<index_t>(hn::Lanes(dw));
-  const auto group_dots = [&](index_t g, hn::Vec<D>* dots) HWY_ATTR {
-    hn::Vec<decltype(di)> even[R], odd[R];
-    for (int r = 0; r < R; ++r) even[r] = odd[r] = hn::Zero(di);
-    for (index_t c = g; c < g + 32; c += W) {
-      const auto kv = hn::PromoteTo(dw, hn::LoadU(db, k + c));
-      for (int r = 0; r < R; ++r) even[r] = hn::ReorderWidenMulAccumulate(di, kv, hn::LoadU(dw, rounded[r] + c), even[r], odd[r]);
-    }
-    for (int r = 0; r < R; ++r) dots[r] = hn::ConvertTo(d, hn::RearrangeToOddPlusEven(even[r], odd[r]));
-  };
-  const float* row_scales[R];
-  for (int r = 0; r < R; ++r) row_scales[r] = scales;
-  ScaledGroups<R>(d, row_scales, dim, group_dots, lanes);
 }
 
 #if HWY_TARGET != HWY_SCALAR  // one lane: nothing to interleave
@@ -310,7 +289,7 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
         const std::int8_t* rows[4] = {k.row(j), k.row(j + 1), k.row(j + 2), k.row(j + 3)};
         const float* scales[4] = {k.scale(j), k.scale(j + 1), k.scale(j + 2), k.scale(j + 3)};
         hn::Vec<D> lanes[4];
-        DotRoundedLanes<4>(d, rounded, rows, scales, dim, lanes);
+        DotRoundedLanes<4>(d, &rounded, rows, scales, dim, lanes);
         SumOfLanes4(d, lanes, s + j);
       }
 #endif
@@ -319,7 +298,7 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
         const std::int8_t* row = k.row(j);
         const float* scale = k.scale(j);
         hn::Vec<D> lanes[1];
-        DotRoundedLanes<1>(d, rounded, &row, &scale, dim, lanes);
+        DotRoundedLanes<1>(d, &rounded, &row, &scale, dim, lanes);
         s[j] = hn::GetLane(hn::SumOfLanes(d, lanes[0]));
       }
       ScaleBySigma(d, q, sigma, k, dim, cnt, s);
@@ -476,7 +455,10 @@ void DotsRowsInt8(D d, const float* const* q, const std::int16_t* const* rounded
                   const TileRows<std::int8_t>& k, index_t dim, index_t cnt, float* const* s,
                   const NextRows<std::int8_t>& then) {
   PackScores<R>(d, k, dim, cnt, s, then, [&](index_t j, hn::Vec<D>* lanes) HWY_ATTR {
-    DotRoundedLanesQueries<R>(d, rounded, k.row(j), k.scale(j), dim, lanes);
+    const std::int8_t* row = k.row(j);
+    const float* scales[R];
+    for (int r = 0; r < R; ++r) scales[r] = k.scale(j);
+    DotRoundedLanes<R, true>(d, rounded, &row, scales, dim, lanes);
   });
   for (int r = 0; r < R; ++r) ScaleBySigma(d, q[r], sigma[r], k, dim, cnt, s[r]);
 }
