@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include <hwy/highway.h>
 
 #include "core/mask_plan.hpp"
+#include "cpu/bias_classes.hpp"
 #include "cpu/scratch.hpp"
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/mask_bits-inl.h"
@@ -289,7 +291,10 @@ TEST(BlockUnits, AddAlibiSubtractsSlopeTimesDistance) {
 }
 
 // The additive mask's tile: whether it masks every key, adds something, masks some key, and its
-// entries as lanes, for rows of stride 1 and 2 over keys and shared rows, against the entries.
+// entries as lanes, for rows of stride 1 and 2 over keys and shared rows, against the entries; and
+// the same answers from the call's table of tile classes (the mask broadcast over two heads): the
+// first head's blocks fill its cells, the second's read them (a whole block; a partial one, of 21
+// rows, scans every time).
 TEST(BlockUnits, BiasTileReadsTheAdditiveMaskEntries) {
   const hn::ScalableTag<float> d;
   const index_t L = static_cast<index_t>(hn::Lanes(d));
@@ -309,36 +314,65 @@ TEST(BlockUnits, BiasTileReadsTheAdditiveMaskEntries) {
           for (float& v : bias)
             v = fill == zeros ? 0.0f : fill == all_masked ? -kInf : fill == values_and_masked && pct(gen) < 30 ? -kInf : value(gen);
           MaskPlan<float> mask;
-          mask.B = mask.H = 1, mask.n = kBlockQ, mask.m = m;
+          mask.B = 1, mask.H = 2, mask.n = kBlockQ, mask.m = m;
           mask.bias = bias.data();
           mask.bias_s[2] = shared ? 0 : m * stride, mask.bias_s[3] = stride;
+          const attn::cpu::BiasClassesFor<float> classes(mask, kBlockQ, kBlockK);
+          ASSERT_NE(mask.bias_classes, nullptr);
           std::vector<RowMask<float>> rm(kBlockQ);
           for (index_t i = 0; i < rows; ++i) rm[i] = mask.row(0, 0, i);
           const auto entry = [&](index_t i, index_t j) { return rm[i].bias[j * stride]; };
-          units::BiasTile<float> tile(block.a.bias_rows, block.a.bias_t);
-          tile.start(mask, rows);
-          for (index_t j0 = 0; j0 < m; j0 += kBlockK) {
-            const index_t cnt = std::min(kBlockK, m - j0);
-            bool finite = false, nonzero = false, masks = false;
-            for (index_t i = 0; i < rows; ++i)
-              for (index_t j = j0; j < j0 + cnt; ++j) {
-                finite = finite || entry(i, j) != -kInf;
-                nonzero = nonzero || entry(i, j) != 0;
-                masks = masks || entry(i, j) == -kInf;
-              }
-            EXPECT_EQ(tile.look_at_bias(rm.data(), rows, j0, cnt), finite);
-            EXPECT_EQ(tile.tile_bias, nonzero);
-            EXPECT_EQ(tile.tile_bias_masks, masks);
-            if (!tile.tile_bias) continue;
-            std::vector<float> got(static_cast<std::size_t>(L));
-            for (index_t jj = 0; jj < cnt; ++jj)
-              for (index_t i = 0; i < kBlockQ; i += L) {
-                hn::StoreU(tile.lanes(d, jj, i), d, got.data());
-                for (index_t l = 0; l < L && i + l < rows; ++l)
-                  ASSERT_EQ(got[l], entry(i + l, j0 + jj)) << "key " << j0 + jj << " lane " << i + l;
-              }
+          for (const index_t head : {0, 1}) {
+            units::BiasTile<float> tile(block.a.bias_rows, block.a.bias_t);
+            tile.start(mask, 0, head, 0, rows);
+            for (index_t j0 = 0; j0 < m; j0 += kBlockK) {
+              const index_t cnt = std::min(kBlockK, m - j0);
+              bool finite = false, nonzero = false, masks = false;
+              for (index_t i = 0; i < rows; ++i)
+                for (index_t j = j0; j < j0 + cnt; ++j) {
+                  finite = finite || entry(i, j) != -kInf;
+                  nonzero = nonzero || entry(i, j) != 0;
+                  masks = masks || entry(i, j) == -kInf;
+                }
+              const std::uint8_t cell = mask.bias_classes->row(0, head, 0)[j0 / kBlockK].load();
+              EXPECT_EQ(cell != 0, head == 1 && rows == kBlockQ) << "the cell of keys " << j0 << " before the look";
+              EXPECT_EQ(tile.look_at_bias(rm.data(), rows, j0, cnt), finite);
+              EXPECT_EQ(tile.tile_bias, nonzero);
+              EXPECT_EQ(tile.tile_bias_masks, masks);
+              if (!tile.tile_bias || !finite) continue;
+              std::vector<float> got(static_cast<std::size_t>(L));
+              for (index_t jj = 0; jj < cnt; ++jj)
+                for (index_t i = 0; i < kBlockQ; i += L) {
+                  hn::StoreU(tile.lanes(d, jj, i), d, got.data());
+                  for (index_t l = 0; l < L && i + l < rows; ++l)
+                    ASSERT_EQ(got[l], entry(i + l, j0 + jj)) << "key " << j0 + jj << " lane " << i + l;
+                }
+            }
           }
         }
+}
+
+// The call's table of tile classes is made only where some tile is read by more than one block, with
+// strides 0 over the axes the mask broadcasts over: cells of (b, h, row block, key tile).
+TEST(BlockUnits, BiasTileClassesOnlyForMasksReadMoreThanOnce) {
+  std::vector<float> bias(1);
+  MaskPlan<float> mask;
+  mask.B = 2, mask.H = 3, mask.n = 130, mask.m = 200;  // 3 row blocks, 4 key tiles
+  mask.bias = bias.data();
+  const auto table = [&](index_t sb, index_t sh, index_t sr) {
+    mask.bias_classes = nullptr;
+    mask.bias_s[0] = sb, mask.bias_s[1] = sh, mask.bias_s[2] = sr, mask.bias_s[3] = 1;
+    return std::make_unique<attn::cpu::BiasClassesFor<float>>(mask, kBlockQ, kBlockK);
+  };
+  auto full = table(3 * 130 * 200, 130 * 200, 200);
+  EXPECT_EQ(mask.bias_classes, nullptr) << "a mask of (B, H, n, m): every tile read once";
+  auto per_head = table(0, 130 * 200, 200);  // (1, H, n, m) over a batch of 2
+  ASSERT_NE(mask.bias_classes, nullptr);
+  const BiasTileClasses& t = *mask.bias_classes;
+  EXPECT_EQ(t.row(1, 2, 128) - t.row(0, 0, 0), 2 * 3 * 4 + 2 * 4) << "b ignored; head 2, row block 2";
+  auto shared_rows = table(0, 0, 0);  // (1, 1, 1, m)
+  ASSERT_NE(mask.bias_classes, nullptr);
+  EXPECT_EQ(mask.bias_classes->row(1, 2, 128), mask.bias_classes->row(0, 0, 0));
 }
 
 // The online softmax over tiles of 64, 64 and 23 keys, with the partial output rescaled as each tile

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -60,6 +61,27 @@ struct RowMask {
   bool participates(index_t j) const { return d2l_fill || allowed(j); }
 };
 
+// What each (rows x keys) tile of an additive mask holds, found by the first block of a call that
+// reads the tile and kept for every later block that reads the same tile: a mask broadcast over
+// heads, the batch or the queries is then scanned once per call, not once per block (an additive
+// causal mask over 4 heads was read 4 times, each -inf tile only to skip it). Cell (b, h, r, t)
+// covers rows [r rows_per_block, ...) and keys [t keys_per_tile, ...) of the mask's slice of (b, h);
+// its strides are 0 over the axes the mask broadcasts over. Made by cpu::BiasClassesFor.
+struct BiasTileClasses {
+  static constexpr std::uint8_t kKnown = 1;    // the cell was filled
+  static constexpr std::uint8_t kFinite = 2;   // some entry is not -inf: some key may be attended
+  static constexpr std::uint8_t kNonzero = 4;  // some entry is not 0: the tile must be added
+  static constexpr std::uint8_t kMasks = 8;    // some entry is -inf: a weight of exactly 0
+  std::atomic<std::uint8_t>* cells = nullptr;
+  index_t sb = 0, sh = 0, sr = 0;              // strides of the cells over b, h and row blocks
+  index_t rows_per_block = 0, keys_per_tile = 0;
+
+  // The cells of rows [i0, ...) of (b, h): cell t covers keys [t keys_per_tile, ...).
+  std::atomic<std::uint8_t>* row(index_t b, index_t h, index_t i0) const {
+    return cells + b * sb + h * sh + i0 / rows_per_block * sr;
+  }
+};
+
 template <class T>
 struct MaskPlan {
   index_t B = 0, H = 0, n = 0, m = 0;
@@ -74,6 +96,7 @@ struct MaskPlan {
   index_t keep_s[4] = {0, 0, 0, 0};    // broadcast strides over (B, H, n, m)
   const T* bias = nullptr;
   index_t bias_s[4] = {0, 0, 0, 0};
+  const BiasTileClasses* bias_classes = nullptr;  // the bias's tiles as found so far; null: none kept
   SegmentRow seg_q, seg_k;             // batch element 0's rows; seg_*_sb steps to the next
   index_t seg_q_sb = 0, seg_k_sb = 0;
   const T* alibi = nullptr;            // slopes, alibi[b * alibi_sb + h * alibi_sh]

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "cpu/bias_classes.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/linear.hpp"
 #include "cpu/key_padding.hpp"
@@ -91,6 +92,7 @@ void additive_forward(View4<T> out, View4<T> weights, View4<const T> queries, Vi
     return unfused::additive_forward<T>(out, weights, queries, keys, values, w_q, w_k, w_v, given_mask, dropout);
   MaskPlan<T> mask = given_mask;
   const KeyPaddingAsLengths<T> lengths(mask);
+  const BiasClassesFor<T> bias_classes(mask, fused::kBlockQ, fused::kBlockK);
   const simd::Target simd = simd::target_of(mask.switches);
   const index_t B = queries.B, H = queries.H, m = keys.R, h = w_q.R;
   const bool threads = terms<T>(queries, m, h) >= kParallelTerms;
@@ -116,6 +118,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
                                          w_k, w_v, given_mask, dropout);
   MaskPlan<T> mask = given_mask;
   const KeyPaddingAsLengths<T> lengths(mask);
+  const BiasClassesFor<T> bias_classes(mask, fused::kBlockQ, fused::kBlockK);
   const simd::Target simd = simd::target_of(mask.switches);
   const index_t B = queries.B, H = queries.H, n = queries.R, m = keys.R, h = w_q.R;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;

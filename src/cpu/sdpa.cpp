@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "cpu/bf16/dot_bf16.hpp"
+#include "cpu/bias_classes.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/int8/dot_int8.hpp"
 #include "cpu/key_padding.hpp"
@@ -135,6 +136,7 @@ void sdpa_forward_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>
                        const fused::KvRows& values) {
   SdpaPlan<float> plan = given;
   const KeyPaddingAsLengths<float> lengths(plan.mask);
+  const BiasClassesFor<float> bias_classes(plan.mask, fused::kBlockQ, fused::kBlockK);
   fused::SdpaForward<float> p{out, lse, &plan, simd::target_of(plan.switches())};
   p.keys = &keys, p.values = &values;
   const index_t B = plan.q.B, H = plan.q.H, n = plan.q.R;
@@ -151,6 +153,7 @@ void sdpa_forward_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>
 void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& given, const fused::HalfViews& inputs) {
   SdpaPlan<float> plan = given;
   const KeyPaddingAsLengths<float> lengths(plan.mask);
+  const BiasClassesFor<float> bias_classes(plan.mask, fused::kBlockQ, fused::kBlockK);
   const simd::Target target = simd::target_of(plan.switches());
   const bool dot = inputs.type == fused::KvType::bf16 && bf16::dot_chosen(plan.switches().bf16) && target.bit == HWY_AVX3;
   fused::HalfViews x = inputs;
@@ -237,6 +240,7 @@ void refuse(Int8Refusal& first, bool keys, index_t b, index_t h, index_t row) {
 Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan<float>& given) {
   SdpaPlan<float> plan = given;
   const KeyPaddingAsLengths<float> lengths(plan.mask);
+  const BiasClassesFor<float> bias_classes(plan.mask, fused::kBlockQ, fused::kBlockK);
   const simd::Target target = simd::target_of(plan.switches());
   const View4<const float>& q = plan.q;
   const View4<const float>& k = plan.k;
@@ -343,6 +347,7 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T
     return unfused::sdpa_forward<T>(out, lse, weights, given);
   SdpaPlan<T> plan = given;
   const KeyPaddingAsLengths<T> lengths(plan.mask);
+  const BiasClassesFor<T> bias_classes(plan.mask, fused::kBlockQ, fused::kBlockK);
   const fused::SdpaForward<T> p{out, lse, &plan, simd::target_of(plan.switches())};
   if (plan.q.R <= fused::kDecodeRows) return decode(p);
   const index_t B = plan.q.B, H = plan.q.H, n = plan.q.R;
@@ -365,6 +370,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
     return unfused::sdpa_backward<T>(dqueries, dkeys, dvalues, dout, out, lse, given);
   SdpaPlan<T> plan = given;
   const KeyPaddingAsLengths<T> lengths(plan.mask);
+  const BiasClassesFor<T> bias_classes(plan.mask, fused::kBlockQ, fused::kBlockK);
   const index_t B = plan.q.B, H = plan.q.H, Hk = plan.k.H, n = plan.q.R, m = plan.k.R, d = plan.q.C, dv = plan.v.C;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tiles = std::max<index_t>(1, (m + fused::kBlockK - 1) / fused::kBlockK);

@@ -11,6 +11,8 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 
@@ -55,24 +57,55 @@ struct BiasTile {
   const T* bias_tile = nullptr;   // row i0's entry of the tile's first key
   bool tile_bias = false;         // some entry of the tile is not 0: lanes() must be added
   bool tile_bias_masks = false;   // some entry of the tile is -inf: a weight of exactly 0
+  std::atomic<std::uint8_t>* classes = nullptr;  // the block's cells of the call's BiasTileClasses, or none
+  index_t bias_keys = 0;                         // the mask's keys
 
   BiasTile(SWord* row_offsets, T* tile_transposed) : offsets(row_offsets), transposed(tile_transposed) {}
 
   // A bias whose row offsets a gather's signed lanes cannot hold is masked element by element.
   static constexpr index_t kMaxOffset = std::numeric_limits<SWord>::max() / kBlockQ;
 
-  // Starts a block of `count` rows: the offsets of its rows (lanes past it repeat the last row).
-  void start(const MaskPlan<T>& mask, index_t count) {
+  // Starts rows [i0, i0 + count) of (b, h): the offsets of its rows (lanes past it repeat the last
+  // row), and its row of the call's tile classes where the block is a whole one of the table's.
+  void start(const MaskPlan<T>& mask, index_t b, index_t h, index_t i0, index_t count) {
     has_bias = mask.bias != nullptr;
     bias_rows_shared = has_bias && mask.bias_s[2] == 0;
     bias_stride = mask.bias_s[3];
     for (index_t i = 0; i < kBlockQ; ++i) offsets[i] = static_cast<SWord>(std::min(i, count - 1) * mask.bias_s[2]);
+    const BiasTileClasses* table = mask.bias_classes;
+    classes = table != nullptr && table->rows_per_block == kBlockQ && table->keys_per_tile == kBlockK &&
+                      i0 % kBlockQ == 0 && count == std::min(kBlockQ, mask.n - i0)
+                  ? table->row(b, h, i0)
+                  : nullptr;
+    bias_keys = mask.m;
   }
 
   // Whether the additive mask's part of keys [j0, j0 + cnt) of rows rm[0, rows) has an entry that is
   // not -inf (false: the tile is masked); sets tile_bias and tile_bias_masks, and, for rows of stride
-  // 1 that are not shared, the transposed tile (lanes past `rows`: 0, they are masked).
+  // 1 that are not shared, the transposed tile (lanes past `rows`: 0, they are masked). A whole tile
+  // whose cell of the call's table is filled is not scanned again; a scanned one fills its cell.
   bool look_at_bias(const RowMask<T>* rm, index_t rows, index_t j0, index_t cnt) {
+    using Classes = BiasTileClasses;
+    std::atomic<std::uint8_t>* cell =
+        classes != nullptr && j0 % kBlockK == 0 && cnt == std::min(kBlockK, bias_keys - j0) ? classes + j0 / kBlockK : nullptr;
+    std::uint8_t found = cell != nullptr ? cell->load(std::memory_order_relaxed) : 0;
+    if (!(found & Classes::kKnown)) {
+      found = Classes::kKnown | scan_bias(rm, rows, j0, cnt);
+      if (cell != nullptr) cell->store(found, std::memory_order_relaxed);
+    }
+    bias_tile = rm[0].bias + j0 * bias_stride;
+    tile_bias = (found & Classes::kNonzero) != 0;
+    tile_bias_masks = (found & Classes::kMasks) != 0;
+    if (!(found & Classes::kFinite)) return false;
+    if (tile_bias && !bias_rows_shared && bias_stride == 1) {
+      TransposeInto(transposed, kBlockQ, rm[0].bias + j0, rm[std::min<index_t>(1, rows - 1)].bias - rm[0].bias, rows, cnt);
+      for (index_t jj = 0; jj < cnt; ++jj) std::fill(transposed + jj * kBlockQ + rows, transposed + (jj + 1) * kBlockQ, T(0));
+    }
+    return true;
+  }
+
+  // The BiasTileClasses bits of the additive mask's part of keys [j0, j0 + cnt) of rows rm[0, rows).
+  std::uint8_t scan_bias(const RowMask<T>* rm, index_t rows, index_t j0, index_t cnt) const {
     const hn::ScalableTag<T> d;
     const index_t L = static_cast<index_t>(hn::Lanes(d));
     const auto zero = hn::Zero(d), ninf = hn::Set(d, -std::numeric_limits<T>::infinity());
@@ -95,14 +128,10 @@ struct BiasTile {
         tail_masks = tail_masks || v == -std::numeric_limits<T>::infinity();
       }
     }
-    bias_tile = rm[0].bias + j0 * bias_stride;
-    tile_bias = tail_nonzero || !hn::AllFalse(d, nonzero);
-    if (tile_bias && !bias_rows_shared && bias_stride == 1) {
-      TransposeInto(transposed, kBlockQ, rm[0].bias + j0, rm[std::min<index_t>(1, rows - 1)].bias - rm[0].bias, rows, cnt);
-      for (index_t jj = 0; jj < cnt; ++jj) std::fill(transposed + jj * kBlockQ + rows, transposed + (jj + 1) * kBlockQ, T(0));
-    }
-    tile_bias_masks = tail_masks || !hn::AllFalse(d, masks);
-    return tail_finite || !hn::AllFalse(d, finite);
+    using Classes = BiasTileClasses;
+    return static_cast<std::uint8_t>((tail_finite || !hn::AllFalse(d, finite) ? Classes::kFinite : 0) |
+                                     (tail_nonzero || !hn::AllFalse(d, nonzero) ? Classes::kNonzero : 0) |
+                                     (tail_masks || !hn::AllFalse(d, masks) ? Classes::kMasks : 0));
   }
 
   // The entries of key jj of the tile look_at_bias last looked at, lanes [i, i + Lanes(d)) (only

@@ -109,7 +109,7 @@ struct BlockState : BlockArrays<T>, TilePlan<T>, KeepBits<T>, BiasTile<T> {
   KeyRange start(const MaskPlan<T>& mask, index_t batch, index_t head, index_t first, index_t count) {
     b = batch, h = head, i0 = first;
     KeepBits<T>::start(mask);
-    BiasTile<T>::start(mask, count);
+    BiasTile<T>::start(mask, b, h, i0, count);
     // The d2l chapter's -1e6 fill gives masked keys a weight: element by element. So does a bias whose row
     // offsets a gather's signed lanes cannot hold.
     elementwise = (has_keep || has_bias) && (mask.d2l_fill || (has_bias && mask.bias_s[2] > BiasTile<T>::kMaxOffset));
