@@ -140,13 +140,16 @@ HWY_INLINE hn::Vec<D> LoadWide(D d, const detail::float8_e5m2* p) {
   const hn::Rebind<std::uint8_t, D> du8;
   return FloatOfHalfBits(d, du16, hn::ShiftLeft<8>(hn::PromoteTo(du16, hn::LoadU(du8, reinterpret_cast<const std::uint8_t*>(p)))));
 }
+// e4m3's byte sign-extended to 16 bits and shifted left by 7 holds its sign in bit 15, a copy of it
+// in bit 14 (cleared: float16's exponent has one bit more) and exponent and mantissa below, where
+// float16 keeps them: three operations for the bits.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadWide(D d, const detail::float8_e4m3* p) {
+  const hn::Rebind<std::int16_t, D> di16;
   const hn::Rebind<std::uint16_t, D> du16;
-  const hn::Rebind<std::uint8_t, D> du8;
-  const auto byte = hn::PromoteTo(du16, hn::LoadU(du8, reinterpret_cast<const std::uint8_t*>(p)));
-  const auto half = hn::Or(hn::ShiftLeft<8>(hn::And(byte, hn::Set(du16, std::uint16_t{0x80}))),
-                           hn::ShiftLeft<7>(hn::And(byte, hn::Set(du16, std::uint16_t{0x7F}))));
+  const hn::Rebind<std::int8_t, D> di8;
+  const auto shifted = hn::ShiftLeft<7>(hn::PromoteTo(di16, hn::LoadU(di8, reinterpret_cast<const std::int8_t*>(p))));
+  const auto half = hn::And(hn::BitCast(du16, shifted), hn::Set(du16, std::uint16_t{0xBF80}));
   return hn::Mul(FloatOfHalfBits(d, du16, half), hn::Set(d, 256.0f));
 }
 
