@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -45,8 +46,9 @@ struct VariantData {
   // Masks given as tensors: keys [0, valid) as lengths or as a bool
   // key-padding mask (1, 1, 1, m); a bool causal mask (1, 1, n, m); a bool mask (1, 1, n, m) whose
   // 64 x 64 tiles alternate between all kept and all masked (a checkerboard: half of them empty); an
-  // additive float mask (1, 1, n, m) of values in [-1, 0).
-  enum class Given { none, lengths, key_padding, causal_tensor, block_sparse, additive };
+  // additive float mask (1, 1, n, m) of values in [-1, 0), or the causal mask as an additive one (0
+  // on and below the diagonal, -inf above).
+  enum class Given { none, lengths, key_padding, causal_tensor, block_sparse, additive, additive_causal };
   Given given = Given::none;
   index_t valid = 0;
   Tensor<float> q{}, k{}, v{}, out{}, slopes{}, bias{};
@@ -75,6 +77,10 @@ struct VariantData {
     } else if (given == Given::additive) {
       bias = uniform({1, 1, n, m}, 4);
       for (index_t e = 0; e < bias.numel(); ++e) bias[e] = (bias[e] - 1.0f) / 2.0f;
+    } else if (given == Given::additive_causal) {
+      bias = Tensor<float>({1, 1, n, m});
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < m; ++j) bias[i * m + j] = j <= i ? 0.0f : -std::numeric_limits<float>::infinity();
     }
   }
   void release() {
@@ -119,7 +125,7 @@ struct VariantData {
     for (index_t i0 = 0; i0 < n; i0 += kTile) {
       const index_t rows = std::min(kTile, n - i0), last = i0 + rows - 1;
       index_t lo = 0, hi = m;  // keys [lo, hi)
-      if (causal != attn::Causal::none || given == Given::causal_tensor)
+      if (causal != attn::Causal::none || given == Given::causal_tensor || given == Given::additive_causal)
         hi = std::min(m, last + 1 + (causal == attn::Causal::bottom_right ? m - n : 0));
       if (given == Given::lengths || given == Given::key_padding) hi = std::min(hi, valid);
       if (window && window->left >= 0) lo = std::max<index_t>(0, i0 - window->left) / kTile * kTile;
@@ -215,6 +221,7 @@ std::vector<BenchCase> variant_cases() {
   masked("bool causal tensor", VariantData::Given::causal_tensor);
   masked("bool block-sparse half", VariantData::Given::block_sparse);
   masked("additive float mask", VariantData::Given::additive);
+  masked("additive causal mask", VariantData::Given::additive_causal);
   cases.push_back(multi_head_case(4, 512, 512, 8));
   return cases;
 }
