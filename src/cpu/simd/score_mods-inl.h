@@ -86,8 +86,7 @@ struct BiasTile {
   // whose cell of the call's table is filled is not scanned again; a scanned one fills its cell.
   bool look_at_bias(const RowMask<T>* rm, index_t rows, index_t j0, index_t cnt) {
     using Classes = BiasTileClasses;
-    std::atomic<std::uint8_t>* cell =
-        classes != nullptr && j0 % kBlockK == 0 && cnt == std::min(kBlockK, bias_keys - j0) ? classes + j0 / kBlockK : nullptr;
+    std::atomic<std::uint8_t>* cell = cnt == std::min(kBlockK, bias_keys - j0) ? cell_of(j0) : nullptr;
     std::uint8_t found = cell != nullptr ? cell->load(std::memory_order_relaxed) : 0;
     if (!(found & Classes::kKnown)) {
       found = Classes::kKnown | scan_bias(rm, rows, j0, cnt);
@@ -102,6 +101,11 @@ struct BiasTile {
       for (index_t jj = 0; jj < cnt; ++jj) std::fill(transposed + jj * kBlockQ + rows, transposed + (jj + 1) * kBlockQ, T(0));
     }
     return true;
+  }
+
+  // The block's cell of the call's table for the whole tile of keys from j0, or none.
+  std::atomic<std::uint8_t>* cell_of(index_t j0) const {
+    return classes != nullptr && j0 % kBlockK == 0 ? classes + j0 / kBlockK : nullptr;
   }
 
   // The BiasTileClasses bits of the additive mask's part of keys [j0, j0 + cnt) of rows rm[0, rows).
@@ -147,9 +151,15 @@ struct BiasTile {
 
   // Asks for rows rm[0, rows)' part of the tile at keys j0.. while the current tile computes: a run
   // of 256 bytes of a long float row, which the hardware prefetcher does not foresee (unfetched, a
-  // mask of (n, m) floats cost a fifth of the kernel's time).
+  // mask of (n, m) floats cost a fifth of the kernel's time); not when the call's table knows the tile
+  // to be all 0 or all -inf (it is then not read).
   void prefetch_bias(const RowMask<T>* rm, index_t rows, index_t j0) const {
     if (!has_bias || bias_stride != 1) return;
+    using Classes = BiasTileClasses;
+    if (const std::atomic<std::uint8_t>* cell = cell_of(j0)) {  // known to be all 0 or all -inf: not read
+      const std::uint8_t found = cell->load(std::memory_order_relaxed);
+      if ((found & Classes::kKnown) && !((found & Classes::kFinite) && (found & Classes::kNonzero))) return;
+    }
     const index_t kLine = 64;
     for (index_t i = 0; i < (bias_rows_shared ? 1 : rows); ++i) {
       const auto* row = reinterpret_cast<const char*>(rm[i].bias + j0);
