@@ -254,7 +254,16 @@ struct BlockState : BlockArrays<T>, TilePlan<T>, KeepBits<T>, BiasTile<T> {
     }
     if (softcap == T(0) && biased_plain_tile(j0, cnt)) {  // the additive mask added in the softmax's first pass
       general = false;
-      online.template step<kTileSumInFloat>(d, cnt, scale, [&](index_t jj, index_t i) { return BiasTile<T>::lanes(d, jj, i); });
+      if (!this->bias_rows_shared && bias_stride == 1) {
+        // The transposed tile (the usual layout) read straight: through BiasTile::lanes, the step
+        // reloaded the tile's fields and chose its layout again on every key (2-3% of the forward
+        // with a (1, 1, 2048, 2048) mask, one thread).
+        const T* transposed = this->transposed;
+        online.template step<kTileSumInFloat>(
+            d, cnt, scale, [transposed, d](index_t jj, index_t i) { return hn::Load(d, transposed + jj * kBlockQ + i); });
+      } else {
+        online.template step<kTileSumInFloat>(d, cnt, scale, [&](index_t jj, index_t i) { return BiasTile<T>::lanes(d, jj, i); });
+      }
       return false;
     }
     const bool partial = mask_tile(d, scale, softcap, j0, cnt);
