@@ -24,8 +24,7 @@ class BiasClassesFor {
     const index_t slices_r = mask.bias_s[2] != 0 ? row_blocks : 1;
     if (slices_b * slices_h * slices_r == mask.B * mask.H * row_blocks) return;  // every tile read once
     const index_t cells = slices_b * slices_h * slices_r * key_tiles;
-    cells_ = std::make_unique<std::atomic<std::uint8_t>[]>(static_cast<std::size_t>(cells));
-    for (index_t c = 0; c < cells; ++c) cells_[static_cast<std::size_t>(c)].store(0, std::memory_order_relaxed);
+    cells_ = std::make_unique<std::atomic<std::uint8_t>[]>(static_cast<std::size_t>(cells));  // all 0 (C++20)
     table_.cells = cells_.get();
     table_.sr = mask.bias_s[2] != 0 ? key_tiles : 0;
     table_.sh = mask.bias_s[1] != 0 ? slices_r * key_tiles : 0;
