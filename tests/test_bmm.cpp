@@ -1,5 +1,8 @@
 // bmm: the d2l chapter's example, every transpose against the float64 reference, gradients, bad input.
 #include "attn/bmm.hpp"
+
+#include <cmath>
+
 #include "support/testing.hpp"
 
 namespace attn {
@@ -38,6 +41,41 @@ TEST(Bmm, EveryTransposeMatchesFloat64ReferenceForwardAndBackward) {
       };
       testing::expect_cpu_matches_reference(run);
     }
+}
+
+// Many small items (in parallel, one a thread), one large item (its rows over the threads) and two
+// large items at 2 threads (fewer than two a thread: each spread): the same bits at 1 and 2 threads,
+// each within float32's error budget of the float64 reference, forward and backward.
+TEST(Bmm, ResultsDoNotDependOnThreadsOrHowItemsAreSplit) {
+  struct Case { index_t items, r, k, c; };
+  for (const Case z : {Case{6, 113, 59, 37}, Case{1, 301, 203, 150}, Case{2, 150, 131, 97}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "items " << z.items << " transpose_a=" << ta << " transpose_b=" << tb);
+        const Tensor<float> a = random_tensor<float>(ta ? std::vector<index_t>{z.items, z.k, z.r} : std::vector<index_t>{z.items, z.r, z.k}, 11);
+        const Tensor<float> b = random_tensor<float>(tb ? std::vector<index_t>{z.items, z.c, z.k} : std::vector<index_t>{z.items, z.k, z.c}, 12);
+        const Tensor<float> g = random_tensor<float>({z.items, z.r, z.c}, 13);
+        auto run = [&]<class T>() {
+          const Tensor<T> at = convert<T>(a), bt = convert<T>(b);
+          const Tensor<T> out = bmm<T>(at.view(), bt.view(), ta, tb);
+          Tensor<T> da(std::span<const index_t>(a.shape())), db(std::span<const index_t>(b.shape()));
+          bmm_backward<T>(da.view(), db.view(), convert<T>(g).view(), at.view(), bt.view(), ta, tb);
+          return std::vector<Tensor<T>>{out, da, db};
+        };
+        testing::expect_same_at_1_and_2_threads<float>([&] { return run.template operator()<float>(); });
+        testing::expect_cpu_matches_reference(run);
+      }
+}
+
+// As torch.bmm: a NaN or an Inf of one operand reaches every output entry that sums over it, even
+// through a zero of the other operand.
+TEST(Bmm, NonFiniteEntriesReachTheirOutputs) {
+  Tensor<float> a({1, 2, 3}), b({1, 3, 2});
+  a(0, 0, 1) = NAN;         // row 0 of out: NaN in both columns (b is all zeros)
+  a(0, 1, 2) = INFINITY;    // row 1: Inf x 0 = NaN
+  const Tensor<float> out = bmm<float>(a.view(), b.view());
+  for (index_t i = 0; i < 2; ++i)
+    for (index_t j = 0; j < 2; ++j) EXPECT_TRUE(std::isnan(out(0, i, j))) << i << ", " << j;
 }
 
 TEST(Bmm, BackwardMatchesFiniteDifferences) {

@@ -1,89 +1,87 @@
-// cpu backend: batched matrix multiplication, one output row per OpenMP iteration. The inner
-// loops run over contiguous memory: an axpy over rows of b (no transpose of b) or a dot product of
-// two rows (b transposed, as in Q K^T).
-#include <algorithm>
-#include <vector>
+// cpu backend: batched matrix multiplication, one dense product per batch item through the SIMD
+// matrix product of the layers (simd/matmul.hpp), which reads either operand transposed through its
+// strides, so no transpose is copied. Items run in parallel, one a thread, when there are at least
+// two a thread or each alone is too small to spread over threads; otherwise each item spreads its
+// own rows over the threads. Every element is summed over k in the product's fixed order, so the
+// result does not depend on the number of threads.
+#include <omp.h>
 
+#include <algorithm>
+
+#include "core/switch_plan.hpp"
 #include "cpu/cpu.hpp"
+#include "cpu/simd/matmul.hpp"
 
 namespace attn::cpu {
 namespace {
 
-// out(r, :) = sum_k op(a)(r, k) op(b)(k, :) for one batch item.
+// op(x) of one batch item: x, or x transposed, as the strides of its (row, column) entries.
 template <class T>
-void gemm_row(T* out, View4<const T> a, View4<const T> b, index_t bi, index_t h, index_t r, bool transpose_a,
-              bool transpose_b, index_t cols) {
-  const index_t inner = transpose_a ? a.R : a.C;
-  auto a_at = [&](index_t k) { return transpose_a ? a.at(bi, h, k, r) : a.at(bi, h, r, k); };
-  if (transpose_b) {  // op(b)(k, c) = b(c, k): dot products of contiguous rows
-    for (index_t c = 0; c < cols; ++c) {
-      const T* bc = b.row(bi, h, c);
-      T sum = 0;
-      if (transpose_a) {
-        for (index_t k = 0; k < inner; ++k) sum += a_at(k) * bc[k];
-      } else {
-        const T* ar = a.row(bi, h, r);
-        for (index_t k = 0; k < inner; ++k) sum += ar[k] * bc[k];
-      }
-      out[c] = sum;
+struct Operand {
+  View4<const T> x;
+  bool transposed;
+  index_t cols() const { return transposed ? x.R : x.C; }
+  index_t row_stride() const { return transposed ? 1 : x.sR; }
+  index_t col_stride() const { return transposed ? x.sR : 1; }
+};
+
+// A product below this many multiply-adds runs on one thread (the threshold of fused::matmul).
+inline constexpr double kThreadedProduct = 1 << 18;
+
+// out(b, h) = op(a)(b, h) op(b)(b, h) for every batch item.
+template <class T>
+void gemm(View4<T> out, Operand<T> a, Operand<T> b) {
+  const index_t M = out.R, N = out.C, K = a.cols(), items = out.B * out.H;
+  const auto item = [&](index_t t) {
+    const index_t bi = t / out.H, h = t % out.H;
+    // fused::matmul: a(r, k) = A[r a_r + k a_k], b(k, c) = B[c b_n + k b_k]
+    fused::matmul<T>(out.row(bi, h, 0), out.sR, a.x.row(bi, h, 0), a.row_stride(), a.col_stride(), b.x.row(bi, h, 0),
+                     b.col_stride(), b.row_stride(), M, N, K, false);
+  };
+  const double item_work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  const bool many_items = items >= 2 * static_cast<index_t>(omp_get_max_threads()) || item_work < kThreadedProduct;
+  if (items > 1 && many_items && item_work * static_cast<double>(items) >= kThreadedProduct) {
+    // Each item's product runs on its thread alone (a nested region): its scratch is checked here,
+    // and each thread takes the calling thread's switches (its SIMD target), as the call's own do.
+    const std::size_t panels = static_cast<std::size_t>((N + fused::kBlockQ - 1) / fused::kBlockQ * K * fused::kBlockQ);
+    check_thread_scratch(layout_bytes<fused::MatmulPanels<T>>(panels) + layout_bytes<fused::MatmulArrays<T>>(K));
+    const detail::Switches switches = detail::read_switches();
+#pragma omp parallel
+    {
+      const detail::PinSwitches pin(switches);
+#pragma omp for schedule(dynamic)
+      for (index_t t = 0; t < items; ++t) item(t);
     }
-    return;
+  } else {
+    for (index_t t = 0; t < items; ++t) item(t);
   }
-  std::fill(out, out + cols, T(0));
-  for (index_t k = 0; k < inner; ++k) {
-    const T coef = a_at(k);
-    const T* bk = b.row(bi, h, k);
-    for (index_t c = 0; c < cols; ++c) out[c] += coef * bk[c];
-  }
-}
-
-// out = op(a) @ op(b), rows in parallel.
-template <class T>
-void gemm(View4<T> out, View4<const T> a, View4<const T> b, bool transpose_a, bool transpose_b) {
-#pragma omp parallel for collapse(3) schedule(static)
-  for (index_t bi = 0; bi < out.B; ++bi)
-    for (index_t h = 0; h < out.H; ++h)
-      for (index_t r = 0; r < out.R; ++r) gemm_row(out.row(bi, h, r), a, b, bi, h, r, transpose_a, transpose_b, out.C);
-}
-
-// The transpose of a view: a strided copy is needed because the last dimension must stay
-// contiguous; small next to the product that uses it.
-template <class T>
-std::vector<T> transposed(View4<const T> x) {
-  std::vector<T> t(static_cast<std::size_t>(x.B * x.H * x.R * x.C));
-  const View4<T> tv = dense_view4(t.data(), x.B, x.H, x.C, x.R);
-  for (index_t b = 0; b < x.B; ++b)
-    for (index_t h = 0; h < x.H; ++h)
-      for (index_t r = 0; r < x.R; ++r)
-        for (index_t c = 0; c < x.C; ++c) tv.at(b, h, c, r) = x.at(b, h, r, c);
-  return t;
 }
 
 }  // namespace
 
 template <class T>
 void bmm_forward(View4<T> out, View4<const T> a, View4<const T> b, bool transpose_a, bool transpose_b) {
-  gemm(out, a, b, transpose_a, transpose_b);
+  gemm(out, Operand<T>{a, transpose_a}, Operand<T>{b, transpose_b});
 }
 
 // out = op(a) op(b)  =>  d op(a) = dout op(b)^T,  d op(b) = op(a)^T dout.
-// With da laid out like a: da = dout op(b)^T, or (transposed a) da = op(b) dout^T. Likewise for db.
+// With da laid out like a: da = dout op(b)^T, or (transposed a) da = op(b) dout^T. Likewise for db:
+// db = op(a)^T dout, or (transposed b) db = dout^T op(a).
 template <class T>
 void bmm_backward(View4<T> da, View4<T> db, View4<const T> dout, View4<const T> a, View4<const T> b,
                   bool transpose_a, bool transpose_b) {
   if (!da.empty()) {
     if (!transpose_a) {
-      gemm<T>(da, dout, b, false, !transpose_b);
-    } else {  // da = op(b) dout^T
-      gemm<T>(da, b, dout, transpose_b, true);
+      gemm<T>(da, Operand<T>{dout, false}, Operand<T>{b, !transpose_b});
+    } else {
+      gemm<T>(da, Operand<T>{b, transpose_b}, Operand<T>{dout, true});
     }
   }
   if (!db.empty()) {
-    if (!transpose_b) {  // db = op(a)^T dout
-      gemm<T>(db, a, dout, !transpose_a, false);
-    } else {  // db = dout^T op(a): dout^T needs a contiguous copy
-      const std::vector<T> dout_t = transposed(dout);
-      gemm<T>(db, dense_view4(dout_t.data(), dout.B, dout.H, dout.C, dout.R), a, false, transpose_a);
+    if (!transpose_b) {
+      gemm<T>(db, Operand<T>{a, !transpose_a}, Operand<T>{dout, false});
+    } else {
+      gemm<T>(db, Operand<T>{dout, true}, Operand<T>{a, transpose_a});
     }
   }
 }

@@ -219,6 +219,45 @@ BenchCase nw_gaussian_1d_case(index_t n, index_t m, float sigma, index_t stride)
   return c;
 }
 
+// ---- bmm ------------------------------------------------------------------------------------
+// The d2l chapter's batched product at a size where it matters, (B, n, n) @ (B, n, n), against the
+// reference backend (the formula's three loops) on the first item, its time scaled up to all B.
+struct BmmData {
+  index_t B, n;
+  Tensor<float> a{}, b{}, out{}, out_ref{};
+  void prepare() {
+    a = uniform({B, n, n}, 41), b = uniform({B, n, n}, 42);
+    out = Tensor<float>({B, n, n}), out_ref = Tensor<float>({1, n, n});
+  }
+  void release() {
+    for (Tensor<float>* t : {&a, &b, &out, &out_ref}) *t = Tensor<float>();
+  }
+  attn::TensorView<const float> first(const Tensor<float>& t) const { return {t.data(), {1, n, n}, {n * n, n, 1}}; }
+};
+
+BenchCase bmm_case(index_t B, index_t n) {
+  auto s = std::make_shared<BmmData>(BmmData{B, n});
+  BenchCase c;
+  const std::string N = std::to_string(n);
+  c.name = "bmm (" + std::to_string(B) + "," + N + "," + N + "," + N + ")";
+  c.flops = 2.0 * static_cast<double>(B) * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  c.formula = "2 B n^3";
+  c.baseline_scale = static_cast<double>(B);
+  c.prepare = [s] { s->prepare(); };
+  c.run_fused = [s] { attn::bmm_forward<float>(s->out.view(), s->a.view(), s->b.view()); };
+  c.run_unfused = [s] {
+    const attn::ScopedBackend reference(attn::Backend::reference);
+    attn::bmm_forward<float>(s->out_ref.view(), s->first(s->a), s->first(s->b));
+  };
+  c.check = [s] {
+    Tensor<float> got({1, s->n, s->n});
+    std::copy(s->out.data(), s->out.data() + got.numel(), got.data());
+    return max_rel_diff(got, s->out_ref);
+  };
+  c.release = [s] { s->release(); };
+  return c;
+}
+
 // ---- additive attention ---------------------------------------------------------------------
 // Tensors of one additive case: queries (B, n, 64), keys (B, m, 64), values (B, m, 64), hidden size
 // h, parameters drawn like AdditiveWeights::init, no mask; prepare() allocates, release() frees.
@@ -309,6 +348,7 @@ std::vector<BenchCase> bench_cases(bool large) {
   cases.push_back(additive_case(2, 512, 512, 128, false));
   cases.push_back(additive_case(2, 512, 512, 128, true));
   cases.push_back(nw_gaussian_1d_case(100000, 100000, 0.1f, 100));
+  cases.push_back(bmm_case(8, 512));
   for (BenchCase& c : variant_cases()) cases.push_back(std::move(c));
   for (BenchCase& c : half_cases()) cases.push_back(std::move(c));
   for (BenchCase& c : varlen_cases()) cases.push_back(std::move(c));
