@@ -764,6 +764,54 @@ TEST(KvCacheInt4, KiviTruncateInsideAGroupKeepsTheRowsAsTheyReadBack) {
 
 // A sequence never appended to, beside one that holds tokens, in one decode call: its output is 0
 // (found by fuzzing: the decode's rows pointed into the unallocated KIVI tail of the empty one).
+// int4_kivi over longer sequences: the full groups read in place by the decode (keys per channel,
+// values per token), the bfloat16 tail after them, tiles that start inside a group (a window that
+// begins there), keys split into chunks (1,100 tokens) and blocks of 64: within the error budget of
+// the reference over the stored keys and values, and the same bits at 1 and 2 threads.
+TEST(KvCacheInt4, KiviDecodeOverLongSequencesAndWindowsStartingInsideAGroup) {
+  const index_t lengths[] = {1100, 300, 33};
+  const index_t batch = 3;
+  KvCache cache(batch, kKvHeads, kDim, {.dtype = KvDtype::int4_kivi, .block_size = 64});
+  std::vector<History> history(static_cast<std::size_t>(batch));
+  for (index_t seq = 0; seq < batch; ++seq) {
+    const Tensor<float> k = random_tensor<float>({kKvHeads, lengths[seq], kDim}, 300 + static_cast<std::uint64_t>(seq), -2, 2);
+    const Tensor<float> v = random_tensor<float>({kKvHeads, lengths[seq], kDim}, 310 + static_cast<std::uint64_t>(seq));
+    cache.append(seq, k.view(), v.view());
+    history[static_cast<std::size_t>(seq)].add(k, v);
+  }
+  const Tensor<float> slopes = random_tensor<float>({kHeads}, 8, 0.01, 0.05);
+  std::vector<KvAttendOptions> variants(5);
+  variants[1].window = Window{100, 0};  // from 999 and 199: 7 rows into their groups
+  variants[2].window = Window{250, 0};  // from 849: 17 rows in
+  variants[3].alibi_slopes = slopes.view();
+  variants[4].causal = Causal::none;
+  for (index_t seq = 0; seq < batch; ++seq) {
+    const History& h = history[static_cast<std::size_t>(seq)];
+    const Tensor<float> k = h.as_stored(KvDtype::int4_kivi, false), v = h.as_stored(KvDtype::int4_kivi, true);
+    for (const index_t n : {1, 4}) {
+      const Tensor<float> q = random_tensor<float>({kHeads, n, kDim}, 60 + static_cast<std::uint64_t>(n), -2, 2);
+      for (std::size_t o = 0; o < variants.size(); ++o) {
+        SCOPED_TRACE(::testing::Message() << "sequence " << seq << ", n " << n << ", variant " << o);
+        Tensor<float> one({kHeads, n, kDim}), two({kHeads, n, kDim});
+        set_num_threads(1);
+        cache.attend(one.view(), seq, q.view(), variants[o]);
+        set_num_threads(2);
+        cache.attend(two.view(), seq, q.view(), variants[o]);
+        set_num_threads(0);
+        EXPECT_EQ(one.values(), two.values());
+        Tensor<double> oracle;
+        Tensor<float> ref32;
+        {
+          ScopedBackend reference(Backend::reference);
+          oracle = expected<double>(q, k, v, variants[o]);
+          ref32 = expected<float>(q, k, v, variants[o]);
+        }
+        EXPECT_TRUE(testing::within_error_budget(one, ref32, oracle));
+      }
+    }
+  }
+}
+
 TEST(KvCacheInt4, AnEmptySequenceBesideAFullOne) {
   for (const KvDtype type : {KvDtype::int4, KvDtype::int4_kivi}) {
     KvCache cache(2, 1, 32, {.dtype = type, .block_size = 32});

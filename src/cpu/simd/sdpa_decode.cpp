@@ -35,7 +35,10 @@ using simd::HWY_NAMESPACE::Wide;
 
 // The rows of one tile of keys (or values): row jj at rows + jj * stride, elements E (the queries'
 // type, or bfloat16, float16 or int8 widened to float); int8 rows scaled by one float per 32
-// elements, row jj's at scales + jj * scale_stride.
+// elements, row jj's at scales + jj * scale_stride. Keys quantized per channel (a KIVI cache's:
+// per_channel) share one scale and one minimum per channel among 32 tokens: row jj's are the
+// scale_stride floats at scales + (jj + phase) / 32 * scale_stride, phase being the tile's first
+// row's place in its group.
 template <class E>
 struct TileRows {
   const E* rows;
@@ -43,9 +46,12 @@ struct TileRows {
   const float* scales = nullptr;
   index_t scale_stride = 0;
   const float* mins = nullptr;  // 4-bit rows: the groups' minima, as the scales
+  bool per_channel = false;
+  index_t phase = 0;
   const E* row(index_t jj) const { return rows + jj * stride; }
-  const float* scale(index_t jj) const { return scales + jj * scale_stride; }
-  const float* min(index_t jj) const { return mins + jj * scale_stride; }
+  index_t group(index_t jj) const { return per_channel ? (jj + phase) / 32 : jj; }
+  const float* scale(index_t jj) const { return scales + group(jj) * scale_stride; }
+  const float* min(index_t jj) const { return mins + group(jj) * scale_stride; }
 };
 
 // A byte of a 4-bit row (cpu/quant/q4.hpp's layout: two codes), the element type of the int4
@@ -215,6 +221,16 @@ HWY_INLINE void PrefetchRow(const TileRows<E>& x, index_t jj, index_t dim) {
   for (index_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + off, 0, 2);
   // And an int8 row's scales, where they start a line (four rows a line at v = 128; not asking for
   // them, the int8 decode (32,1,8192,128) on a Zen 5 took 2.5-2.8 ms, against 2.1-2.5 ms).
+  if constexpr (std::is_same_v<E, Q4Byte>) {
+    if (x.per_channel) {  // the group's scales and minima, one a channel, as its first row is asked for
+      if ((jj + x.phase) % 32 == 0)
+        for (index_t off = 0; off < dim * static_cast<index_t>(sizeof(float)); off += 64) {
+          __builtin_prefetch(reinterpret_cast<const char*>(x.scale(jj)) + off, 0, 2);
+          __builtin_prefetch(reinterpret_cast<const char*>(x.min(jj)) + off, 0, 2);
+        }
+      return;
+    }
+  }
   if constexpr (std::is_same_v<E, std::int8_t> || std::is_same_v<E, Q4Byte>) {
     const auto* scales = reinterpret_cast<const char*>(x.scale(jj));
     if (reinterpret_cast<std::uintptr_t>(scales) % 64 < static_cast<std::uintptr_t>(x.scale_stride) * sizeof(float)) {
@@ -386,14 +402,27 @@ HWY_INLINE void DotQ4LanesRows(D d, const float* const* q, const TileRows<Q4Byte
   const float* mins = k.min(j);
   hn::Vec<D> a0[R], a1[R];
   _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(d);
-  for (index_t g = 0; g < dim; g += 32) {
-    const auto scale = hn::Set(d, scales[g / 32]), min = hn::Set(d, mins[g / 32]);
-    for (index_t i = 0; i < 16; i += L) {
-      hn::Vec<D> lo, hi;
-      LoadQ4(d, bytes + g / 2, i, scale, min, lo, hi);
-      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
-        a0[r] = hn::MulAdd(hn::LoadU(d, q[r] + g + i), lo, a0[r]);
-        a1[r] = hn::MulAdd(hn::LoadU(d, q[r] + g + 16 + i), hi, a1[r]);
+  const auto add = [&](index_t g, index_t i, hn::Vec<D> lo, hn::Vec<D> hi) HWY_ATTR {
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+      a0[r] = hn::MulAdd(hn::LoadU(d, q[r] + g + i), lo, a0[r]);
+      a1[r] = hn::MulAdd(hn::LoadU(d, q[r] + g + 16 + i), hi, a1[r]);
+    }
+  };
+  if (k.per_channel) {  // a scale and a minimum per channel, as WidenQ4Row takes them
+    for (index_t g = 0; g < dim; g += 32)
+      for (index_t i = 0; i < 16; i += L) {
+        hn::Vec<D> lo, hi;
+        Q4Codes(d, bytes + g / 2, i, lo, hi);
+        add(g, i, hn::MulAdd(lo, hn::LoadU(d, scales + g + i), hn::LoadU(d, mins + g + i)),
+            hn::MulAdd(hi, hn::LoadU(d, scales + g + 16 + i), hn::LoadU(d, mins + g + 16 + i)));
+      }
+  } else {
+    for (index_t g = 0; g < dim; g += 32) {
+      const auto scale = hn::Set(d, scales[g / 32]), min = hn::Set(d, mins[g / 32]);
+      for (index_t i = 0; i < 16; i += L) {
+        hn::Vec<D> lo, hi;
+        LoadQ4(d, bytes + g / 2, i, scale, min, lo, hi);
+        add(g, i, lo, hi);
       }
     }
   }
@@ -813,9 +842,13 @@ TileRows<T> tile_of(const View4<const T>& x, index_t b, index_t hk, index_t j0) 
 template <class E>
 TileRows<E> tile_of(const KvRows& x, index_t b, index_t hk, index_t j0) {
   if constexpr (std::is_same_v<E, Q4Byte>) {  // a 4-bit cache's rows: sH and sR count values (fused.hpp)
-    const index_t block = b * x.table_stride + j0 / x.block_size, at = hk * x.sH + j0 % x.block_size * x.sR;
-    return {static_cast<const Q4Byte*>(x.blocks[block]) + at / 2, x.sR / 2, x.scale_blocks[block] + at / 32, x.sR / 32,
-            x.min_blocks[block] + at / 32};
+    const index_t block = b * x.table_stride + j0 / x.block_size, row = j0 % x.block_size, at = hk * x.sH + row * x.sR;
+    const auto* codes = static_cast<const Q4Byte*>(x.blocks[block]) + at / 2;
+    if (x.type == KvType::i4_channels) {  // the groups of 32 rows from row / 32 * 32 on (fused.hpp)
+      const index_t group = hk * x.sH / 32 + row / 32 * x.sR;
+      return {codes, x.sR / 2, x.scale_blocks[block] + group, x.sR, x.min_blocks[block] + group, true, row % 32};
+    }
+    return {codes, x.sR / 2, x.scale_blocks[block] + at / 32, x.sR / 32, x.min_blocks[block] + at / 32};
   }
   const float* scales = x.type == KvType::i8 ? x.scale_row(b, hk, j0) : nullptr;
   return {x.row<E>(b, hk, j0), x.sR, scales, x.sR / 32};
@@ -849,28 +882,37 @@ TileRows<float> Widen(D d, const WidenedRows& x, index_t b, index_t hk, index_t 
 // heads [hk0, hk0 + heads) take each tile in turn, so keys stored token by token are read in memory
 // order. A row's running state lives in its slot of the partial results. Keys and values from `ks`
 // and `vs` (the plan's tensors or KvRows of elements E); a tile ends where their rows stop being one
-// run (a cache block's end).
+// run (a cache block's end). `span` limits the call to the chunk's keys in [from, to): a chunk read
+// from two sources (a KIVI cache's quantized rows, then its bfloat16 tail) takes two calls, the
+// second going on from the first's state (first = false), over the same tiles one call would take.
+struct KeySpan {
+  index_t from = 0, to = std::numeric_limits<index_t>::max();
+  bool first = true;
+};
 template <class E, class T, class Source>
 void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t heads, index_t chunk, const Source& ks,
-                     const Source& vs) {
+                     const Source& vs, KeySpan span = {}) {
   simd::note_ran(HWY_TARGET);
   const hn::ScalableTag<T> d;
   const SdpaPlan<T>& a = *p.f.plan;
   const index_t n = a.q.R, m = a.k.R, dv = a.v.C, H = a.q.H, hk1 = hk0 + heads;
-  const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
+  const index_t k0 = std::max(span.from, chunk * p.chunk_keys), k1 = std::min({m, span.to, chunk * p.chunk_keys + p.chunk_keys});
   // The slot of row i of query head h, and the last key a row of the task may attend to.
   auto slot = [&](index_t h, index_t i) { return ((b * H + h) * n + i) * p.chunks + chunk; };
   index_t begin = k1, end = k0;
   for (index_t h = hk0 * a.group; h < hk1 * a.group; ++h)
     for (index_t i = 0; i < n; ++i) {
       const index_t r = slot(h, i);
-      std::fill(p.part_out + r * dv, p.part_out + (r + 1) * dv, T(0));
-      p.part_max[r] = -std::numeric_limits<T>::infinity();
-      p.part_sum[r] = 0;
+      if (span.first) {
+        std::fill(p.part_out + r * dv, p.part_out + (r + 1) * dv, T(0));
+        p.part_max[r] = -std::numeric_limits<T>::infinity();
+        p.part_sum[r] = 0;
+      }
       const RowMask<T> rm = a.mask.row(b, h, i);
       begin = std::min(begin, a.mask.d2l_fill ? k0 : std::max(k0, rm.begin));
       end = std::max(end, a.mask.d2l_fill ? k1 : std::min(k1, rm.end));
     }
+  if (k0 >= k1) return;  // a span that misses the chunk: the rows' slots started, no key read
   // Rows in packs (DecodeTileRows): float queries over float, 16-bit, 8-bit float, int8 (queries
   // rounded to integers with a sigma not 0) or 4-bit rows, d and v multiples of the lanes; float64 and
   // other d row by row.
@@ -952,17 +994,23 @@ void DecodeChunk(const SdpaDecode<T>& p, index_t b, index_t hk, index_t heads, i
         case KvType::f8e4m3: return DecodeChunkFrom<detail::float8_e4m3>(p, b, hk, heads, chunk, *p.keys, *p.values);
         case KvType::f8e5m2: return DecodeChunkFrom<detail::float8_e5m2>(p, b, hk, heads, chunk, *p.keys, *p.values);
         case KvType::i4:
-#if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
-          // An int4 cache's rows dequantized in registers (the widened rows' floats, by the same FMA).
-          if (p.values->type == KvType::i4) return DecodeChunkFrom<Q4Byte>(p, b, hk, heads, chunk, *p.keys, *p.values);
-#endif
-          [[fallthrough]];
         case KvType::i4_channels: {
+          KeySpan widened;  // the keys read through scratch: all of them, or a KIVI cache's tail
+#if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
+          // A 4-bit cache's rows dequantized in registers (the widened rows' floats, by the same FMA):
+          // int4's, and a KIVI cache's (keys per channel, values per token) up to its bfloat16 tail.
+          if (p.values->type == KvType::i4) {
+            const index_t tail = p.keys->tails != nullptr ? p.keys->tail_from[b] : std::numeric_limits<index_t>::max();
+            DecodeChunkFrom<Q4Byte>(p, b, hk, heads, chunk, *p.keys, *p.values, {0, tail, true});
+            if (p.keys->tails == nullptr) return;
+            widened = {tail, std::numeric_limits<index_t>::max(), false};
+          }
+#endif
           thread_local std::vector<float> scratch;  // a widened tile of keys, then of values
           const index_t dk = p.f.plan->q.C, dv = p.f.plan->v.C;
           scratch.resize(static_cast<std::size_t>(kWidenTile * (dk + dv)));
           return DecodeChunkFrom<float>(p, b, hk, heads, chunk, WidenedRows{p.keys, scratch.data(), dk},
-                                        WidenedRows{p.values, scratch.data() + kWidenTile * dk, dv});
+                                        WidenedRows{p.values, scratch.data() + kWidenTile * dk, dv}, widened);
         }
       }
     }
