@@ -11,6 +11,17 @@ namespace {
 using testing::convert;
 using testing::random_tensor;
 
+// out = bmm(a, b) and its gradients da, db for dout = g, in precision T.
+template <class T>
+std::vector<Tensor<T>> forward_and_backward(const Tensor<float>& a, const Tensor<float>& b, const Tensor<float>& g,
+                                            bool ta, bool tb) {
+  const Tensor<T> at = convert<T>(a), bt = convert<T>(b);
+  const Tensor<T> out = bmm<T>(at.view(), bt.view(), ta, tb);
+  Tensor<T> da(std::span<const index_t>(a.shape())), db(std::span<const index_t>(b.shape()));
+  bmm_backward<T>(da.view(), db.view(), convert<T>(g).view(), at.view(), bt.view(), ta, tb);
+  return {out, da, db};
+}
+
 TEST(Bmm, D2lExampleOnes) {
   // torch.bmm(ones(2, 3, 4), ones(2, 4, 6)) is (2, 3, 6), every entry 4.
   Tensor<float> a({2, 3, 4}), b({2, 4, 6});
@@ -32,13 +43,7 @@ TEST(Bmm, EveryTransposeMatchesFloat64ReferenceForwardAndBackward) {
       const Tensor<float> a = random_tensor<float>(ta ? std::vector<index_t>{B, H, k, r} : std::vector<index_t>{B, H, r, k}, 1);
       const Tensor<float> b = random_tensor<float>(tb ? std::vector<index_t>{B, H, c, k} : std::vector<index_t>{B, H, k, c}, 2);
       const Tensor<float> g = random_tensor<float>({B, H, r, c}, 3);
-      auto run = [&]<class T>() {
-        const Tensor<T> at = convert<T>(a), bt = convert<T>(b);
-        const Tensor<T> out = bmm<T>(at.view(), bt.view(), ta, tb);
-        Tensor<T> da(std::span<const index_t>(a.shape())), db(std::span<const index_t>(b.shape()));
-        bmm_backward<T>(da.view(), db.view(), convert<T>(g).view(), at.view(), bt.view(), ta, tb);
-        return std::vector<Tensor<T>>{out, da, db};
-      };
+      auto run = [&]<class T>() { return forward_and_backward<T>(a, b, g, ta, tb); };
       testing::expect_cpu_matches_reference(run);
     }
 }
@@ -55,14 +60,8 @@ TEST(Bmm, ResultsDoNotDependOnThreadsOrHowItemsAreSplit) {
         const Tensor<float> a = random_tensor<float>(ta ? std::vector<index_t>{z.items, z.k, z.r} : std::vector<index_t>{z.items, z.r, z.k}, 11);
         const Tensor<float> b = random_tensor<float>(tb ? std::vector<index_t>{z.items, z.c, z.k} : std::vector<index_t>{z.items, z.k, z.c}, 12);
         const Tensor<float> g = random_tensor<float>({z.items, z.r, z.c}, 13);
-        auto run = [&]<class T>() {
-          const Tensor<T> at = convert<T>(a), bt = convert<T>(b);
-          const Tensor<T> out = bmm<T>(at.view(), bt.view(), ta, tb);
-          Tensor<T> da(std::span<const index_t>(a.shape())), db(std::span<const index_t>(b.shape()));
-          bmm_backward<T>(da.view(), db.view(), convert<T>(g).view(), at.view(), bt.view(), ta, tb);
-          return std::vector<Tensor<T>>{out, da, db};
-        };
-        testing::expect_same_at_1_and_2_threads<float>([&] { return run.template operator()<float>(); });
+        auto run = [&]<class T>() { return forward_and_backward<T>(a, b, g, ta, tb); };
+        testing::expect_same_at_1_and_2_threads<float>([&] { return forward_and_backward<float>(a, b, g, ta, tb); });
         testing::expect_cpu_matches_reference(run);
       }
 }
