@@ -347,9 +347,9 @@ void sdpa_forward(View4<T> out, View4<T> lse, View4<T> weights, const SdpaPlan<T
     return unfused::sdpa_forward<T>(out, lse, weights, given);
   SdpaPlan<T> plan = given;
   const KeyPaddingAsLengths<T> lengths(plan.mask);
-  const BiasClassesFor<T> bias_classes(plan.mask, fused::kBlockQ, fused::kBlockK);
   const fused::SdpaForward<T> p{out, lse, &plan, simd::target_of(plan.switches())};
-  if (plan.q.R <= fused::kDecodeRows) return decode(p);
+  if (plan.q.R <= fused::kDecodeRows) return decode(p);  // reads the mask row by row: no tile table
+  const BiasClassesFor<T> bias_classes(plan.mask, fused::kBlockQ, fused::kBlockK);
   const index_t B = plan.q.B, H = plan.q.H, n = plan.q.R;
   const index_t blocks = (n + fused::kBlockQ - 1) / fused::kBlockQ;
   const index_t tasks = B * H * blocks;
