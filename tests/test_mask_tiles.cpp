@@ -286,7 +286,7 @@ TEST_P(MaskPatterns, MatchFloat64ReferenceWithGarbageInMaskedPositions) {
 TEST_P(MaskPatterns, DecodeMatchesFloat64Reference) {
   const Pattern& p = GetParam();
   const index_t B = 2, H = 2, n = 3, m = 1500;
-  for (const auto [d, dv] : {std::pair<index_t, index_t>{16, 8}, {32, 16}}) {
+  for (const auto& [d, dv] : {std::pair<index_t, index_t>{16, 8}, {32, 16}}) {
     SCOPED_TRACE("d = " + std::to_string(d) + ", v = " + std::to_string(dv));
     const Inputs in{random_tensor<float>({B, H, n, d}, 5, -2, 2), random_tensor<float>({B, H, m, d}, 6, -2, 2),
                     random_tensor<float>({B, H, m, dv}, 7), random_tensor<float>({B, H, n, dv}, 8)};

@@ -147,10 +147,12 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
     fused::additive_backward_chunk<T>(p, t / chunks / H, t / chunks % H, t % chunks, w);
   };
   // dqp (B, H, n, h) = the chunks' partials (transposed blocks) summed in chunk order.
-  const auto sum_dqp = [&](index_t r, void*) {
-    fused::sum_chunk_partials<T>(dqp + r * h, dqp_partial, r / n, r % n, chunks, blocks, h, T(1));
+  const auto sum_dqp = [&](index_t t, void*) {
+    const index_t bh = t / blocks, blk = t % blocks, i0 = blk * fused::kBlockQ;
+    fused::sum_chunk_partials<T>(dqp + (bh * n + i0) * h, h, dqp_partial, bh, blk, std::min(fused::kBlockQ, n - i0),
+                                 chunks, blocks, h, T(1));
   };
-  run_phases(work, threads && tasks > 1, dynamic_phase(tasks, chunk), static_phase(B * H * n, sum_dqp));
+  run_phases(work, threads && tasks > 1, dynamic_phase(tasks, chunk), static_phase(B * H * blocks, sum_dqp));
   // dw_v: every (b, h)'s chunks in order.
   T* dwv = dw_v.row(0, 0, 0);
   std::fill(dwv, dwv + h, T(0));

@@ -400,12 +400,13 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   const auto chunk = [&](index_t t, void* w) {
     fused::sdpa_backward_chunk<T>(p, t / chunks / Hk, t / chunks % Hk, t % chunks, w);
   };
-  const auto sum_dq = [&](index_t r, void*) {
-    const index_t bh = r / n, i = r % n;
-    fused::sum_chunk_partials<T>(dqueries.row(bh / H, bh % H, i), p.dq_partial, bh, i, chunks, blocks, d, plan.scale);
+  const auto sum_dq = [&](index_t t, void*) {
+    const index_t bh = t / blocks, blk = t % blocks, i0 = blk * fused::kBlockQ;
+    fused::sum_chunk_partials<T>(dqueries.row(bh / H, bh % H, i0), dqueries.sR, p.dq_partial, bh, blk,
+                                 std::min(fused::kBlockQ, n - i0), chunks, blocks, d, plan.scale);
   };
   run_phases(work, true, dynamic_phase(B * H * blocks, stats), dynamic_phase(B * Hk * chunks, chunk),
-             static_phase(dqueries.empty() ? 0 : B * H * n, sum_dq));
+             static_phase(dqueries.empty() ? 0 : B * H * blocks, sum_dq));
 }
 
 // core/kernels.inc's sdpa kernels, for float and double.

@@ -365,34 +365,57 @@ struct SdpaBackward {
   bool bf16_products = false;
 };
 
-// Pass 3, for row i of (b, h), bh = b H + h: out (cols) = scale x the sum over chunks, in chunk
-// order, of the chunks' partials, kept as transposed query blocks (B, H, chunks, blocks, cols,
-// kBlockQ). Shared with the additive backward (its dqp, scale 1).
+// Pass 3, for query block blk of (b, h), bh = b H + h: its row i < rows, at out + i out_stride (cols
+// elements), = scale x the sum over chunks, in chunk order, of the chunks' partials, kept as
+// transposed query blocks (B, H, chunks, blocks, cols, kBlockQ): a column at a time, the block's
+// kBlockQ lanes together (contiguous in every partial). Shared with the additive backward (its dqp,
+// scale 1).
 template <class T>
-void sum_chunk_partials(T* out, const T* partials, index_t bh, index_t i, index_t chunks, index_t blocks, index_t cols,
-                        T scale) {
-  const T* part = partials + (bh * chunks * blocks + i / kBlockQ) * cols * kBlockQ + i % kBlockQ;
+void sum_chunk_partials(T* out, index_t out_stride, const T* partials, index_t bh, index_t blk, index_t rows,
+                        index_t chunks, index_t blocks, index_t cols, T scale) {
+  const T* part = partials + (bh * chunks * blocks + blk) * cols * kBlockQ;
+  const index_t chunk_stride = blocks * cols * kBlockQ;
+  alignas(64) T sum[kBlockQ];
   for (index_t c = 0; c < cols; ++c) {
-    T sum = 0;
-    for (index_t ch = 0; ch < chunks; ++ch) sum += part[ch * blocks * cols * kBlockQ + c * kBlockQ];
-    out[c] = scale * sum;
+    std::fill(sum, sum + kBlockQ, T(0));
+    for (index_t ch = 0; ch < chunks; ++ch) {
+      const T* lanes = part + ch * chunk_stride + c * kBlockQ;
+      for (index_t i = 0; i < kBlockQ; ++i) sum[i] += lanes[i];
+    }
+    for (index_t i = 0; i < rows; ++i) out[i * out_stride + c] = scale * sum[i];
   }
 }
 
+// Whether pass 2 keeps the chunk's dK and dV key-major, in panels of kBlockQ columns (see
+// SdpaChunkArrays): for the float products when the query and value sizes are whole panels. dV =
+// W^T dout and dK = dS^T Q then take W^T and dS^T as the tile already holds them, key-major, and
+// the block's output gradients and queries packed once per block, where the transposed layout
+// (sizes that are not whole panels, whose padding would cost more products than it saves, and the
+// bfloat16 products) transposes W and dS on every tile. Both give the same sums in the same order.
+inline bool backward_grads_key_major(index_t d, index_t v, bool bf16_products) {
+  return !bf16_products && d % kBlockQ == 0 && v % kBlockQ == 0;
+}
+
 // Pass 2's work space for query size d, value size v and chunks of chunk_keys keys: a block's
-// arrays, then D (float64) of its rows, five (kBlockK, kBlockQ) tiles, and dK^T, dV^T of every key
-// tile of the chunk.
+// arrays, then D (float64) of its rows, five (kBlockK, kBlockQ) tiles, dK and dV of every key tile
+// of the chunk, and in the key-major layout the block's queries and output gradients in panels.
 template <class T>
 struct SdpaChunkArrays {
   BlockArrays<T> block;  // qt: queries^T, s: P^T, ot: dout^T, max / alpha: row max / 1/sum
   double* row_dot;       // (kBlockQ): D of the block's rows
-  T* pm;                 // (kBlockQ, kBlockK): W, query-major
+  T* pm;                 // (kBlockQ, kBlockK): W, query-major (transposed layout)
   T* dst;                // (kBlockK, kBlockQ): dP^T, then dS^T
-  T* dsm;                // (kBlockQ, kBlockK): dS
+  T* dsm;                // (kBlockQ, kBlockK): dS (transposed layout)
   T* softcap_tanh;       // (kBlockK, kBlockQ): tanh of the soft-capped scores
   T* raw;                // (kBlockK, kBlockQ): the scores before the caller's score_mod
-  T* dk_chunk;           // (chunk_keys / kBlockK) x (d, kBlockK): dK^T of each tile
-  T* dv_chunk;           // (chunk_keys / kBlockK) x (v, kBlockK): dV^T of each tile
+  // dK and dV of the chunk's keys: key-major, (d / kBlockQ) x (chunk_keys, kBlockQ) panels of
+  // columns; transposed, (chunk_keys / kBlockK) x (d, kBlockK), dK^T of each tile (v for dV).
+  T* dk_chunk;
+  T* dv_chunk;
+  // Key-major layout: the block's queries (dead rows zeroed) and output gradients, query-major in
+  // (d / kBlockQ) x (kBlockQ, kBlockQ) panels of columns. Empty otherwise.
+  T* q_panels;
+  T* o_panels;
 
   // With bf16_products, the operands as bfloat16 pairs (bf16/dot_bf16.hpp), of a query block (q_b,
   // o_b: Q^T and dout^T in pairs of their rows; q_a, o_a: in pairs along the queries) and of a key
@@ -405,6 +428,8 @@ struct SdpaChunkArrays {
         dst(c.take<T>(kBlockK * kBlockQ)), dsm(c.take<T>(kBlockQ * kBlockK)), softcap_tanh(c.take<T>(kBlockK * kBlockQ)), raw(c.take<T>(kBlockK * kBlockQ)),
         dk_chunk(c.take<T>(static_cast<std::size_t>(d * chunk_keys))),
         dv_chunk(c.take<T>(static_cast<std::size_t>(v * chunk_keys))),
+        q_panels(c.take<T>(backward_grads_key_major(d, v, bf16) ? static_cast<std::size_t>(d * kBlockQ) : 0)),
+        o_panels(c.take<T>(backward_grads_key_major(d, v, bf16) ? static_cast<std::size_t>(v * kBlockQ) : 0)),
         q_b(words(c, bf16, (d + 1) / 2 * kBlockQ)), o_b(words(c, bf16, (v + 1) / 2 * kBlockQ)),
         q_a(words(c, bf16, d * kBlockQ / 2)), o_a(words(c, bf16, v * kBlockQ / 2)),
         k_a(words(c, bf16, kBlockK * ((d + 1) / 2))), v_a(words(c, bf16, kBlockK * ((v + 1) / 2))),

@@ -1,6 +1,7 @@
 // Fused scaled dot-product attention backward (passes 1 and 2 of simd/fused.hpp), compiled once per
 // SIMD target. Layouts follow the forward: a query block is kBlockQ lanes; scores, weights and their
-// gradients of a key tile are (keys, kBlockQ); dK, dV and the partial dQ are kept transposed.
+// gradients of a key tile are (keys, kBlockQ); the partial dQ is kept transposed, dK and dV key-major
+// or transposed (backward_grads_key_major in simd/fused.hpp).
 //
 // With s_ij = scale q_i . k_j, P = softmax(s) (masked), W = dropout(P) (kept weights x 1/(1-p)):
 //   out_i = sum_j W_ij v_j                 =>  dV_j = sum_i W_ij dout_i,  dP_ij = drop_ij (dout_i . v_j)
@@ -170,7 +171,7 @@ bool RebuildWeights(D d, const SdpaPlan<T>& a, BlockState<T>& st, index_t j0, in
 // dS = P (dP - D), in float64 as the unfused path (dP - D cancels in a peaked row), and W = P, on a
 // tile whose masks are key ranges only and with no dropout: the tile's lanes at once. 0 where the key
 // is masked (dP may be anything there, even NaN) or the weight is 0. dst holds dP^T on entry, dS^T
-// on return; pm receives W (query-major); keys past cnt are 0 in both.
+// on return; W^T is st.s, and pm, unless null, receives W (query-major); keys past cnt are 0 in all.
 template <class D, class T>
 void RangeScoreGrads(D d, BlockState<T>& st, T* dst, T* pm, const double* row_dot, index_t j0, index_t cnt) {
   using V = hn::Vec<D>;
@@ -190,11 +191,13 @@ void RangeScoreGrads(D d, BlockState<T>& st, T* dst, T* pm, const double* row_do
       hn::Store(hn::IfThenElseZero(keep, ScoreGrad(d, w, hn::Load(d, ds + i), row_dot + i)), d, ds + i);
     }
   }
-  Transpose(pm, st.s);
+  if (pm != nullptr) Transpose(pm, st.s);
 }
 
 // The same element by element, for a tile masked element by element or under dropout: dS = P (drop
 // dP - D) and W = drop P, where drop is the dropout factor 1/(1-p) or 0 of each weight (bh = b H + h).
+// W goes to pm (query-major), or with pm null to st.s in place of P (key-major; only the block's rows
+// and the tile's keys are written, the only ones the products read).
 template <class T>
 void ElementScoreGrads(const DropoutPlan& drop, const BlockState<T>& st, T* dst, T* pm, const double* row_dot,
                        index_t bh, index_t i0, index_t rows, index_t j0, index_t cnt) {
@@ -202,15 +205,16 @@ void ElementScoreGrads(const DropoutPlan& drop, const BlockState<T>& st, T* dst,
   for (index_t i = 0; i < rows; ++i)
     for (index_t jj = 0; jj < cnt; ++jj) {
       const index_t j = j0 + jj;
-      const T w = st.s[jj * kBlockQ + i];
+      T& w = st.s[jj * kBlockQ + i];  // P on entry
       T& ds = dst[jj * kBlockQ + i];  // dP on entry
       T factor = T(1);
       if (drop.active) factor = drop.keep(bh, i0 + i, j) ? keep_scale : T(0);
       ds = w != T(0) && st.allowed(i, j)
                ? static_cast<T>(static_cast<double>(w) * (static_cast<double>(ds * factor) - row_dot[i]))
                : T(0);
-      pm[i * kBlockK + jj] = w * factor;
+      (pm != nullptr ? pm[i * kBlockK + jj] : w) = w * factor;
     }
+  if (pm == nullptr) return;
   for (index_t i = rows; i < kBlockQ; ++i)
     for (index_t jj = 0; jj < cnt; ++jj) dst[jj * kBlockQ + i] = 0, pm[i * kBlockK + jj] = 0;
   for (index_t jj = cnt; jj < kBlockK; ++jj)
@@ -231,13 +235,26 @@ void SoftcapGrads(D d, T* dst, const T* tanh_tile, index_t cnt) {
   }
 }
 
-// The chunk's dK and dV rows [k0, k1) of key head hk, from the tiles' transposed dK^T (times the
-// scale) and dV^T.
+// The chunk's dK and dV rows [k0, k1) of key head hk, from its dK (times the scale) and dV in
+// either layout of SdpaChunkArrays.
 template <class T>
 void StoreChunkGrads(const SdpaBackward<T>& p, index_t b, index_t hk, index_t k0, index_t k1, const T* dk_chunk,
-                     const T* dv_chunk) {
+                     const T* dv_chunk, bool key_major) {
   const SdpaPlan<T>& a = *p.plan;
   const index_t dq = a.q.C, dv = a.v.C;
+  if (key_major) {  // column c of key j: panel c / kBlockQ, its row j - k0, its column c % kBlockQ
+    const index_t panel = p.chunk_keys * kBlockQ;
+    for (index_t j = k0; j < k1; ++j)
+      for (index_t c0 = 0; c0 < std::max(dq, dv); c0 += kBlockQ) {
+        const index_t at = c0 / kBlockQ * panel + (j - k0) * kBlockQ;
+        if (c0 < dq && !p.dk.empty()) {
+          T* dk = p.dk.row(b, hk, j) + c0;
+          for (index_t c = 0; c < kBlockQ; ++c) dk[c] = a.scale * dk_chunk[at + c];
+        }
+        if (c0 < dv && !p.dv.empty()) std::copy(dv_chunk + at, dv_chunk + at + kBlockQ, p.dv.row(b, hk, j) + c0);
+      }
+    return;
+  }
   for (index_t j = k0; j < k1; ++j) {
     const index_t jj = (j - k0) % kBlockK;
     const T* dkt = dk_chunk + (j - k0 - jj) * dq;
@@ -249,6 +266,27 @@ void StoreChunkGrads(const SdpaBackward<T>& p, index_t b, index_t hk, index_t k0
     if (!p.dv.empty()) {
       T* dvr = p.dv.row(b, hk, j);
       for (index_t c = 0; c < dv; ++c) dvr[c] = dvt[c * kBlockK + jj];
+    }
+  }
+}
+
+// panels (cols / kBlockQ) x (kBlockQ, kBlockQ) = rows [i0, i0 + rows) of x(b, h), query-major in
+// panels of kBlockQ columns (cols = x.C, a multiple of kBlockQ), the rows whose 1/sum (inv) is 0
+// zeroed when zero_dead (as StartChunkRows does in Q^T); rows past `rows` are left as they are (the
+// products' depth is the block's rows).
+template <class T>
+void PackPanels(T* panels, View4<const T> x, index_t b, index_t h, index_t i0, index_t rows, const T* inv,
+                bool zero_dead) {
+  for (index_t i = 0; i < rows; ++i) {
+    const T* row = x.row(b, h, i0 + i);
+    const bool dead = zero_dead && inv[i] == T(0);
+    for (index_t c0 = 0; c0 < x.C; c0 += kBlockQ) {
+      T* dst = panels + (c0 + i) * kBlockQ;
+      if (dead) {
+        std::fill(dst, dst + kBlockQ, T(0));
+      } else {
+        std::copy(row + c0, row + c0 + kBlockQ, dst);
+      }
     }
   }
 }
@@ -302,6 +340,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
   Carve carve(work);
   const SdpaChunkArrays<T> arrays(carve, dq, dv, p.chunk_keys, p.bf16_products);
   const bool bf16 = std::is_same_v<T, float> && p.bf16_products;
+  const bool key_major = backward_grads_key_major(dq, dv, bf16);
   BlockState<T> st(arrays.block);
   st.hook = a.hook;
   double* row_dot = arrays.row_dot;
@@ -324,6 +363,10 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
       const index_t first = std::max(k0, keys.begin);
       if (keys_end <= first) continue;
       const bool dead_rows = StartChunkRows(p, st, row_dot, b, h, i0, rows);
+      if (key_major) {
+        PackPanels(arrays.q_panels, a.q, b, h, i0, rows, st.alpha, dead_rows);
+        PackPanels(arrays.o_panels, p.dout, b, h, i0, rows, st.alpha, false);
+      }
       if constexpr (std::is_same_v<T, float>) {
         if (bf16) {  // the block's Q^T and dout^T as bfloat16 pairs, both ways
           bf16::pack_row_pairs(st.qt, kBlockQ, dq, kBlockQ, arrays.q_b);
@@ -338,8 +381,8 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         const index_t cnt = std::min<index_t>(kBlockK, k1 - j0);
         if (!st.may_attend(j0, cnt) || !a.tile_live(b, h, i0, j0)) continue;  // no common segment, or mask_mod
         ++tiles;
-        T* dkt = dk_chunk + (j0 - k0) * dq;  // this tile's dK^T (d, kBlockK)
-        T* dvt = dv_chunk + (j0 - k0) * dv;
+        T* dkt = dk_chunk + (j0 - k0) * (key_major ? kBlockQ : dq);  // this tile's dK: rows or dK^T (d, kBlockK)
+        T* dvt = dv_chunk + (j0 - k0) * (key_major ? kBlockQ : dv);
         const T* k_tile = a.k.row(b, hk, j0);
         const T* v_tile = a.v.row(b, hk, j0);
         if (bf16) {
@@ -354,10 +397,11 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         } else {
           BlockGemm<false>(d, v_tile, a.v.sR, 1, st.ot, dst, cnt, dv);
         }
+        T* w_out = key_major ? nullptr : pm;  // key-major: W^T in st.s
         if (!a.dropout.active && !st.general) {
-          RangeScoreGrads(d, st, dst, pm, row_dot, j0, cnt);
+          RangeScoreGrads(d, st, dst, w_out, row_dot, j0, cnt);
         } else {
-          ElementScoreGrads(a.dropout, st, dst, pm, row_dot, b * H + h, i0, rows, j0, cnt);
+          ElementScoreGrads(a.dropout, st, dst, w_out, row_dot, b * H + h, i0, rows, j0, cnt);
         }
         // score_mod: dS is the gradient of the modified score; the hook takes its share for score_mod's
         // parameters (this chunk task's part) and turns it into the gradient of the score before it.
@@ -365,19 +409,28 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
           a.hook->backward(a.hook->ctx, (b * a.k.H + hk) * p.chunks + chunk, dst, arrays.raw, kBlockQ, b, h, i0, rows,
                            j0, cnt);
         if (a.softcap != T(0)) SoftcapGrads(d, dst, arrays.softcap_tanh, cnt);
-        Transpose(dsm, dst);
-        // dV^T += dout^T W, dK^T += Q^T dS (scaled at the end), partial dQ^T += K_tile^T dS^T.
+        if (!key_major) Transpose(dsm, dst);
+        // dV += W^T dout, dK += dS^T Q (scaled at the end; both key-major or transposed), partial
+        // dQ^T += K_tile^T dS^T.
         const bool keys_not_finite = partial && !rows_finite(k_tile, a.k.sR, cnt, dq);
         if (bf16) {
           AccumulateGradsBf16(arrays, k_tile, a.k.sR, cnt, rows, dq, dv, keys_not_finite, dvt, dkt, part_blk);
           if (keys_not_finite) AccumulateSkippingZeros(part_blk, k_tile, a.k.sR, dst, cnt, dq, rows);
           continue;
         }
-        BlockGemm<true>(d, p.dout.row(b, h, i0), 1, p.dout.sR, pm, dvt, dv, rows);
-        if (dead_rows) {
-          BlockGemm<true>(d, st.qt, kBlockQ, 1, dsm, dkt, dq, rows);
-        } else {
-          BlockGemm<true>(d, a.q.row(b, h, i0), 1, a.q.sR, dsm, dkt, dq, rows);
+        if (key_major) {  // each panel of kBlockQ columns: (cnt, kBlockQ) += (cnt, rows) (rows, kBlockQ)
+          const index_t panel = p.chunk_keys * kBlockQ;
+          for (index_t c0 = 0; c0 < dv; c0 += kBlockQ)
+            BlockGemm<true>(d, st.s, kBlockQ, 1, arrays.o_panels + c0 * kBlockQ, dvt + c0 / kBlockQ * panel, cnt, rows);
+          for (index_t c0 = 0; c0 < dq; c0 += kBlockQ)
+            BlockGemm<true>(d, dst, kBlockQ, 1, arrays.q_panels + c0 * kBlockQ, dkt + c0 / kBlockQ * panel, cnt, rows);
+        } else {  // transposed: (v, kBlockK) += (v, rows) (rows, kBlockK), d alike
+          BlockGemm<true>(d, p.dout.row(b, h, i0), 1, p.dout.sR, pm, dvt, dv, rows);
+          if (dead_rows) {
+            BlockGemm<true>(d, st.qt, kBlockQ, 1, dsm, dkt, dq, rows);
+          } else {
+            BlockGemm<true>(d, a.q.row(b, h, i0), 1, a.q.sR, dsm, dkt, dq, rows);
+          }
         }
         if (keys_not_finite) {
           AccumulateSkippingZeros(part_blk, k_tile, a.k.sR, dst, cnt, dq, rows);
@@ -388,7 +441,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
       simd::note_tiles(tiles);
     }
   }
-  StoreChunkGrads(p, b, hk, k0, k1, dk_chunk, dv_chunk);
+  StoreChunkGrads(p, b, hk, k0, k1, dk_chunk, dv_chunk, key_major);
 }
 
 void StatsBlockF32(const SdpaBackward<float>& p, index_t b, index_t h, index_t i0, void* w) { StatsBlock(p, b, h, i0, w); }
