@@ -279,14 +279,20 @@ struct KvCache::State {
     const std::vector<float>& scale = values ? options.v_scale : options.k_scale;
     return scale.size() == 1 ? scale[0] : scale[static_cast<std::size_t>(hk)];
   }
+  // What a call that reads the rows in place folds into its queries (keys) or output (values): the
+  // float8 scale, times the factor e4m3 rows are widened over (core/float8.hpp).
+  float folded_scale(bool values, index_t hk) const {
+    return scale_of(values, hk) * (options.dtype == KvDtype::float8_e4m3 ? detail::kE4m3WideningFactor : 1.0f);
+  }
   bool scaled() const {
+    if (options.dtype == KvDtype::float8_e4m3) return true;
     for (const auto* scale : {&options.k_scale, &options.v_scale})
       for (const float x : *scale)
         if (x != 1) return true;
     return false;
   }
   // The queries (B, H, n, d) of a call that reads float8 keys in place, each head times its key
-  // head's k_scale; empty when no scale is not 1.
+  // head's folded_scale; empty when every such factor is 1.
   Tensor<float> scaled_queries(const TensorView<const float>& q) const {
     if (!scaled()) return {};
     Tensor<float> t(q.shape());
@@ -294,17 +300,17 @@ struct KvCache::State {
     for (index_t b = 0; b < q.dim(0); ++b)
       for (index_t h = 0; h < q.dim(1); ++h)
         for (index_t i = 0; i < q.dim(2); ++i)
-          for (index_t c = 0; c < q.dim(3); ++c) t(b, h, i, c) = q(b, h, i, c) * scale_of(false, h / group);
+          for (index_t c = 0; c < q.dim(3); ++c) t(b, h, i, c) = q(b, h, i, c) * folded_scale(false, h / group);
     return t;
   }
-  // out (B, H, n, v) of such a call, each head times its key head's v_scale.
+  // out (B, H, n, v) of such a call, each head times its key head's folded_scale of the values.
   void scale_values(const TensorView<float>& out) const {
     if (!scaled()) return;
     const index_t group = out.dim(1) / kv_heads;
     for (index_t b = 0; b < out.dim(0); ++b)
       for (index_t h = 0; h < out.dim(1); ++h)
         for (index_t i = 0; i < out.dim(2); ++i)
-          for (index_t c = 0; c < out.dim(3); ++c) out(b, h, i, c) *= scale_of(true, h / group);
+          for (index_t c = 0; c < out.dim(3); ++c) out(b, h, i, c) *= folded_scale(true, h / group);
   }
   // Row r of head hk of sequence seq's keys or values, as stored, widened to float32.
   void read_row(index_t seq, bool values, index_t hk, index_t r, float* to) const {
@@ -714,7 +720,7 @@ void KvCache::State::run(TensorView<float> out, TensorView<const float> q, index
     const TensorView<const float> shape(&never_read, {1, kv_heads, L, head_dim}, {0, 0, 0, 1});
     const bool decode = n <= cpu::fused::kDecodeRows;
     // The decode path rounds int8 keys' queries itself; a prompt's are rounded alike here. float8:
-    // each query head times its key head's k_scale (and out times v_scale below).
+    // each query head times its key head's folded k_scale (and out times the values' below).
     const Tensor<float> given = !decode && options.dtype == KvDtype::int8 ? rounded_queries(q) : scaled_queries(q);
     const TensorView<const float> used = given.numel() > 0 ? given.view() : q;
     if (decode) detail::sdpa_decode_rows(out, {}, used, shape, shape, rows.keys, rows.values, mask, sdpa, op);

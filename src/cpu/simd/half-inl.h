@@ -120,7 +120,8 @@ HWY_INLINE hn::Vec<D> LoadWide(D d, const std::int8_t* p) {
 
 // 8-bit floats (core/float8.hpp) through float16's bits: e5m2 is float16's top byte; e4m3's sign,
 // exponent and mantissa placed as float16's give its value times 2^-8 (the biases differ by 8; a
-// subnormal stays one), so the float is multiplied by 2^8. e4m3's NaN codes read as 480 (the cache
+// subnormal stays one), and e4m3 is widened to that: its value / detail::kE4m3WideningFactor, the
+// factor folded into the caller's queries and output. e4m3's NaN codes read as 480 / 256 (the cache
 // stores finite values only).
 // float16 bits h (in 16-bit lanes of du16, one per lane of d) as float lanes: F16C where the target
 // has it, else FloatBitsOfHalf.
@@ -150,7 +151,7 @@ HWY_INLINE hn::Vec<D> LoadWide(D d, const detail::float8_e4m3* p) {
   const hn::Rebind<std::int8_t, D> di8;
   const auto shifted = hn::ShiftLeft<7>(hn::PromoteTo(di16, hn::LoadU(di8, reinterpret_cast<const std::int8_t*>(p))));
   const auto half = hn::And(hn::BitCast(du16, shifted), hn::Set(du16, std::uint16_t{0xBF80}));
-  return hn::Mul(FloatOfHalfBits(d, du16, half), hn::Set(d, 256.0f));
+  return FloatOfHalfBits(d, du16, half);
 }
 
 // L float lanes v stored as L bfloat16 or float16 elements at p, rounded to nearest even.
@@ -174,13 +175,13 @@ HWY_INLINE void StoreNarrow(D /*d*/, hn::Vec<D> v, float16* p) {
   }
 }
 
-// One element as a float (a float or double as it is).
+// One element as a float (a float or double as it is; e4m3 as LoadWide widens it, over the factor).
 template <class T>
 inline T Wide(T x) { return x; }
 inline float Wide(bfloat16 x) { return to_float(x); }
 inline float Wide(float16 x) { return to_float(x); }
 inline float Wide(std::int8_t x) { return static_cast<float>(x); }
-inline float Wide(detail::float8_e4m3 x) { return detail::to_float(x); }
+inline float Wide(detail::float8_e4m3 x) { return detail::to_float(x) / detail::kE4m3WideningFactor; }
 inline float Wide(detail::float8_e5m2 x) { return detail::to_float(x); }
 
 // to[0, count) = from[0, count) as floats (from: any type LoadWide reads).
