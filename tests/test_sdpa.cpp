@@ -125,6 +125,12 @@ void expect_matches_reference(const SdpaCase& sc, index_t B, index_t H, index_t 
 
 TEST_P(SdpaCases, MatchesFloat64ReferenceOnOddSizes) { expect_matches_reference(GetParam(), 2, 2, 113, 203, 59, 23, 1); }
 
+// Head sizes of whole 64-column panels: the fused backward keeps dK and dV key-major there (odd sizes
+// take the transposed layout above; simd/fused.hpp, backward_grads_key_major).
+TEST_P(SdpaCases, MatchesFloat64ReferenceOnPanelHeadSizes) {
+  expect_matches_reference(GetParam(), 1, 2, 113, 203, 64, 128, 11);
+}
+
 // A few queries over many keys: the cpu backend's decode path, keys split into chunks merged
 // through their maxima (m = 1500 gives 5 chunks per head).
 TEST_P(SdpaCases, DecodeMatchesFloat64Reference) { expect_matches_reference(GetParam(), 1, 2, 3, 1500, 59, 23, 31); }

@@ -196,8 +196,8 @@ void RangeScoreGrads(D d, BlockState<T>& st, T* dst, T* pm, const double* row_do
 
 // The same element by element, for a tile masked element by element or under dropout: dS = P (drop
 // dP - D) and W = drop P, where drop is the dropout factor 1/(1-p) or 0 of each weight (bh = b H + h).
-// W goes to pm (query-major), or with pm null to st.s in place of P (key-major; only the block's rows
-// and the tile's keys are written, the only ones the products read).
+// W goes to pm (query-major), or with pm null to st.s in place of P (key-major; there only the block's
+// rows and the tile's keys, the only ones the products read).
 template <class T>
 void ElementScoreGrads(const DropoutPlan& drop, const BlockState<T>& st, T* dst, T* pm, const double* row_dot,
                        index_t bh, index_t i0, index_t rows, index_t j0, index_t cnt) {
@@ -214,11 +214,12 @@ void ElementScoreGrads(const DropoutPlan& drop, const BlockState<T>& st, T* dst,
                : T(0);
       (pm != nullptr ? pm[i * kBlockK + jj] : w) = w * factor;
     }
-  if (pm == nullptr) return;
-  for (index_t i = rows; i < kBlockQ; ++i)
-    for (index_t jj = 0; jj < cnt; ++jj) dst[jj * kBlockQ + i] = 0, pm[i * kBlockK + jj] = 0;
-  for (index_t jj = cnt; jj < kBlockK; ++jj)
-    for (index_t i = 0; i < kBlockQ; ++i) pm[i * kBlockK + jj] = 0, dst[jj * kBlockQ + i] = 0;
+  // 0 past the block's rows and the tile's keys.
+  for (index_t jj = 0; jj < kBlockK; ++jj)
+    for (index_t i = jj < cnt ? rows : 0; i < kBlockQ; ++i) dst[jj * kBlockQ + i] = 0;
+  if (pm != nullptr)
+    for (index_t i = 0; i < kBlockQ; ++i)
+      for (index_t jj = i < rows ? cnt : 0; jj < kBlockK; ++jj) pm[i * kBlockK + jj] = 0;
 }
 
 // Soft-capping: the score was softcap tanh(x / softcap) of x = scale q . k, so the gradient of x is
