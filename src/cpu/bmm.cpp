@@ -25,9 +25,6 @@ struct Operand {
   index_t col_stride() const { return transposed ? x.sR : 1; }
 };
 
-// A product below this many multiply-adds runs on one thread (the threshold of fused::matmul).
-inline constexpr double kThreadedProduct = 1 << 18;
-
 // out(b, h) = op(a)(b, h) op(b)(b, h) for every batch item.
 template <class T>
 void gemm(View4<T> out, Operand<T> a, Operand<T> b) {
@@ -39,12 +36,12 @@ void gemm(View4<T> out, Operand<T> a, Operand<T> b) {
                      b.col_stride(), b.row_stride(), M, N, K, false);
   };
   const double item_work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  const bool many_items = items >= 2 * static_cast<index_t>(omp_get_max_threads()) || item_work < kThreadedProduct;
-  if (items > 1 && many_items && item_work * static_cast<double>(items) >= kThreadedProduct) {
+  const bool many_items = items >= 2 * static_cast<index_t>(omp_get_max_threads()) || item_work < fused::kThreadedMatmul;
+  if (items > 1 && many_items && item_work * static_cast<double>(items) >= fused::kThreadedMatmul) {
     // Each item's product runs on its thread alone (a nested region): its scratch is checked here,
     // and each thread takes the calling thread's switches (its SIMD target), as the call's own do.
-    const std::size_t panels = static_cast<std::size_t>((N + fused::kBlockQ - 1) / fused::kBlockQ * K * fused::kBlockQ);
-    check_thread_scratch(layout_bytes<fused::MatmulPanels<T>>(panels) + layout_bytes<fused::MatmulArrays<T>>(K));
+    check_thread_scratch(layout_bytes<fused::MatmulPanels<T>>(fused::matmul_panel_elements(N, K)) +
+                         layout_bytes<fused::MatmulArrays<T>>(K));
     const detail::Switches switches = detail::read_switches();
 #pragma omp parallel
     {

@@ -35,6 +35,12 @@ struct Matmul {
 };
 
 inline constexpr index_t kBlockMatmulRows = 96;
+// A product of fewer multiply-adds (M N K) runs on the calling thread alone.
+inline constexpr double kThreadedMatmul = 1 << 18;
+// Elements of B's panels for N columns and depth K.
+inline std::size_t matmul_panel_elements(index_t N, index_t K) {
+  return static_cast<std::size_t>((N + kBlockQ - 1) / kBlockQ * K * kBlockQ);
+}
 // A task's work space: its rows of A packed by row groups (each group of g rows as (K, g), so that a
 // micro-tile's broadcasts read one pointer), and its tile of C for one panel (kBlockMatmulRows, kBlockQ).
 template <class T>
@@ -63,7 +69,7 @@ void matmul(T* C, index_t ldc, const T* A, index_t a_r, index_t a_k, const T* B,
             index_t N, index_t K, bool accumulate, const std::uint8_t* zero_rows = nullptr) {
   if (M <= 0 || N <= 0) return;
   const index_t row_tiles = (M + kBlockMatmulRows - 1) / kBlockMatmulRows, panels = (N + kBlockQ - 1) / kBlockQ;
-  Scratch<MatmulPanels<T>> packed(static_cast<std::size_t>(panels * K * kBlockQ));
+  Scratch<MatmulPanels<T>> packed(matmul_panel_elements(N, K));
   const Matmul<T> p{C, A, B, ldc, a_r, a_k, b_n, b_k, M, N, K, accumulate, zero_rows, packed->panels, simd::current()};
   const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   const auto pack = [&](index_t t, void*) { matmul_pack<T>(p, t); };
@@ -71,7 +77,7 @@ void matmul(T* C, index_t ldc, const T* A, index_t a_r, index_t a_k, const T* B,
     const index_t r0 = t * kBlockMatmulRows;
     matmul_rows<T>(p, r0, std::min(kBlockMatmulRows, M - r0), w);
   };
-  run_phases(layout_bytes<MatmulArrays<T>>(K), work >= (1 << 18), dynamic_phase(panels, pack),
+  run_phases(layout_bytes<MatmulArrays<T>>(K), work >= kThreadedMatmul, dynamic_phase(panels, pack),
              dynamic_phase(row_tiles, tile));
 }
 
