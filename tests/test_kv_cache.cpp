@@ -762,8 +762,6 @@ TEST(KvCacheInt4, KiviTruncateInsideAGroupKeepsTheRowsAsTheyReadBack) {
   EXPECT_EQ(cache.keys(0).values(), kivi_stored(more_k, false).values());
 }
 
-// A sequence never appended to, beside one that holds tokens, in one decode call: its output is 0
-// (found by fuzzing: the decode's rows pointed into the unallocated KIVI tail of the empty one).
 // int4_kivi over longer sequences: the full groups read in place by the decode (keys per channel,
 // values per token), the bfloat16 tail after them, tiles that start inside a group (a window that
 // begins there), keys split into chunks (1,100 tokens) and blocks of 64: within the error budget of
@@ -812,6 +810,8 @@ TEST(KvCacheInt4, KiviDecodeOverLongSequencesAndWindowsStartingInsideAGroup) {
   }
 }
 
+// A sequence never appended to, beside one that holds tokens, in one decode call: its output is 0
+// (found by fuzzing: the decode's rows pointed into the unallocated KIVI tail of the empty one).
 TEST(KvCacheInt4, AnEmptySequenceBesideAFullOne) {
   for (const KvDtype type : {KvDtype::int4, KvDtype::int4_kivi}) {
     KvCache cache(2, 1, 32, {.dtype = type, .block_size = 32});
