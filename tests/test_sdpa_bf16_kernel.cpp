@@ -1,12 +1,15 @@
-// The AVX512-BF16 kernel of bfloat16 attention (cpu/bf16/dot_bf16.hpp): on a CPU with AVX512-BF16,
+// The bfloat16 kernel of bfloat16 attention (cpu/bf16/dot_bf16.hpp), on each of its units the CPU
+// has: AVX512-BF16's vectors (Bf16Kernel::on) and AMX's tiles (Bf16Kernel::tiles, tiles_bf16.hpp);
 // its out and lse against the float64 reference on the rounded inputs within twice the error of a
 // float32 computation with P rounded to bfloat16 (FlashAttention's rule, P rounded as the kernel
 // does), and against the portable bfloat16 path within the stated bound: the two differ only in
 // P's rounding and the order of additions, so |kernel - portable| <= 2^-7 max|v| (P's relative
 // rounding 2^-9 summed over a row's weights, plus each output's own rounding, 2^-9 of |out| <= max|v|).
-// Masks, variants, dropout, grouped heads, odd sizes. Skipped, saying so, on a CPU without it.
+// Masks, variants, dropout, grouped heads, odd sizes (tiles filled in part: rows, pairs and value
+// columns not multiples of 16). Skipped, saying so, on a CPU without the unit.
 #include <array>
 #include <cmath>
+#include <tuple>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,23 +76,32 @@ struct Result {
   Tensor<float> out, lse;
 };
 
-class AvxBf16Kernel : public ::testing::TestWithParam<Case> {
+// Skips, saying why, where the kernel cannot run `unit` (Bf16Kernel::on or tiles); else nothing.
+std::string unit_missing(Bf16Kernel unit) {
+  if (!bf16_kernel_available()) return "this CPU has no AVX512-BF16: the bfloat16 kernel's tests are skipped";
+  if (simd_target() != "avx3") return "the bfloat16 kernel runs on the avx3 target only; this run uses " + simd_target();
+  if (unit == Bf16Kernel::tiles && !bf16_tiles_available())
+    return "this CPU has no AMX-BF16 tiles (or the system does not grant them): the tiles' runs are skipped";
+  return {};
+}
+const char* unit_name(Bf16Kernel unit) { return unit == Bf16Kernel::tiles ? "tiles" : "vectors"; }
+
+class AvxBf16Kernel : public ::testing::TestWithParam<std::tuple<Case, Bf16Kernel>> {
  protected:
   void SetUp() override {
-    if (!bf16_kernel_available()) GTEST_SKIP() << "this CPU has no AVX512-BF16: the bfloat16 kernel's tests are skipped";
-    if (simd_target() != "avx3") GTEST_SKIP() << "the bfloat16 kernel runs on the avx3 target only; this run uses " << simd_target();
+    if (const std::string why = unit_missing(std::get<1>(GetParam())); !why.empty()) GTEST_SKIP() << why;
   }
 };
 
 TEST_P(AvxBf16Kernel, WithinTheSixteenBitRuleAndTheBoundOfThePortablePath) {
-  const Case& c = GetParam();
+  const auto& [c, unit] = GetParam();
   const CaseInputs in(c);
   const Tensor<float> &q = in.q, &k = in.k, &v = in.v, &bias = in.bias, &slopes = in.slopes;
   const SdpaOptions& options = in.options;
   auto mask_of = [&]<class T>(const Tensor<T>& b, const Tensor<T>& s) { return in.mask_of(b, s); };
   const Mask<float> mask = mask_of(bias, slopes);
   auto bf16_call = [&](bool kernel) {
-    set_bf16_kernel(kernel ? Bf16Kernel::on : Bf16Kernel::off);
+    set_bf16_kernel(kernel ? unit : Bf16Kernel::off);
     const Tensor<bfloat16> qb = to_bf16(q), kb = to_bf16(k), vb = to_bf16(v);
     Tensor<bfloat16> out({c.B, c.H, c.n, c.dv});
     Tensor<float> lse({c.B, c.H, c.n});
@@ -140,7 +152,7 @@ TEST_P(AvxBf16Kernel, WithinTheSixteenBitRuleAndTheBoundOfThePortablePath) {
 // that computation leaves out, within four times the portable path's error plus 2^-7 of the
 // largest gradient.
 TEST_P(AvxBf16Kernel, BackwardWithinFlashAttentionsSixteenBitRule) {
-  const Case& c = GetParam();
+  const auto& [c, unit] = GetParam();
   const CaseInputs in(c);
   const Tensor<float> &q = in.q, &k = in.k, &v = in.v, &bias = in.bias, &slopes = in.slopes;
   const SdpaOptions& options = in.options;
@@ -155,7 +167,7 @@ TEST_P(AvxBf16Kernel, BackwardWithinFlashAttentionsSixteenBitRule) {
   set_bf16_kernel(Bf16Kernel::off);
   sdpa_forward<bfloat16>(out.view(), lse.view(), qb.view(), kb.view(), vb.view(), mask, options);
   auto backward = [&](bool kernel) {
-    set_bf16_kernel(kernel ? Bf16Kernel::on : Bf16Kernel::off);
+    set_bf16_kernel(kernel ? unit : Bf16Kernel::off);
     Tensor<bfloat16> dq({c.B, c.H, c.n, c.d}), dk({c.B, c.Hk, c.m, c.d}), dv({c.B, c.Hk, c.m, c.dv});
     sdpa_backward<bfloat16>(dq.view(), dk.view(), dv.view(), gb.view(), qb.view(), kb.view(), vb.view(), out.view(),
                             lse.view(), mask, options);
@@ -224,7 +236,7 @@ TEST_P(AvxBf16Kernel, BackwardWithinFlashAttentionsSixteenBitRule) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AvxBf16Kernel,
-    ::testing::Values(Case{"plain", 2, 2, 2, 130, 150, 64, 64}, Case{"odd_sizes", 1, 3, 3, 67, 93, 17, 9},
+    ::testing::Combine(::testing::Values(Case{"plain", 2, 2, 2, 130, 150, 64, 64}, Case{"odd_sizes", 1, 3, 3, 67, 93, 17, 9},
                       // the products' register blocks of 6 keys and 6 value columns, and every remainder
                       // of them (last tiles of 1 and 8 keys, 7, 8 and 11 value columns)
                       Case{"block_remainders_1", 1, 2, 1, 70, 129, 13, 7}, Case{"block_remainders_2", 1, 1, 1, 65, 136, 6, 8},
@@ -235,15 +247,24 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gqa_window_alibi_softcap_segments", 1, 4, 2, 150, 150, 48, 24, Causal::top_left, false, false,
                            false, true, true, Window{40, 3}, 4.0},
                       Case{"dropout", 1, 2, 1, 90, 110, 32, 32, Causal::none, false, false, false, false, false,
-                           std::nullopt, 0, 0.25}),
-    [](const auto& info) { return std::string(info.param.name); });
+                           std::nullopt, 0, 0.25},
+                      // four query heads on one key head over 700 keys (a last tile of 60), d 128
+                      Case{"gqa_long_keys", 1, 4, 1, 70, 700, 128, 32, Causal::bottom_right}),
+                       ::testing::Values(Bf16Kernel::on, Bf16Kernel::tiles)),
+    [](const auto& info) { return std::string(std::get<0>(info.param).name) + "_" + unit_name(std::get<1>(info.param)); });
 
 // NaN and Inf in values no row attends (past the valid lengths, before a window) never reach an
 // output: the kernel packs each tile's values once per call, beyond a block's keys too, and a pair
 // product reads one value row past an odd count. Odd lengths, windows that start mid-tile.
-TEST(AvxBf16KernelExtremes, NonFiniteValuesOfMaskedKeysNeverReachTheOutput) {
-  if (!bf16_kernel_available()) GTEST_SKIP() << "this CPU has no AVX512-BF16: the bfloat16 kernel's tests are skipped";
-  if (simd_target() != "avx3") GTEST_SKIP() << "the bfloat16 kernel runs on the avx3 target only; this run uses " << simd_target();
+class AvxBf16KernelExtremes : public ::testing::TestWithParam<Bf16Kernel> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = unit_missing(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(AvxBf16KernelExtremes, NonFiniteValuesOfMaskedKeysNeverReachTheOutput) {
+  const Bf16Kernel unit = GetParam();
   const index_t B = 2, H = 2, n = 80, m = 200, d = 32, dv = 16;
   const Tensor<bfloat16> q = to_bf16(random_tensor<float>({B, H, n, d}, 11)), k = to_bf16(random_tensor<float>({B, H, m, d}, 12));
   const Tensor<std::int64_t> lens({B}, {131, 77});  // odd: the last pair's second row is a masked key
@@ -253,7 +274,7 @@ TEST(AvxBf16KernelExtremes, NonFiniteValuesOfMaskedKeysNeverReachTheOutput) {
     else mask.valid_lens = lens.view();
     Tensor<bfloat16> v = to_bf16(random_tensor<float>({B, H, m, dv}, 13));
     auto run = [&] {
-      set_bf16_kernel(Bf16Kernel::on);
+      set_bf16_kernel(unit);
       Tensor<bfloat16> out({B, H, n, dv});
       sdpa_forward<bfloat16>(out.view(), {}, q.view(), k.view(), v.view(), mask);
       set_bf16_kernel(Bf16Kernel::automatic);
@@ -285,11 +306,9 @@ TEST(AvxBf16KernelExtremes, NonFiniteValuesOfMaskedKeysNeverReachTheOutput) {
 // in float32, as compute_dtype="bfloat16" returns it). The kernel once left such scores unwritten,
 // holding what an earlier call had left in its scratch (found by the generated Python tests): a
 // call with d = 64 runs before each, so that the scratch is not fresh zeros.
-TEST(AvxBf16KernelExtremes, HeadsOfNoElementScoreZero) {
-  if (!bf16_kernel_available()) GTEST_SKIP() << "this CPU has no AVX512-BF16: the bfloat16 kernel's tests are skipped";
-  if (simd_target() != "avx3") GTEST_SKIP() << "the bfloat16 kernel runs on the avx3 target only; this run uses " << simd_target();
+TEST_P(AvxBf16KernelExtremes, HeadsOfNoElementScoreZero) {
   ScopedBackend cpu(Backend::cpu);
-  set_bf16_kernel(Bf16Kernel::on);
+  set_bf16_kernel(GetParam());
   const index_t B = 1, H = 2;
   for (const auto& [n, m, dv] : {std::array<index_t, 3>{70, 75, 5}, {9, 9, 3}, {10, 8, 4}, {5, 7, 1}}) {
     for (const index_t d : {64, 0}) {
@@ -312,6 +331,9 @@ TEST(AvxBf16KernelExtremes, HeadsOfNoElementScoreZero) {
   }
   set_bf16_kernel(Bf16Kernel::automatic);
 }
+
+INSTANTIATE_TEST_SUITE_P(Units, AvxBf16KernelExtremes, ::testing::Values(Bf16Kernel::on, Bf16Kernel::tiles),
+                         [](const auto& info) { return std::string(unit_name(info.param)); });
 
 }  // namespace
 }  // namespace attn

@@ -126,10 +126,14 @@ void expect_within_16_bit_rule(const Case& c) {
   Tensor<float> lse(c.three_d ? std::vector<index_t>{c.B, c.n} : std::vector<index_t>{c.B, c.H, c.n});
   Tensor<H> dq(q.shape()), dk(k.shape()), dv(v.shape());
   {
+    // The portable path, whose products are in float: the bfloat16 kernel rounds P and dS to
+    // bfloat16 for its products, and is held to the rule with those roundings (test_sdpa_bf16_kernel).
     ScopedBackend cpu(Backend::cpu);
+    set_bf16_kernel(Bf16Kernel::off);
     sdpa_forward<H>(out.view(), lse.view(), q.view(), k.view(), v.view(), masks.mask, masks.options);
     sdpa_backward<H>(dq.view(), dk.view(), dv.view(), g.view(), q.view(), k.view(), v.view(), out.view(), lse.view(),
                      masks.mask, masks.options);
+    set_bf16_kernel(Bf16Kernel::automatic);
   }
   // The float64 oracle on the rounded inputs, and the float32 reference rounded to H (its backward
   // given its own forward's out rounded to H, as ours is given ours).

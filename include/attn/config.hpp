@@ -49,14 +49,19 @@ void set_simd_target(const std::string& name);
 
 // Which targets actually ran: simd_targets_ran, in attn/diagnostics.hpp.
 
-// The AVX512-BF16 kernel of bfloat16 attention (vdpbf16ps for Q K^T and P V, P rounded to bfloat16
-// as FlashAttention does in 16-bit): available when the CPU has AVX512-BF16, and run only on the
-// "avx3" SIMD target. automatic (the default) uses it where it pays: on AMD's AVX512-BF16 cores (Zen
-// 4 and 5), where vdpbf16ps runs at about twice float32 FMA's rate; on Intel's the portable path
-// (widened to float32) was measured faster (cpu/bf16/dot_bf16.hpp). on and off force the choice,
-// for testing and comparing.
-enum class Bf16Kernel { automatic, on, off };
+// The bfloat16 kernel of bfloat16 attention (Q K^T and P V, and the backward's products, in
+// bfloat16 pairs summed in float, P and dS rounded to bfloat16 as FlashAttention does in 16-bit), on
+// one of two units: AVX512-BF16's vdpbf16ps on vectors, or Intel AMX's tdpbf16ps on tiles (AMX-BF16:
+// Sapphire Rapids and later Xeons). Available when the CPU has AVX512-BF16, and run only on the
+// "avx3" SIMD target. automatic (the default) takes the tiles where the CPU has them, else the
+// vectors where they pay: on AMD's AVX512-BF16 cores (Zen 4 and 5), where vdpbf16ps runs at about
+// twice float32 FMA's rate (on Intel's, without the tiles, the portable path, widened to float32, was
+// measured faster: cpu/bf16/dot_bf16.hpp). on (the vectors), tiles and off force the choice, for
+// testing and comparing; on or tiles where the CPU lacks the unit run the portable path.
+enum class Bf16Kernel { automatic, on, off, tiles };
 bool bf16_kernel_available();
+// Whether the CPU has AMX-BF16 and the operating system lets the process use its tiles.
+bool bf16_tiles_available();
 bool bf16_kernel_pays();
 void set_bf16_kernel(Bf16Kernel choice);
 Bf16Kernel bf16_kernel();

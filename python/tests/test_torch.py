@@ -28,16 +28,33 @@ from d2l_torch import allowed_keys  # noqa: E402
 from d2l_torch import nadaraya_watson as d2l_nadaraya_watson  # noqa: E402
 
 
+class _RoundedGradient(torch.autograd.Function):
+    """The identity, whose gradient is rounded to a 16-bit dtype on its way back."""
+
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.dtype = dtype
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.dtype).to(grad.dtype), None
+
+
 def reference_sdpa(q, k, v, attn_mask=None, is_causal=False, scale=None, valid_lens=None, window=None,
                    alibi_slopes=None, softcap=None, segment_ids=None, low=None):
     """The formula in torch ops (attn/mask.hpp's order: scale, soft-cap, ALiBi, additive mask, then the
     allowed keys), in the inputs' dtype; a row with no key is 0. low: a 16-bit dtype the weights are
-    rounded to before they pool the values, and the output after (FlashAttention's 16-bit rule)."""
+    rounded to before they pool the values, the output after, and the scores' gradient dS before it
+    reaches dQ and dK (FlashAttention's 16-bit rule: its reference runs in the 16-bit type, whose
+    products take P and dS rounded to it, as attn's bfloat16 kernel does)."""
     if q.dim() == 4 and k.shape[1] != q.shape[1]:
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     L, S = q.shape[-2], k.shape[-2]
     s = q @ k.transpose(-1, -2) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    if low is not None:
+        s = _RoundedGradient.apply(s, low)
     if softcap is not None:
         s = softcap * torch.tanh(s / softcap)
     causal = "top_left" if is_causal is True else is_causal

@@ -155,7 +155,9 @@ void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& given, const fus
   const KeyPaddingAsLengths<float> lengths(plan.mask);
   const BiasClassesFor<float> bias_classes(plan.mask, fused::kBlockQ, fused::kBlockK);
   const simd::Target target = simd::target_of(plan.switches());
-  const bool dot = inputs.type == fused::KvType::bf16 && bf16::dot_chosen(plan.switches().bf16) && target.bit == HWY_AVX3;
+  const bf16::Unit unit = bf16::unit_chosen(plan.switches().bf16);
+  const bool dot = inputs.type == fused::KvType::bf16 && unit != bf16::Unit::none && target.bit == HWY_AVX3;
+  const bool on_tiles = unit == bf16::Unit::tiles;
   fused::HalfViews x = inputs;
   const View4<const std::uint16_t>& k = x.k;
   const View4<const std::uint16_t>& v = x.v;
@@ -171,9 +173,9 @@ void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& given, const fus
     run_tasks(v.B * v.H * value_tiles, 0, v.R * v.C >= (1 << 16), [&](index_t t, void*) {
       const index_t bh = t / value_tiles, j0 = t % value_tiles * fused::kBlockK;
       bf16::pack_values(v.row(bh / v.H, bh % v.H, j0), v.sR, std::min(fused::kBlockK, v.R - j0), v.C,
-                        packed + static_cast<std::size_t>(t) * tile_words);
+                        packed + static_cast<std::size_t>(t) * tile_words, on_tiles);
     });
-    x.value_pairs = {packed, v.H, value_tiles, v.C};
+    x.value_pairs = {packed, v.H, value_tiles, v.C, on_tiles};
   } else {
     // The keys and values widened to float once, for every block of queries, into dense (B, Hk, m, *)
     // arrays the plan then reads; threaded over tiles of rows. (Widening each tile in every block
@@ -248,7 +250,8 @@ Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan
   const index_t B = q.B, H = q.H, Hk = k.H, n = q.R, m = k.R, d = q.C, dv = v.C;
   const index_t row = quant::int8_row_bytes(d);
   const bool avx3 = target.bit == HWY_AVX3;
-  const bool bf16_values = avx3 && bf16::dot_chosen(plan.switches().bf16);
+  const bf16::Unit unit = bf16::unit_chosen(plan.switches().bf16);
+  const bool bf16_values = avx3 && unit != bf16::Unit::none, on_tiles = unit == bf16::Unit::tiles;
   const index_t value_tiles = (m + fused::kBlockK - 1) / fused::kBlockK;
   const std::size_t tile_words = static_cast<std::size_t>(fused::kBlockK / 2 * dv);
   Scratch<Int8Inputs> in(static_cast<std::size_t>(B * H * n), static_cast<std::size_t>(B * Hk * m),
@@ -324,9 +327,9 @@ Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan
       auto* rounded = static_cast<std::uint16_t*>(work);
       for (index_t j = 0; j < cnt; ++j)
         simd::float_to_bfloat16(target, v.row(bh / Hk, bh % Hk, j0 + j), rounded + j * dv, static_cast<std::size_t>(dv));
-      bf16::pack_values(rounded, dv, cnt, dv, in->packed + static_cast<std::size_t>(t) * tile_words);
+      bf16::pack_values(rounded, dv, cnt, dv, in->packed + static_cast<std::size_t>(t) * tile_words, on_tiles);
     });
-    x.value_pairs = {in->packed, Hk, value_tiles, dv};
+    x.value_pairs = {in->packed, Hk, value_tiles, dv, on_tiles};
   }
   fused::SdpaForward<float> p{out, lse, &plan, target};
   p.int8 = &x;
@@ -383,9 +386,11 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   fused::SdpaBackward<T> p{dqueries,    dkeys,         dvalues,          dout,       out,   lse,
                            &plan,       buf->row_max,  buf->row_inv,     buf->row_dot, buf->dq_partial,
                            chunk_keys,  chunks,        simd::target_of(plan.switches())};
-  // bfloat16 inputs (widened by the bfloat16 backward): the AVX512-BF16 products where chosen.
+  // bfloat16 inputs (widened by the bfloat16 backward): the bfloat16 products where chosen.
+  const bf16::Unit unit = bf16::unit_chosen(plan.switches().bf16);
   p.bf16_products = std::is_same_v<T, float> && plan.switches().bf16_values && p.simd.bit == HWY_AVX3 &&
-                    bf16::dot_chosen(plan.switches().bf16);
+                    unit != bf16::Unit::none;
+  p.bf16_tiles = p.bf16_products && unit == bf16::Unit::tiles;
   if (plan.hook != nullptr && plan.hook->begin_parts != nullptr) plan.hook->begin_parts(plan.hook->ctx, B * Hk * chunks);
   if (out.empty()) {  // D_i = dout_i . out_i needs the forward's output: recompute it, and lse with it
     const View4<T> o = dense_view4(buf->out, B, H, n, dv);

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace attn::cpu::bf16 {
 namespace {
@@ -104,7 +105,20 @@ ATTN_BF16_TARGET void score_last_element(const std::uint16_t* k, index_t ks, ind
 
 }  // namespace
 
-void scores(const std::uint16_t* k, index_t ks, index_t cnt, index_t d, const std::uint32_t* qp, float* s) {
+void scores(const std::uint16_t* k, index_t ks, index_t cnt, index_t d, const std::uint32_t* qp, float* s, bool tiles) {
+  if (tiles) {  // A = the key rows in pairs: the rows themselves where d and the stride are even
+    const index_t pairs = (d + 1) / 2;
+    if (d % 2 == 0 && ks % 2 == 0 && reinterpret_cast<std::uintptr_t>(k) % alignof(std::uint32_t) == 0) {
+      tiles::product(reinterpret_cast<const std::uint32_t*>(k), ks / 2, 1, cnt, pairs, qp, s, false);
+    } else {
+      thread_local std::vector<std::uint32_t> key_pairs;
+      key_pairs.resize(static_cast<std::size_t>(cnt * pairs));
+      for (index_t j = 0; j < cnt; ++j)
+        for (index_t c = 0; c < pairs; ++c) key_pairs[j * pairs + c] = pair_of(k + j * ks, c, d);
+      tiles::product(key_pairs.data(), pairs, 1, cnt, pairs, qp, s, false);
+    }
+    return;
+  }
   constexpr index_t kKeys = 6;  // 6 keys x 4 query vectors: 24 accumulators, 4 queries, 1 key pair
   const index_t whole = d / 2;  // pairs with both elements
   if (d == 0) std::fill(s, s + cnt * kLanes, 0.0f);  // no element: every score 0 (as the portable path)
@@ -189,7 +203,8 @@ ATTN_BF16_TARGET void product_rows(const std::uint32_t* a, index_t a_r, index_t 
 }  // namespace
 
 void products(const std::uint32_t* a, index_t a_r, index_t a_k, index_t rows, index_t pairs, const std::uint32_t* b,
-              float* c, bool accumulate) {
+              float* c, bool accumulate, bool tiles) {
+  if (tiles) return tiles::product(a, a_r, a_k, rows, pairs, b, c, accumulate);
   if (pairs == 0) {
     if (!accumulate) std::fill(c, c + rows * kLanes, 0.0f);
     return;
@@ -208,7 +223,18 @@ void products(const std::uint32_t* a, index_t a_r, index_t a_k, index_t rows, in
   }
 }
 
-ATTN_BF16_TARGET void pack_values(const std::uint16_t* v, index_t vs, index_t cnt, index_t dv, std::uint32_t* vp) {
+ATTN_BF16_TARGET void pack_values(const std::uint16_t* v, index_t vs, index_t cnt, index_t dv, std::uint32_t* vp,
+                                  bool tiles) {
+  if (tiles) {  // V^T pairs: row c holds the tile's keys in pairs, zeros past cnt
+    constexpr index_t kPairs = kLanes / 2;
+    for (index_t c = 0; c < dv; ++c)
+      for (index_t p = 0; p < kPairs; ++p) {
+        const index_t j = 2 * p;
+        const std::uint32_t lo = j < cnt ? v[j * vs + c] : 0u, hi = j + 1 < cnt ? v[(j + 1) * vs + c] : 0u;
+        vp[c * kPairs + p] = lo | hi << 16;
+      }
+    return;
+  }
   for (index_t j = 0; j < cnt; j += 2) {
     const std::uint16_t* lo = v + j * vs;
     const std::uint16_t* hi = j + 1 < cnt ? lo + vs : nullptr;
@@ -257,8 +283,34 @@ ATTN_BF16_TARGET void accumulate_columns(const std::uint32_t* vp, const std::uin
 
 }  // namespace
 
-void accumulate(const std::uint32_t* vp, const std::uint32_t* pp, index_t cnt, index_t dv, const float* alpha, float* ot) {
+namespace {
+
+// ot[c][i] *= alpha[i] for dv rows of 64, unless every alpha is 1 (a row's running maximum unmoved).
+ATTN_BF16_TARGET void rescale_rows(const float* alpha, index_t dv, float* ot) {
+  __m512 scale[4];
+  __mmask16 moved = 0;
+  for (int v = 0; v < 4; ++v) {
+    scale[v] = _mm512_loadu_ps(alpha + 16 * v);
+    moved |= _mm512_cmp_ps_mask(scale[v], _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
+  }
+  if (moved == 0) return;
+  for (index_t c = 0; c < dv; ++c)
+    for (int v = 0; v < 4; ++v) {
+      float* o = ot + c * kLanes + 16 * v;
+      _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), scale[v]));
+    }
+}
+
+}  // namespace
+
+void accumulate(const std::uint32_t* vp, const std::uint32_t* pp, index_t cnt, index_t dv, const float* alpha, float* ot,
+                bool tiles) {
   const index_t pairs = (cnt + 1) / 2;
+  if (tiles) {  // ot = ot alpha, then ot += V^T P^T (A: the V^T pairs, a row of kLanes / 2 words a value column)
+    rescale_rows(alpha, dv, ot);
+    tiles::product(vp, kLanes / 2, 1, dv, pairs, pp, ot, true);
+    return;
+  }
   constexpr index_t kCols = 6;  // 6 value columns x 4 query vectors: 24 accumulators
   index_t c = 0;
   for (; c + kCols <= dv; c += kCols) accumulate_columns<kCols>(vp + c, pp, pairs, dv, alpha, ot + c * kLanes);
@@ -278,11 +330,19 @@ namespace attn {
 
 // The public questions of attn/config.hpp about the kernel, answered here, where the CPU is known.
 bool bf16_kernel_available() { return cpu::bf16::has_avx512_bf16(); }
-bool bf16_kernel_pays() { return cpu::bf16::dot_pays(); }
+bool bf16_tiles_available() { return cpu::bf16::has_avx512_bf16() && cpu::bf16::tiles::available(); }
+bool bf16_kernel_pays() { return cpu::bf16::dot_pays() || bf16_tiles_available(); }
 bool bf16_kernel_chosen() { return cpu::bf16::dot_chosen(bf16_kernel()); }
 
-bool cpu::bf16::dot_chosen(Bf16Kernel choice) {
-  return choice != Bf16Kernel::off && has_avx512_bf16() && (choice == Bf16Kernel::on || dot_pays());
+cpu::bf16::Unit cpu::bf16::unit_chosen(Bf16Kernel choice) {
+  const bool vectors = has_avx512_bf16(), tiles = vectors && tiles::available();
+  switch (choice) {
+    case Bf16Kernel::off: return Unit::none;
+    case Bf16Kernel::on: return vectors ? Unit::vectors : Unit::none;
+    case Bf16Kernel::tiles: return tiles ? Unit::tiles : Unit::none;
+    case Bf16Kernel::automatic: break;
+  }
+  return tiles ? Unit::tiles : vectors && dot_pays() ? Unit::vectors : Unit::none;
 }
 
 }  // namespace attn

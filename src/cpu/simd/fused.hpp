@@ -122,6 +122,7 @@ enum class KvType : int { f32, bf16, f16, i8, f8e4m3, f8e5m2, i4, i4_channels };
 struct ValuePairs {
   const std::uint32_t* data = nullptr;
   index_t heads = 0, tiles = 0, cols = 0;
+  bool on_tiles = false;  // V^T pairs, for the products on AMX tiles (bf16::Unit::tiles)
   const std::uint32_t* of(index_t b, index_t hk, index_t j0) const {
     return data + ((b * heads + hk) * tiles + j0 / kBlockK) * (kBlockK / 2 * cols);
   }
@@ -363,6 +364,7 @@ struct SdpaBackward {
   // values (the bfloat16 backward), on the AVX-512 target of a CPU with AVX512-BF16 where the
   // bfloat16 kernel is chosen.
   bool bf16_products = false;
+  bool bf16_tiles = false;  // those products on AMX tiles (bf16::Unit::tiles), else by vdpbf16ps
 };
 
 // Pass 3, for query block blk of (b, h), bh = b H + h: its row i < rows, at out + i out_stride (cols

@@ -300,11 +300,11 @@ void PackPanels(T* panels, View4<const T> x, index_t b, index_t h, index_t i0, i
 // keys, B = Q^T) and dP^T (x the values, B = dout^T).
 template <class T>
 void TileProductsBf16(const T* x, index_t xs, index_t cnt, index_t cols, std::uint32_t* packed, const std::uint32_t* b,
-                      T* c) {
+                      T* c, bool tiles) {
   if constexpr (std::is_same_v<T, float>) {
     const index_t pairs = (cols + 1) / 2;
     bf16::pack_pairs_in_rows(x, xs, cnt, cols, packed);
-    bf16::products(packed, pairs, 1, cnt, pairs, b, c, false);
+    bf16::products(packed, pairs, 1, cnt, pairs, b, c, false, tiles);
   }
 }
 
@@ -314,19 +314,19 @@ void TileProductsBf16(const T* x, index_t xs, index_t cnt, index_t cols, std::ui
 // dQ^T += K_tile^T dS^T over the tile's cnt keys.
 template <class T>
 void AccumulateGradsBf16(const SdpaChunkArrays<T>& arrays, const T* k_tile, index_t ks, index_t cnt, index_t rows,
-                         index_t dq, index_t dv, bool skip_dq, T* dvt, T* dkt, T* part_blk) {
+                         index_t dq, index_t dv, bool skip_dq, bool tiles, T* dvt, T* dkt, T* part_blk) {
   if constexpr (std::is_same_v<T, float>) {
     // Pairs of the block's rows; an odd count's last pair takes a 0 for the row past it (whose W may
     // be NaN where a masked key is; Q^T and dout^T are 0 there).
     const index_t query_pairs = (rows + 1) / 2;
     bf16::pack_row_pairs(arrays.pm, kBlockK, rows, kBlockK, arrays.w_b);
-    bf16::products(arrays.o_a, kBlockQ / 2, 1, dv, query_pairs, arrays.w_b, dvt, true);
+    bf16::products(arrays.o_a, kBlockQ / 2, 1, dv, query_pairs, arrays.w_b, dvt, true, tiles);
     bf16::pack_row_pairs(arrays.dsm, kBlockK, rows, kBlockK, arrays.ds_b);
-    bf16::products(arrays.q_a, kBlockQ / 2, 1, dq, query_pairs, arrays.ds_b, dkt, true);
+    bf16::products(arrays.q_a, kBlockQ / 2, 1, dq, query_pairs, arrays.ds_b, dkt, true, tiles);
     if (skip_dq) return;
     bf16::pack_row_pairs(k_tile, ks, cnt, dq, arrays.k_t);                  // (ceil(cnt / 2), dq)
     bf16::pack_row_pairs(arrays.dst, kBlockQ, cnt, kBlockQ, arrays.dst_b);  // (ceil(cnt / 2), kBlockQ)
-    bf16::products(arrays.k_t, 1, dq, dq, (cnt + 1) / 2, arrays.dst_b, part_blk, true);
+    bf16::products(arrays.k_t, 1, dq, dq, (cnt + 1) / 2, arrays.dst_b, part_blk, true, tiles);
   }
 }
 
@@ -343,6 +343,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
   const bool bf16 = std::is_same_v<T, float> && p.bf16_products;
   const bool key_major = backward_grads_key_major(dq, dv, bf16);
   BlockState<T> st(arrays.block);
+  const bf16::tiles::Scope tile_registers(bf16 && p.bf16_tiles);
   st.hook = a.hook;
   double* row_dot = arrays.row_dot;
   T *pm = arrays.pm, *dst = arrays.dst, *dsm = arrays.dsm, *dk_chunk = arrays.dk_chunk, *dv_chunk = arrays.dv_chunk;
@@ -387,14 +388,14 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         const T* k_tile = a.k.row(b, hk, j0);
         const T* v_tile = a.v.row(b, hk, j0);
         if (bf16) {
-          TileProductsBf16(k_tile, a.k.sR, cnt, dq, arrays.k_a, arrays.q_b, st.s);
+          TileProductsBf16(k_tile, a.k.sR, cnt, dq, arrays.k_a, arrays.q_b, st.s, p.bf16_tiles);
         } else {
           BlockGemm<false>(d, k_tile, a.k.sR, 1, st.qt, st.s, cnt, dq);
         }
         const bool partial = RebuildWeights(d, a, st, j0, cnt, arrays.softcap_tanh, arrays.raw);
         // dP^T = V_tile dout^T, then dS^T and W.
         if (bf16) {
-          TileProductsBf16(v_tile, a.v.sR, cnt, dv, arrays.v_a, arrays.o_b, dst);
+          TileProductsBf16(v_tile, a.v.sR, cnt, dv, arrays.v_a, arrays.o_b, dst, p.bf16_tiles);
         } else {
           BlockGemm<false>(d, v_tile, a.v.sR, 1, st.ot, dst, cnt, dv);
         }
@@ -415,7 +416,7 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         // dQ^T += K_tile^T dS^T.
         const bool keys_not_finite = partial && !rows_finite(k_tile, a.k.sR, cnt, dq);
         if (bf16) {
-          AccumulateGradsBf16(arrays, k_tile, a.k.sR, cnt, rows, dq, dv, keys_not_finite, dvt, dkt, part_blk);
+          AccumulateGradsBf16(arrays, k_tile, a.k.sR, cnt, rows, dq, dv, keys_not_finite, p.bf16_tiles, dvt, dkt, part_blk);
           if (keys_not_finite) AccumulateSkippingZeros(part_blk, k_tile, a.k.sR, dst, cnt, dq, rows);
           continue;
         }

@@ -188,10 +188,11 @@ inline bool Bf16RowsFinite(const std::uint16_t* v, index_t stride, index_t cnt, 
 // out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T by the AVX512-BF16 products: the tile's weights
 // (st.s, cnt keys) rounded and packed as P pairs into st.bias_t (free once the tile is masked), over
 // the tile's values packed as V pairs; bf16::accumulate rescales out^T as it loads it.
-inline void AccumulateValuePairs(BlockState<float>& st, index_t cnt, index_t dv, const std::uint32_t* value_pairs) {
+inline void AccumulateValuePairs(BlockState<float>& st, index_t cnt, index_t dv, const ValuePairs& values, index_t b,
+                                 index_t hk, index_t j0) {
   auto* weight_pairs = reinterpret_cast<std::uint32_t*>(st.bias_t);
   bf16::pack_weights(st.s, cnt, weight_pairs);
-  bf16::accumulate(value_pairs, weight_pairs, cnt, dv, st.alpha, st.ot);
+  bf16::accumulate(values.of(b, hk, j0), weight_pairs, cnt, dv, st.alpha, st.ot, values.on_tiles);
 }
 
 // sdpa_forward_block_bf16 (fused.hpp): ForwardBlock with the AVX512-BF16 products. Compiled for
@@ -206,6 +207,7 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
   Carve carve(work);
   const HalfArrays arrays(carve, dq, dv);
   BlockState<float> st(arrays.block);
+  const bf16::tiles::Scope tile_registers(x.value_pairs.on_tiles);
   auto* query_pairs = reinterpret_cast<std::uint32_t*>(st.qt);  // (d / 2, kBlockQ) words fit in qt
   bf16::pack_queries(x.q.row(b, h, i0), x.q.sR, rows, dq, query_pairs);
   const KeyRange keys = st.start(a.mask, b, h, i0, rows);
@@ -218,7 +220,7 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
     const index_t cnt = std::min<index_t>(kBlockK, keys.end - j0);
     if (!st.may_attend(j0, cnt)) continue;
     ++tiles;
-    bf16::scores(x.k.row(b, hk, j0), x.k.sR, cnt, dq, query_pairs, st.s);
+    bf16::scores(x.k.row(b, hk, j0), x.k.sR, cnt, dq, query_pairs, st.s, x.value_pairs.on_tiles);
     const bool partial = st.weigh_tile</*kTileSumInFloat=*/true>(d, a.scale, a.softcap, j0, cnt);
     if (partial || st.tile_bias) ++masked_tiles;
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
@@ -232,7 +234,7 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
         for (index_t c = 0; c < dv; ++c) arrays.tile[j * dv + c] = to_float(bfloat16::from_bits(v0[j * x.v.sR + c]));
       st.accumulate_skipping_zeros(arrays.tile, dv, cnt, dv, rows);
     } else {
-      AccumulateValuePairs(st, cnt, dv, x.value_pairs.of(b, hk, j0));
+      AccumulateValuePairs(st, cnt, dv, x.value_pairs, b, hk, j0);
     }
   }
   simd::note_tiles(tiles, masked_tiles);
@@ -326,6 +328,7 @@ void ForwardBlockInt8(const SdpaForward<float>& p, index_t b, index_t h, index_t
   Carve carve(work);
   const Int8Arrays arrays(carve, a.q.C, dv);
   BlockState<float> st(arrays.block);
+  const bf16::tiles::Scope tile_registers(x.value_pairs.on_tiles);
   // The block's quantized queries packed for the products, and their scales and q . mean a lane (0
   // past the block's rows).
   const index_t first = (b * H + h) * n + i0;
@@ -366,7 +369,7 @@ void ForwardBlockInt8(const SdpaForward<float>& p, index_t b, index_t h, index_t
       st.rescale(d, st.ot, dv);
       st.accumulate_skipping_zeros(v0, a.v.sR, cnt, dv, rows);
     } else if (x.value_pairs.data != nullptr) {
-      AccumulateValuePairs(st, cnt, dv, x.value_pairs.of(b, hk, j0));
+      AccumulateValuePairs(st, cnt, dv, x.value_pairs, b, hk, j0);
     } else {
       st.rescale(d, st.ot, dv);
       BlockGemm<true>(d, v0, 1, a.v.sR, st.s, st.ot, dv, cnt);
