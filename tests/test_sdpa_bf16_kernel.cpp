@@ -1,5 +1,5 @@
 // The bfloat16 kernel of bfloat16 attention (cpu/bf16/dot_bf16.hpp), on each of its units the CPU
-// has: AVX512-BF16's vectors (Bf16Kernel::on) and AMX's tiles (Bf16Kernel::tiles, tiles_bf16.hpp);
+// has: AVX512-BF16's vectors (Bf16Kernel::on) and AMX's tiles (Bf16Kernel::tiles, tiles/tiles.hpp);
 // its out and lse against the float64 reference on the rounded inputs within twice the error of a
 // float32 computation with P rounded to bfloat16 (FlashAttention's rule, P rounded as the kernel
 // does), and against the portable bfloat16 path within the stated bound: the two differ only in

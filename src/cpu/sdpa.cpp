@@ -320,6 +320,7 @@ Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan
   x.q8 = in->q8, x.q_scale = in->q_scale, x.q_mean = in->q_mean;
   x.k8 = in->k8, x.k_scale = in->k_scale, x.k_sum = in->k_sum, x.row = row;
   x.vnni = avx3 && int8::has_avx512_vnni();
+  x.scores_on_tiles = x.vnni && int8::scores_on_tiles(plan.switches().bf16);
   if (bf16_values) {  // the values rounded to bfloat16 and packed as V pairs, a tile a task
     const std::size_t tile_halves = static_cast<std::size_t>(fused::kBlockK * dv);
     run_tasks(B * Hk * value_tiles, tile_halves * sizeof(std::uint16_t), m * dv >= (1 << 16), [&](index_t t, void* work) {

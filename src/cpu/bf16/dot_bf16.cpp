@@ -109,13 +109,13 @@ void scores(const std::uint16_t* k, index_t ks, index_t cnt, index_t d, const st
   if (tiles) {  // A = the key rows in pairs: the rows themselves where d and the stride are even
     const index_t pairs = (d + 1) / 2;
     if (d % 2 == 0 && ks % 2 == 0 && reinterpret_cast<std::uintptr_t>(k) % alignof(std::uint32_t) == 0) {
-      tiles::product(reinterpret_cast<const std::uint32_t*>(k), ks / 2, 1, cnt, pairs, qp, s, false);
+      tiles::product_bf16(reinterpret_cast<const std::uint32_t*>(k), ks / 2, 1, cnt, pairs, qp, s, false);
     } else {
       thread_local std::vector<std::uint32_t> key_pairs;
       key_pairs.resize(static_cast<std::size_t>(cnt * pairs));
       for (index_t j = 0; j < cnt; ++j)
         for (index_t c = 0; c < pairs; ++c) key_pairs[j * pairs + c] = pair_of(k + j * ks, c, d);
-      tiles::product(key_pairs.data(), pairs, 1, cnt, pairs, qp, s, false);
+      tiles::product_bf16(key_pairs.data(), pairs, 1, cnt, pairs, qp, s, false);
     }
     return;
   }
@@ -204,7 +204,7 @@ ATTN_BF16_TARGET void product_rows(const std::uint32_t* a, index_t a_r, index_t 
 
 void products(const std::uint32_t* a, index_t a_r, index_t a_k, index_t rows, index_t pairs, const std::uint32_t* b,
               float* c, bool accumulate, bool tiles) {
-  if (tiles) return tiles::product(a, a_r, a_k, rows, pairs, b, c, accumulate);
+  if (tiles) return tiles::product_bf16(a, a_r, a_k, rows, pairs, b, c, accumulate);
   if (pairs == 0) {
     if (!accumulate) std::fill(c, c + rows * kLanes, 0.0f);
     return;
@@ -223,18 +223,33 @@ void products(const std::uint32_t* a, index_t a_r, index_t a_k, index_t rows, in
   }
 }
 
+namespace {
+
+inline std::uint32_t bits_of(std::uint16_t x) { return x; }
+inline std::uint32_t bits_of(float x) { return bf16_bits(x); }
+
+// out (cols, kLanes / 2) words = the columns of `rows` <= kLanes rows of x (stride xs) in pairs of
+// rows: word [c][p] = (x[2p][c], x[2p + 1][c]), zeros past `rows`.
+template <class T>
+void column_pairs(const T* x, index_t xs, index_t rows, index_t cols, std::uint32_t* out) {
+  constexpr index_t kPairs = kLanes / 2;
+  for (index_t c = 0; c < cols; ++c)
+    for (index_t p = 0; p < kPairs; ++p) {
+      const index_t j = 2 * p;
+      const std::uint32_t lo = j < rows ? bits_of(x[j * xs + c]) : 0u, hi = j + 1 < rows ? bits_of(x[(j + 1) * xs + c]) : 0u;
+      out[c * kPairs + p] = lo | hi << 16;
+    }
+}
+
+}  // namespace
+
+void pack_column_pairs(const float* x, index_t xs, index_t rows, index_t cols, std::uint32_t* out) {
+  column_pairs(x, xs, rows, cols, out);
+}
+
 ATTN_BF16_TARGET void pack_values(const std::uint16_t* v, index_t vs, index_t cnt, index_t dv, std::uint32_t* vp,
                                   bool tiles) {
-  if (tiles) {  // V^T pairs: row c holds the tile's keys in pairs, zeros past cnt
-    constexpr index_t kPairs = kLanes / 2;
-    for (index_t c = 0; c < dv; ++c)
-      for (index_t p = 0; p < kPairs; ++p) {
-        const index_t j = 2 * p;
-        const std::uint32_t lo = j < cnt ? v[j * vs + c] : 0u, hi = j + 1 < cnt ? v[(j + 1) * vs + c] : 0u;
-        vp[c * kPairs + p] = lo | hi << 16;
-      }
-    return;
-  }
+  if (tiles) return column_pairs(v, vs, cnt, dv, vp);  // V^T pairs
   for (index_t j = 0; j < cnt; j += 2) {
     const std::uint16_t* lo = v + j * vs;
     const std::uint16_t* hi = j + 1 < cnt ? lo + vs : nullptr;
@@ -308,7 +323,7 @@ void accumulate(const std::uint32_t* vp, const std::uint32_t* pp, index_t cnt, i
   const index_t pairs = (cnt + 1) / 2;
   if (tiles) {  // ot = ot alpha, then ot += V^T P^T (A: the V^T pairs, a row of kLanes / 2 words a value column)
     rescale_rows(alpha, dv, ot);
-    tiles::product(vp, kLanes / 2, 1, dv, pairs, pp, ot, true);
+    tiles::product_bf16(vp, kLanes / 2, 1, dv, pairs, pp, ot, true);
     return;
   }
   constexpr index_t kCols = 6;  // 6 value columns x 4 query vectors: 24 accumulators
@@ -330,12 +345,12 @@ namespace attn {
 
 // The public questions of attn/config.hpp about the kernel, answered here, where the CPU is known.
 bool bf16_kernel_available() { return cpu::bf16::has_avx512_bf16(); }
-bool bf16_tiles_available() { return cpu::bf16::has_avx512_bf16() && cpu::bf16::tiles::available(); }
+bool bf16_tiles_available() { return cpu::bf16::has_avx512_bf16() && cpu::tiles::bf16_available(); }
 bool bf16_kernel_pays() { return cpu::bf16::dot_pays() || bf16_tiles_available(); }
 bool bf16_kernel_chosen() { return cpu::bf16::dot_chosen(bf16_kernel()); }
 
 cpu::bf16::Unit cpu::bf16::unit_chosen(Bf16Kernel choice) {
-  const bool vectors = has_avx512_bf16(), tiles = vectors && tiles::available();
+  const bool vectors = has_avx512_bf16(), tiles = vectors && tiles::bf16_available();
   switch (choice) {
     case Bf16Kernel::off: return Unit::none;
     case Bf16Kernel::on: return vectors ? Unit::vectors : Unit::none;

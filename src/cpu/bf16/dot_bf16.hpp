@@ -2,9 +2,9 @@
 // forward's P V, the bfloat16 backward), on one of two units:
 //   vectors: vdpbf16ps multiplies 32 bfloat16 pairs and adds them into 16 float lanes (acc[i] +=
 //            a[2i] b[2i] + a[2i+1] b[2i+1]), twice float32 FMA's work per instruction (AVX512-BF16);
-//   tiles:   AMX's tdpbf16ps, the same pairs 16 x 16 x 32 at a time (tiles_bf16.hpp).
+//   tiles:   AMX's tdpbf16ps, the same pairs 16 x 16 x 32 at a time (tiles/tiles.hpp).
 // Highway 1.0.3 emits neither: these functions carry their own target attributes and are called only
-// when the CPU has the unit (has_avx512_bf16, tiles::available) and the chosen SIMD target is
+// when the CPU has the unit (has_avx512_bf16, tiles::bf16_available) and the chosen SIMD target is
 // AVX-512. Each function's `tiles` says which unit runs it; the tiles' products run inside a
 // tiles::Scope of the calling task.
 //
@@ -21,7 +21,7 @@
 
 #include "attn/config.hpp"
 #include "attn/tensor.hpp"
-#include "cpu/bf16/tiles_bf16.hpp"
+#include "cpu/tiles/tiles.hpp"
 
 namespace attn::cpu::bf16 {
 
@@ -73,6 +73,9 @@ void pack_row_pairs(const float* x, index_t xs, index_t rows, index_t cols, std:
 // out (rows, ceil(cols / 2)) words = each row of x (stride xs floats) in pairs of its elements:
 // word [r][p] = (x[r][2p], x[r][2p + 1]).
 void pack_pairs_in_rows(const float* x, index_t xs, index_t rows, index_t cols, std::uint32_t* out);
+// out (cols, kBlockK / 2) words = the columns of rows <= kBlockK rows of x (stride xs floats) in pairs
+// of rows, zeros past `rows`: word [c][p] = (x[2p][c], x[2p + 1][c]) (a key tile's K^T for the tiles).
+void pack_column_pairs(const float* x, index_t xs, index_t rows, index_t cols, std::uint32_t* out);
 // c (rows, 64) = (accumulate ? c : 0) + sum over p < pairs of A(r, p) B[p][.], in float.
 void products(const std::uint32_t* a, index_t a_r, index_t a_k, index_t rows, index_t pairs, const std::uint32_t* b,
               float* c, bool accumulate, bool tiles);

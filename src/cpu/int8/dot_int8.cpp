@@ -3,6 +3,7 @@
 #include "cpu/int8/dot_int8.hpp"
 
 #include "attn/config.hpp"
+#include "cpu/tiles/tiles.hpp"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -11,6 +12,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 namespace attn::cpu::int8 {
 namespace {
@@ -82,12 +84,39 @@ void pack_queries(const std::int8_t* q8, index_t qs, index_t rows, index_t d4, s
     }
 }
 
+namespace {
+
+// s (cnt, 64) from the tiles' sums (cnt, 64) of the unsigned queries: each less 128 times its key's
+// byte sum, then converted and scaled as score_rows does.
+ATTN_VNNI_TARGET void scale_sums(const std::int32_t* sums, const std::int32_t* k_sum, const float* k_scale, index_t cnt,
+                                 const float* q_scale, const float* q_mean, float* s) {
+  for (int v = 0; v < 4; ++v) {
+    const __m512 qs = _mm512_loadu_ps(q_scale + 16 * v), qm = _mm512_loadu_ps(q_mean + 16 * v);
+    for (index_t r = 0; r < cnt; ++r) {
+      const __m512i acc = _mm512_sub_epi32(_mm512_loadu_si512(sums + r * kLanes + 16 * v), _mm512_set1_epi32(128 * k_sum[r]));
+      const __m512 factor = _mm512_mul_ps(qs, _mm512_set1_ps(k_scale[r]));
+      _mm512_storeu_ps(s + r * kLanes + 16 * v, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), factor, qm));
+    }
+  }
+}
+
+}  // namespace
+
+bool scores_on_tiles(Bf16Kernel choice) { return choice != Bf16Kernel::on && tiles::int8_available(); }
+
 void scores(const std::int8_t* k8, index_t ks, const std::int32_t* k_sum, const float* k_scale, index_t cnt,
-            index_t d4, const std::uint32_t* qp, const float* q_scale, const float* q_mean, float* s) {
+            index_t d4, const std::uint32_t* qp, const float* q_scale, const float* q_mean, float* s, bool on_tiles) {
   constexpr index_t kKeys = 6;  // 6 keys x 4 query vectors: 24 accumulators, 4 queries, 1 key word
   const index_t quads = d4 / 4;
   if (quads == 0) {  // d == 0: every product 0, the scores q_mean
     for (index_t j = 0; j < cnt; ++j) std::memcpy(s + j * kLanes, q_mean, sizeof(float) * kLanes);
+    return;
+  }
+  if (on_tiles) {
+    thread_local std::vector<std::int32_t> sums;
+    sums.resize(static_cast<std::size_t>(cnt * kLanes));
+    tiles::product_int8(k8, ks, cnt, quads, qp, sums.data());
+    scale_sums(sums.data(), k_sum, k_scale, cnt, q_scale, q_mean, s);
     return;
   }
   index_t j = 0;

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "attn/config.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::cpu::int8 {
@@ -27,8 +28,15 @@ bool has_avx512_vnni();
 void pack_queries(const std::int8_t* q8, index_t qs, index_t rows, index_t d4, std::uint32_t* qp);
 
 // s (cnt, 64): s[j][i] = (sum_c q8[i][c] k8[j][c]) q_scale[i] k_scale[j] + q_mean[i], for cnt key rows
-// (stride ks bytes) of d4 bytes whose byte sums are k_sum[0, cnt).
+// (stride ks bytes) of d4 bytes whose byte sums are k_sum[0, cnt). tiles: the sums by AMX-INT8's
+// tdpbsud (tiles/tiles.hpp; inside a tiles::Scope), the same integers as vpdpbusd's, so the same
+// scores bit for bit.
 void scores(const std::int8_t* k8, index_t ks, const std::int32_t* k_sum, const float* k_scale, index_t cnt,
-            index_t d4, const std::uint32_t* qp, const float* q_scale, const float* q_mean, float* s);
+            index_t d4, const std::uint32_t* qp, const float* q_scale, const float* q_mean, float* s, bool tiles);
+
+// Whether the int8 forward's Q K^T runs on AMX-INT8 tiles under the bfloat16 kernel's setting
+// `choice`: where the CPU has them, unless the setting asks for the vectors (Bf16Kernel::on, for
+// testing and comparing).
+bool scores_on_tiles(Bf16Kernel choice);
 
 }  // namespace attn::cpu::int8

@@ -155,6 +155,7 @@ struct Int8Views {
   const std::int32_t* k_sum = nullptr;  // (B, Hk, m): each key row's byte sum
   index_t row = 0;
   bool vnni = false;        // Q K^T by the AVX512-VNNI products (int8/dot_int8.hpp), else the portable ones
+  bool scores_on_tiles = false;  // those products' sums by AMX-INT8 (int8::scores_on_tiles): the same
   ValuePairs value_pairs;   // P V by the AVX512-BF16 products when set, else in float over the plan's values
 };
 
@@ -419,10 +420,11 @@ struct SdpaChunkArrays {
   T* q_panels;
   T* o_panels;
 
-  // With bf16_products, the operands as bfloat16 pairs (bf16/dot_bf16.hpp), of a query block (q_b,
-  // o_b: Q^T and dout^T in pairs of their rows; q_a, o_a: in pairs along the queries) and of a key
-  // tile (k_a, v_a: its rows in pairs along d and v; k_t: pairs of key rows; w_b, ds_b, dst_b: W, dS
-  // and dS^T in pairs of rows). Empty otherwise.
+  // With bf16_products, the operands as bfloat16 pairs (bf16/dot_bf16.hpp): of a query block (q_b,
+  // o_b: Q^T and dout^T in pairs of their rows; q_a, o_a: in pairs along the queries), of the chunk's
+  // key tiles, packed once per chunk (k_a, v_a: the rows in pairs along d and v, a tile's at its first
+  // row; k_t: kBlockK / 2 d words a tile, its key rows in pairs (vectors) or K^T in pairs along the
+  // keys (tiles)), and of a tile's W, dS and dS^T in pairs of rows (w_b, ds_b, dst_b). Empty otherwise.
   std::uint32_t *q_b, *o_b, *q_a, *o_a, *k_a, *v_a, *k_t, *w_b, *ds_b, *dst_b;
 
   SdpaChunkArrays(Carve& c, index_t d, index_t v, index_t chunk_keys, bool bf16 = false)
@@ -434,8 +436,8 @@ struct SdpaChunkArrays {
         o_panels(c.take<T>(backward_grads_key_major(d, v, bf16) ? static_cast<std::size_t>(v * kBlockQ) : 0)),
         q_b(words(c, bf16, (d + 1) / 2 * kBlockQ)), o_b(words(c, bf16, (v + 1) / 2 * kBlockQ)),
         q_a(words(c, bf16, d * kBlockQ / 2)), o_a(words(c, bf16, v * kBlockQ / 2)),
-        k_a(words(c, bf16, kBlockK * ((d + 1) / 2))), v_a(words(c, bf16, kBlockK * ((v + 1) / 2))),
-        k_t(words(c, bf16, kBlockK / 2 * d)), w_b(words(c, bf16, kBlockQ / 2 * kBlockK)),
+        k_a(words(c, bf16, chunk_keys * ((d + 1) / 2))), v_a(words(c, bf16, chunk_keys * ((v + 1) / 2))),
+        k_t(words(c, bf16, chunk_keys / 2 * d)), w_b(words(c, bf16, kBlockQ / 2 * kBlockK)),
         ds_b(words(c, bf16, kBlockQ / 2 * kBlockK)), dst_b(words(c, bf16, kBlockK / 2 * kBlockQ)) {}
 
   static std::uint32_t* words(Carve& c, bool bf16, index_t count) {

@@ -295,15 +295,34 @@ void PackPanels(T* panels, View4<const T> x, index_t b, index_t h, index_t i0, i
 // The bfloat16 products of pass 2 (SdpaBackward::bf16_products; bf16/dot_bf16.hpp gives the
 // layouts), for float arrays only (T = double never takes them).
 //
-// c (cnt, kBlockQ) = X_tile B for the tile's cnt rows of x (stride xs) of `cols` elements, packed
-// into `packed` in pairs along the row, B the block's operand in pairs of rows: the scores (x the
-// keys, B = Q^T) and dP^T (x the values, B = dout^T).
+// The chunk's key tiles as the products take them, once per chunk (SdpaChunkArrays: k_a, v_a, k_t):
+// the keys' and values' rows in pairs along them, and the keys for the partial dQ.
 template <class T>
-void TileProductsBf16(const T* x, index_t xs, index_t cnt, index_t cols, std::uint32_t* packed, const std::uint32_t* b,
-                      T* c, bool tiles) {
+void PackChunkTilesBf16(const SdpaChunkArrays<T>& arrays, const SdpaPlan<T>& a, index_t b, index_t hk, index_t k0,
+                        index_t k1, bool tiles) {
+  if constexpr (std::is_same_v<T, float>) {
+    const index_t dq = a.q.C, dv = a.v.C;
+    for (index_t j0 = k0; j0 < k1; j0 += kBlockK) {
+      const index_t cnt = std::min<index_t>(kBlockK, k1 - j0), at = j0 - k0;
+      const T* k_tile = a.k.row(b, hk, j0);
+      bf16::pack_pairs_in_rows(k_tile, a.k.sR, cnt, dq, arrays.k_a + at * ((dq + 1) / 2));
+      bf16::pack_pairs_in_rows(a.v.row(b, hk, j0), a.v.sR, cnt, dv, arrays.v_a + at * ((dv + 1) / 2));
+      if (tiles) {
+        bf16::pack_column_pairs(k_tile, a.k.sR, cnt, dq, arrays.k_t + at / 2 * dq);  // (dq, kBlockK / 2)
+      } else {
+        bf16::pack_row_pairs(k_tile, a.k.sR, cnt, dq, arrays.k_t + at / 2 * dq);  // (ceil(cnt / 2), dq)
+      }
+    }
+  }
+}
+
+// c (cnt, kBlockQ) = X_tile B for the tile's cnt rows, packed (k_a or v_a) in pairs along their
+// `cols` elements, B the block's operand in pairs of rows: the scores (the keys, B = Q^T) and dP^T
+// (the values, B = dout^T).
+template <class T>
+void TileProductsBf16(const std::uint32_t* packed, index_t cnt, index_t cols, const std::uint32_t* b, T* c, bool tiles) {
   if constexpr (std::is_same_v<T, float>) {
     const index_t pairs = (cols + 1) / 2;
-    bf16::pack_pairs_in_rows(x, xs, cnt, cols, packed);
     bf16::products(packed, pairs, 1, cnt, pairs, b, c, false, tiles);
   }
 }
@@ -311,9 +330,9 @@ void TileProductsBf16(const T* x, index_t xs, index_t cnt, index_t cols, std::ui
 // The tile's shares of the gradients: dV^T += dout^T W and dK^T += Q^T dS over the block's `rows`
 // queries, W and dS rounded to bfloat16 (pm and dsm, query-major); and, unless skip_dq (a masked
 // tile whose keys are not all finite: the caller adds them skipping zeros, in float), the partial
-// dQ^T += K_tile^T dS^T over the tile's cnt keys.
+// dQ^T += K_tile^T dS^T over the tile's cnt keys (k_t: the tile's keys packed by PackChunkTilesBf16).
 template <class T>
-void AccumulateGradsBf16(const SdpaChunkArrays<T>& arrays, const T* k_tile, index_t ks, index_t cnt, index_t rows,
+void AccumulateGradsBf16(const SdpaChunkArrays<T>& arrays, const std::uint32_t* k_t, index_t cnt, index_t rows,
                          index_t dq, index_t dv, bool skip_dq, bool tiles, T* dvt, T* dkt, T* part_blk) {
   if constexpr (std::is_same_v<T, float>) {
     // Pairs of the block's rows; an odd count's last pair takes a 0 for the row past it (whose W may
@@ -324,9 +343,12 @@ void AccumulateGradsBf16(const SdpaChunkArrays<T>& arrays, const T* k_tile, inde
     bf16::pack_row_pairs(arrays.dsm, kBlockK, rows, kBlockK, arrays.ds_b);
     bf16::products(arrays.q_a, kBlockQ / 2, 1, dq, query_pairs, arrays.ds_b, dkt, true, tiles);
     if (skip_dq) return;
-    bf16::pack_row_pairs(k_tile, ks, cnt, dq, arrays.k_t);                  // (ceil(cnt / 2), dq)
     bf16::pack_row_pairs(arrays.dst, kBlockQ, cnt, kBlockQ, arrays.dst_b);  // (ceil(cnt / 2), kBlockQ)
-    bf16::products(arrays.k_t, 1, dq, dq, (cnt + 1) / 2, arrays.dst_b, part_blk, true, tiles);
+    if (tiles) {  // A = K^T in pairs along the keys: rows of kBlockK / 2 words
+      bf16::products(k_t, kBlockK / 2, 1, dq, (cnt + 1) / 2, arrays.dst_b, part_blk, true, tiles);
+    } else {  // A(c, p) = k_t[p][c]
+      bf16::products(k_t, 1, dq, dq, (cnt + 1) / 2, arrays.dst_b, part_blk, true, tiles);
+    }
   }
 }
 
@@ -343,13 +365,14 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
   const bool bf16 = std::is_same_v<T, float> && p.bf16_products;
   const bool key_major = backward_grads_key_major(dq, dv, bf16);
   BlockState<T> st(arrays.block);
-  const bf16::tiles::Scope tile_registers(bf16 && p.bf16_tiles);
+  const tiles::Scope tile_registers(bf16 && p.bf16_tiles);
   st.hook = a.hook;
   double* row_dot = arrays.row_dot;
   T *pm = arrays.pm, *dst = arrays.dst, *dsm = arrays.dsm, *dk_chunk = arrays.dk_chunk, *dv_chunk = arrays.dv_chunk;
   const index_t k0 = chunk * p.chunk_keys, k1 = std::min(m, k0 + p.chunk_keys);
   std::fill(dk_chunk, dk_chunk + dq * p.chunk_keys, T(0));
   std::fill(dv_chunk, dv_chunk + dv * p.chunk_keys, T(0));
+  if (bf16) PackChunkTilesBf16(arrays, a, b, hk, k0, k1, p.bf16_tiles);
 
   // The query heads of the group, then query blocks, then key tiles: a block's queries and output
   // gradients are transposed once per chunk. Every sum keeps its order (dK, dV over heads and blocks
@@ -388,14 +411,14 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         const T* k_tile = a.k.row(b, hk, j0);
         const T* v_tile = a.v.row(b, hk, j0);
         if (bf16) {
-          TileProductsBf16(k_tile, a.k.sR, cnt, dq, arrays.k_a, arrays.q_b, st.s, p.bf16_tiles);
+          TileProductsBf16(arrays.k_a + (j0 - k0) * ((dq + 1) / 2), cnt, dq, arrays.q_b, st.s, p.bf16_tiles);
         } else {
           BlockGemm<false>(d, k_tile, a.k.sR, 1, st.qt, st.s, cnt, dq);
         }
         const bool partial = RebuildWeights(d, a, st, j0, cnt, arrays.softcap_tanh, arrays.raw);
         // dP^T = V_tile dout^T, then dS^T and W.
         if (bf16) {
-          TileProductsBf16(v_tile, a.v.sR, cnt, dv, arrays.v_a, arrays.o_b, dst, p.bf16_tiles);
+          TileProductsBf16(arrays.v_a + (j0 - k0) * ((dv + 1) / 2), cnt, dv, arrays.o_b, dst, p.bf16_tiles);
         } else {
           BlockGemm<false>(d, v_tile, a.v.sR, 1, st.ot, dst, cnt, dv);
         }
@@ -416,7 +439,8 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         // dQ^T += K_tile^T dS^T.
         const bool keys_not_finite = partial && !rows_finite(k_tile, a.k.sR, cnt, dq);
         if (bf16) {
-          AccumulateGradsBf16(arrays, k_tile, a.k.sR, cnt, rows, dq, dv, keys_not_finite, p.bf16_tiles, dvt, dkt, part_blk);
+          AccumulateGradsBf16(arrays, arrays.k_t + (j0 - k0) / 2 * dq, cnt, rows, dq, dv, keys_not_finite, p.bf16_tiles, dvt,
+                              dkt, part_blk);
           if (keys_not_finite) AccumulateSkippingZeros(part_blk, k_tile, a.k.sR, dst, cnt, dq, rows);
           continue;
         }

@@ -207,7 +207,7 @@ void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t
   Carve carve(work);
   const HalfArrays arrays(carve, dq, dv);
   BlockState<float> st(arrays.block);
-  const bf16::tiles::Scope tile_registers(x.value_pairs.on_tiles);
+  const tiles::Scope tile_registers(x.value_pairs.on_tiles);
   auto* query_pairs = reinterpret_cast<std::uint32_t*>(st.qt);  // (d / 2, kBlockQ) words fit in qt
   bf16::pack_queries(x.q.row(b, h, i0), x.q.sR, rows, dq, query_pairs);
   const KeyRange keys = st.start(a.mask, b, h, i0, rows);
@@ -328,7 +328,7 @@ void ForwardBlockInt8(const SdpaForward<float>& p, index_t b, index_t h, index_t
   Carve carve(work);
   const Int8Arrays arrays(carve, a.q.C, dv);
   BlockState<float> st(arrays.block);
-  const bf16::tiles::Scope tile_registers(x.value_pairs.on_tiles);
+  const tiles::Scope tile_registers(x.value_pairs.on_tiles || x.scores_on_tiles);
   // The block's quantized queries packed for the products, and their scales and q . mean a lane (0
   // past the block's rows).
   const index_t first = (b * H + h) * n + i0;
@@ -354,7 +354,8 @@ void ForwardBlockInt8(const SdpaForward<float>& p, index_t b, index_t h, index_t
     const std::int8_t* k8 = x.k8 + (key_row0 + j0) * x.row;
     const float* k_scale = x.k_scale + key_row0 + j0;
     if (x.vnni) {
-      int8::scores(k8, x.row, x.k_sum + key_row0 + j0, k_scale, cnt, x.row, query_words, arrays.q_scale, arrays.q_mean, st.s);
+      int8::scores(k8, x.row, x.k_sum + key_row0 + j0, k_scale, cnt, x.row, query_words, arrays.q_scale, arrays.q_mean, st.s,
+                   x.scores_on_tiles);
     } else {
       Int8Scores(k8, x.row, k_scale, cnt, x.row, query_words, arrays.q_scale, arrays.q_mean, st.s);
     }
