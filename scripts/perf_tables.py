@@ -26,7 +26,8 @@ SUMMARY_BEGIN = "<!-- perf_tables: summary begin -->"
 SUMMARY_END = "<!-- perf_tables: summary end -->"
 # The cases of the summary (README.md's "Speed"), those the run has.
 SUMMARY = ("sdpa forward (1,4096,4096,128)", "sdpa forward+backward (4,1024,1024,64)", "sdpa decode (32,1,8192,128)",
-           "sdpa forward bf16 (1,4096,4096,128)", "sdpa forward int8 (1,4096,4096,128)",
+           "sdpa forward bf16 (1,4096,4096,128)", "sdpa forward+backward bf16 (4,1024,1024,64)",
+           "sdpa forward int8 (1,4096,4096,128)",
            "sdpa decode int8 (32,1,8192,128)", "multi-head forward+backward (4,512,512,8)",
            "additive forward (2,512,512,128)")
 
