@@ -34,7 +34,7 @@ void sdpa_forward_half(TensorView<O> out, TensorView<float> lse, TensorView<cons
                        const SdpaOptions& options);
 
 // t's shape and strides over its memory read as elements of U: a float view of 16-bit tensors for
-// the float checks (never read), or their raw 16-bit words for the AVX512-BF16 kernel.
+// the float checks (never read), or their raw 16-bit words for the bfloat16 kernel.
 template <class U, class H>
 TensorView<U> retyped(const TensorView<H>& t) {
   std::vector<index_t> strides(static_cast<std::size_t>(t.rank()));

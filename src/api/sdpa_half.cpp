@@ -198,7 +198,7 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
                    const SdpaOptions& options, TensorView<float> dsinks) {
   check_layouts<H>("sdpa_backward", {{"dqueries", dqueries}, {"dkeys", dkeys}, {"dvalues", dvalues}},
                    {{"dout", dout}, {"queries", queries}, {"keys", keys}, {"values", values}, {"out", out}});
-  // One setting for the float32 call, which knows its inputs are bfloat16 values (for the AVX512-BF16
+  // One setting for the float32 call, which knows its inputs are bfloat16 values (for the bfloat16
   // products of its backward, where the bfloat16 kernel is chosen).
   detail::Switches sw = detail::read_switches();
   sw.bf16_values = std::is_same_v<H, bfloat16>;

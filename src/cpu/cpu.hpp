@@ -18,13 +18,14 @@ struct KvRows;
 struct HalfViews;
 }
 // The fused forward over 16-bit queries, keys and values (the plan's q, k and v give only shapes):
-// the AVX512-BF16 products where chosen (bf16_kernel_chosen, the AVX-512 target), else tiles widened
+// the bfloat16 kernel's products where chosen (bf16_kernel_chosen, the AVX-512 target), else tiles widened
 // to float. At most fused::kMaxKeys keys.
 void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& plan, const fused::HalfViews& inputs);
 // The int8 forward (SageAttention's scheme, fused.hpp's sdpa_forward_block_int8): queries and keys
 // (the keys less their head's mean) quantized to int8 once per call, a scale a row; Q K^T by vpdpbusd
-// where the CPU has AVX512-VNNI and the target is AVX-512, else by the portable 16-bit products; P V
-// in bfloat16 where the call's switches choose the AVX512-BF16 kernel (bf16_kernel_chosen), else in
+// where the CPU has AVX512-VNNI and the target is AVX-512 (its sums on AMX-INT8's tiles where the CPU
+// has them: int8::scores_on_tiles), else by the portable 16-bit products; P V
+// in bfloat16 where the call's switches choose the bfloat16 kernel (bf16_kernel_chosen), else in
 // float. The fused kernel whatever the backend; at most fused::kMaxKeys keys, d at most
 // kInt8MaxDepth. Returns the first query or key row (queries first, then by position) holding a
 // value that is not finite, which int8 cannot hold, and then leaves out and lse unspecified.

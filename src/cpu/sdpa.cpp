@@ -112,7 +112,7 @@ struct BackwardBuffers {
 };
 
 // The 16-bit forward's inputs prepared once per call: the values packed as V pairs per key tile
-// (bf16::pack_values, the AVX512-BF16 path), or the keys and values widened to float (the other).
+// (bf16::pack_values, the bfloat16 kernel's path), or the keys and values widened to float (the other).
 struct HalfInputs {
   std::uint32_t* packed;  // (B, Hk, tiles, kBlockK / 2, v) words
   float* keys;            // (B, Hk, m, d)
@@ -147,7 +147,7 @@ void sdpa_forward_rows(View4<float> out, View4<float> lse, const SdpaPlan<float>
   });
 }
 
-// The 16-bit forward: blocks as sdpa_forward's, through the AVX512-BF16 products (bfloat16, when
+// The 16-bit forward: blocks as sdpa_forward's, through the bfloat16 products (bfloat16, when
 // the call's switches choose the kernel (bf16::dot_chosen) and the target is AVX-512), or the float kernel over keys and values widened
 // once per call, queries and out converted by the blocks.
 void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& given, const fused::HalfViews& inputs) {
@@ -206,7 +206,7 @@ void sdpa_forward_half(View4<float> lse, const SdpaPlan<float>& given, const fus
 namespace {
 
 // The int8 forward's inputs, quantized once per call (fused::Int8Views), the keys' means and the
-// values packed as bfloat16 V pairs (when P V runs through the AVX512-BF16 products).
+// values packed as bfloat16 V pairs (when P V runs through the bfloat16 products).
 struct Int8Inputs {
   std::int8_t* q8;        // (B, H, n, row)
   float* q_scale;         // (B, H, n)

@@ -117,7 +117,7 @@ struct BlockArrays {
 enum class KvType : int { f32, bf16, f16, i8, f8e4m3, f8e5m2, i4, i4_channels };
 
 // Values as bfloat16 V pairs (bf16/dot_bf16.hpp), packed once per call for every block of queries
-// of the AVX512-BF16 products: tile t (keys t kBlockK ..) of key head (b, hk) of `heads` at
+// of the bfloat16 products: tile t (keys t kBlockK ..) of key head (b, hk) of `heads` at
 // data + ((b heads + hk) tiles + t) kBlockK / 2 cols.
 struct ValuePairs {
   const std::uint32_t* data = nullptr;
@@ -129,7 +129,7 @@ struct ValuePairs {
 };
 
 // 16-bit queries, keys, values and out of the 16-bit forward (sdpa_forward_block_half and the
-// AVX512-BF16 sdpa_forward_block_bf16): the plan's float views give their shapes, these their
+// bfloat16 kernel's sdpa_forward_block_bf16): the plan's float views give their shapes, these their
 // elements (same strides), all of one type.
 struct HalfViews {
   KvType type = KvType::bf16;  // bf16 or f16
@@ -138,7 +138,7 @@ struct HalfViews {
   // Or, when float_out: the float32 result, not rounded to 16 bits (NumPy's compute_dtype).
   View4<float> out_float;
   bool float_out = false;
-  ValuePairs value_pairs;  // for the AVX512-BF16 kernel
+  ValuePairs value_pairs;  // for the bfloat16 kernel
 };
 
 // The int8 forward's inputs (sdpa_forward_block_int8), quantized once per call by
@@ -156,7 +156,7 @@ struct Int8Views {
   index_t row = 0;
   bool vnni = false;        // Q K^T by the AVX512-VNNI products (int8/dot_int8.hpp), else the portable ones
   bool scores_on_tiles = false;  // those products' sums by AMX-INT8 (int8::scores_on_tiles): the same
-  ValuePairs value_pairs;   // P V by the AVX512-BF16 products when set, else in float over the plan's values
+  ValuePairs value_pairs;   // P V by the bfloat16 products when set, else in float over the plan's values
 };
 
 // One scaled dot-product attention forward call, checked by src/api: out (B, H, n, v) and, when not
@@ -192,9 +192,10 @@ void sdpa_forward_block(const SdpaForward<T>& p, index_t b, index_t h, index_t i
 // over the plan's float keys and values (the caller widened them): the float kernel's arithmetic,
 // bit for bit, on every SIMD target.
 void sdpa_forward_block_half(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work);
-// The same with bfloat16 inputs and out (p.half) through the AVX512-BF16 products
-// (bf16/dot_bf16.hpp): scores and P V by vdpbf16ps, P rounded to bfloat16, masks and the online
-// softmax in float as above. Only on the AVX-512 target of a CPU with AVX512-BF16.
+// The same with bfloat16 inputs and out (p.half) through the bfloat16 kernel's products
+// (bf16/dot_bf16.hpp): scores and P V by vdpbf16ps or AMX's tiles (p.half->value_pairs.on_tiles), P
+// rounded to bfloat16, masks and the online softmax in float as above. Only on the AVX-512 target of
+// a CPU with AVX512-BF16.
 void sdpa_forward_block_bf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work);
 // The work space of both: a block's arrays and kBlockQ rows of floats: the block's queries widened
 // (sdpa_forward_block_half), a tile of values widened (sdpa_forward_block_bf16), a row of out.
@@ -360,10 +361,10 @@ struct SdpaBackward {
   index_t chunk_keys;  // keys per chunk, a multiple of kBlockK
   index_t chunks;      // ceil(m / chunk_keys)
   simd::Target simd;
-  // Pass 2's five products by the AVX512-BF16 kernel (bf16/dot_bf16.hpp), P and dS rounded to
+  // Pass 2's five products by the bfloat16 kernel (bf16/dot_bf16.hpp), P and dS rounded to
   // bfloat16 for theirs, as FlashAttention's 16-bit backward: for float inputs that hold bfloat16
   // values (the bfloat16 backward), on the AVX-512 target of a CPU with AVX512-BF16 where the
-  // bfloat16 kernel is chosen.
+  // bfloat16 kernel is chosen (a task that uses the tiles holds a tiles::Scope).
   bool bf16_products = false;
   bool bf16_tiles = false;  // those products on AMX tiles (bf16::Unit::tiles), else by vdpbf16ps
 };

@@ -185,7 +185,7 @@ inline bool Bf16RowsFinite(const std::uint16_t* v, index_t stride, index_t cnt, 
   return true;
 }
 
-// out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T by the AVX512-BF16 products: the tile's weights
+// out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T by the bfloat16 products: the tile's weights
 // (st.s, cnt keys) rounded and packed as P pairs into st.bias_t (free once the tile is masked), over
 // the tile's values packed as V pairs; bf16::accumulate rescales out^T as it loads it.
 inline void AccumulateValuePairs(BlockState<float>& st, index_t cnt, index_t dv, const ValuePairs& values, index_t b,
@@ -195,7 +195,7 @@ inline void AccumulateValuePairs(BlockState<float>& st, index_t cnt, index_t dv,
   bf16::accumulate(values.of(b, hk, j0), weight_pairs, cnt, dv, st.alpha, st.ot, values.on_tiles);
 }
 
-// sdpa_forward_block_bf16 (fused.hpp): ForwardBlock with the AVX512-BF16 products. Compiled for
+// sdpa_forward_block_bf16 (fused.hpp): ForwardBlock with the bfloat16 products. Compiled for
 // every target, called on AVX-512 only (the products carry their own target attribute).
 void ForwardBlockBf16(const SdpaForward<float>& p, index_t b, index_t h, index_t i0, void* work) {
   simd::note_ran(HWY_TARGET);
