@@ -350,7 +350,7 @@ bool bf16_kernel_pays() { return cpu::bf16::dot_pays() || bf16_tiles_available()
 bool bf16_kernel_chosen() { return cpu::bf16::dot_chosen(bf16_kernel()); }
 
 cpu::bf16::Unit cpu::bf16::unit_chosen(Bf16Kernel choice) {
-  const bool vectors = has_avx512_bf16(), tiles = vectors && tiles::bf16_available();
+  const bool vectors = has_avx512_bf16(), tiles = bf16_tiles_available();
   switch (choice) {
     case Bf16Kernel::off: return Unit::none;
     case Bf16Kernel::on: return vectors ? Unit::vectors : Unit::none;
