@@ -810,6 +810,34 @@ TEST(KvCacheInt4, KiviDecodeOverLongSequencesAndWindowsStartingInsideAGroup) {
   }
 }
 
+// A 4-bit cache's value rows read in place are the floats values() returns: decoding, each group is
+// dequantized in registers (on AVX-512 through a table of the group's 16 values, fma(c, scale, min) in
+// lane c, each code picking its lane); for a prompt's queries the rows are widened. A window of 0
+// keys each query attends only its own token, with a weight of exactly 1, so out is that token's
+// stored value row bit for bit: one query (a pack of four query heads on AVX-512) and nine, over
+// int4's rows and int4_kivi's full groups (64 tokens: no bfloat16 tail).
+TEST(KvCacheInt4, ValuesReadInPlaceAreTheStoredFloats) {
+  const index_t Hk = 2, group = 4, H = Hk * group, d = 64, L = 64;
+  for (const KvDtype type : {KvDtype::int4, KvDtype::int4_kivi}) {
+    KvCache cache(1, Hk, d, {.dtype = type, .block_size = 32});
+    const Tensor<float> k = random_tensor<float>({Hk, L, d}, 760, -2, 2), v = random_tensor<float>({Hk, L, d}, 761, -3, 5);
+    cache.append(0, k.view(), v.view());
+    const Tensor<float> stored = cache.values(0);
+    KvAttendOptions own_token;
+    own_token.window = Window{0, 0};
+    for (const index_t n : {1, 9}) {
+      const Tensor<float> q = random_tensor<float>({H, n, d}, 762 + static_cast<std::uint64_t>(n), -2, 2);
+      Tensor<float> out({H, n, d});
+      cache.attend(out.view(), 0, q.view(), own_token);
+      for (index_t h = 0; h < H; ++h)
+        for (index_t i = 0; i < n; ++i)
+          for (index_t c = 0; c < d; ++c)
+            ASSERT_EQ(out(h, i, c), stored(h / group, L - n + i, c)) << type_name(type) << ", n " << n << ", head " << h
+                                                                      << ", row " << i << ", column " << c;
+    }
+  }
+}
+
 // A sequence never appended to, beside one that holds tokens, in one decode call: its output is 0
 // (found by fuzzing: the decode's rows pointed into the unallocated KIVI tail of the empty one).
 TEST(KvCacheInt4, AnEmptySequenceBesideAFullOne) {

@@ -35,6 +35,30 @@ HWY_INLINE void Q4Codes(D d, const std::uint8_t* HWY_RESTRICT group, index_t i, 
   hi = hn::ConvertTo(d, hn::PromoteTo(di, hn::ShiftRight<4>(bytes)));
 }
 
+// Group g's values [i, i + L) and [16 + i, 16 + i + L) of a 4-bit row (16 bytes from `bytes`), as
+// floats fma(code, scale, min), the low and the high nibbles of bytes [i, i + L). Where a vector
+// holds 16 floats (AVX-512), the group's 16 possible values are formed once, fma(c, scale, min) in
+// lane c, and each code picks its lane (two permutes in place of two conversions and two FMAs; the
+// same floats).
+template <class D>
+HWY_INLINE void LoadQ4(D d, const std::uint8_t* HWY_RESTRICT bytes, index_t i, hn::Vec<D> scale, hn::Vec<D> min,
+                       hn::Vec<D>& lo, hn::Vec<D>& hi) {
+#if HWY_TARGET <= HWY_AVX3 && HWY_NATIVE_FMA
+  if constexpr (hn::MaxLanes(d) == 16) {
+    const hn::Rebind<std::uint8_t, D> d8;
+    const hn::RebindToSigned<D> di;
+    const auto values = hn::MulAdd(hn::Iota(d, 0), scale, min);
+    const auto codes = hn::PromoteTo(di, hn::LoadU(d8, bytes + i));
+    lo = hn::TableLookupLanes(values, hn::IndicesFromVec(d, hn::And(codes, hn::Set(di, 15))));
+    hi = hn::TableLookupLanes(values, hn::IndicesFromVec(d, hn::ShiftRight<4>(codes)));
+    return;
+  }
+#endif
+  Q4Codes(d, bytes, i, lo, hi);
+  lo = hn::MulAdd(lo, scale, min);
+  hi = hn::MulAdd(hi, scale, min);
+}
+
 // to[0, dim) = a packed 4-bit row (q4.hpp's layout) as floats, code x scale + min by one fused
 // multiply-add (q4_value): one scale and min per 32 values (scale[c / 32]), or per value
 // (per_channel: scale[c]). 16 bytes widen to 32 values: the low nibbles are values 0 to 15, the
@@ -49,15 +73,16 @@ HWY_INLINE void WidenQ4Row(D d, const std::uint8_t* HWY_RESTRICT codes, const fl
       const auto gs = hn::Set(d, scale[g / 32]), gm = hn::Set(d, min[g / 32]);
       for (index_t i = 0; i < 16; i += L) {
         hn::Vec<D> lo, hi;
-        Q4Codes(d, codes + g / 2, i, lo, hi);
         const index_t c_lo = g + i, c_hi = g + 16 + i;
         if (per_channel) {
-          hn::StoreU(hn::MulAdd(lo, hn::LoadU(d, scale + c_lo), hn::LoadU(d, min + c_lo)), d, to + c_lo);
-          hn::StoreU(hn::MulAdd(hi, hn::LoadU(d, scale + c_hi), hn::LoadU(d, min + c_hi)), d, to + c_hi);
+          Q4Codes(d, codes + g / 2, i, lo, hi);
+          lo = hn::MulAdd(lo, hn::LoadU(d, scale + c_lo), hn::LoadU(d, min + c_lo));
+          hi = hn::MulAdd(hi, hn::LoadU(d, scale + c_hi), hn::LoadU(d, min + c_hi));
         } else {
-          hn::StoreU(hn::MulAdd(lo, gs, gm), d, to + c_lo);
-          hn::StoreU(hn::MulAdd(hi, gs, gm), d, to + c_hi);
+          LoadQ4(d, codes + g / 2, i, gs, gm, lo, hi);
         }
+        hn::StoreU(lo, d, to + c_lo);
+        hn::StoreU(hi, d, to + c_hi);
       }
     }
     return;

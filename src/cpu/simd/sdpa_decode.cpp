@@ -68,16 +68,6 @@ constexpr index_t RowBytes(index_t dim) {
   return dim * static_cast<index_t>(sizeof(E));
 }
 
-// Group g's values [i, i + L) and [16 + i, 16 + i + L) of a 4-bit row (16 bytes from `bytes`), as
-// floats: the low and the high nibbles of bytes [i, i + L).
-template <class D>
-HWY_INLINE void LoadQ4(D d, const std::uint8_t* bytes, index_t i, hn::Vec<D> scale, hn::Vec<D> min, hn::Vec<D>& lo,
-                       hn::Vec<D>& hi) {
-  Q4Codes(d, bytes, i, lo, hi);
-  lo = hn::MulAdd(lo, scale, min);
-  hi = hn::MulAdd(hi, scale, min);
-}
-
 // The lanes of q . k over dim elements (a multiple of the lanes), before they are summed: four
 // independent FMA chains along the row, so that their latency overlaps while the row is read front
 // to back (a stream the hardware prefetcher follows).
