@@ -21,6 +21,13 @@ constexpr index_t kLanes = 64;  // queries of a block: four vectors of 16 int32 
 
 #define ATTN_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
+// A key's scores for 16 queries from their int32 sums (each already less 128 times the key's byte
+// sum): converted, times the query's scale times the key's, plus the query's mean term. Both units
+// end here, so that their scores are the same floats.
+ATTN_VNNI_TARGET inline __m512 score_of(__m512i acc, __m512 q_scale, __m512 q_mean, float k_scale) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(q_scale, _mm512_set1_ps(k_scale)), q_mean);
+}
+
 // Scores of K key rows (stride ks) against the block's query quads over `quads` >= 1 words, with
 // the counts known at compile time so that the K x 4 accumulators stay in registers (as the
 // bfloat16 kernel's score_rows): each starts at -128 times its key's byte sum, the unsigned
@@ -49,10 +56,7 @@ ATTN_VNNI_TARGET void score_rows(const std::int8_t* k, index_t ks, const std::in
   }
   for (int v = 0; v < 4; ++v) {
     const __m512 qs = _mm512_loadu_ps(q_scale + 16 * v), qm = _mm512_loadu_ps(q_mean + 16 * v);
-    for (int r = 0; r < K; ++r) {
-      const __m512 factor = _mm512_mul_ps(qs, _mm512_set1_ps(k_scale[r]));
-      _mm512_storeu_ps(s + r * kLanes + 16 * v, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][v]), factor, qm));
-    }
+    for (int r = 0; r < K; ++r) _mm512_storeu_ps(s + r * kLanes + 16 * v, score_of(acc[r][v], qs, qm, k_scale[r]));
   }
 }
 
@@ -87,15 +91,14 @@ void pack_queries(const std::int8_t* q8, index_t qs, index_t rows, index_t d4, s
 namespace {
 
 // s (cnt, 64) from the tiles' sums (cnt, 64) of the unsigned queries: each less 128 times its key's
-// byte sum, then converted and scaled as score_rows does.
+// byte sum, then score_of, as score_rows ends.
 ATTN_VNNI_TARGET void scale_sums(const std::int32_t* sums, const std::int32_t* k_sum, const float* k_scale, index_t cnt,
                                  const float* q_scale, const float* q_mean, float* s) {
   for (int v = 0; v < 4; ++v) {
     const __m512 qs = _mm512_loadu_ps(q_scale + 16 * v), qm = _mm512_loadu_ps(q_mean + 16 * v);
     for (index_t r = 0; r < cnt; ++r) {
       const __m512i acc = _mm512_sub_epi32(_mm512_loadu_si512(sums + r * kLanes + 16 * v), _mm512_set1_epi32(128 * k_sum[r]));
-      const __m512 factor = _mm512_mul_ps(qs, _mm512_set1_ps(k_scale[r]));
-      _mm512_storeu_ps(s + r * kLanes + 16 * v, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), factor, qm));
+      _mm512_storeu_ps(s + r * kLanes + 16 * v, score_of(acc, qs, qm, k_scale[r]));
     }
   }
 }
