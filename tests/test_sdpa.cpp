@@ -390,6 +390,48 @@ TEST(Sdpa, HeadsInterleavedLayoutIsReadThroughStridesWithoutACopy) {
   }
 }
 
+// The same layout with keys read by more than one query block (n > 64) and by two query heads each
+// (grouped heads): the call copies the keys and values into dense rows first (cpu/sdpa.cpp,
+// DenseKeys); the copy changes no bit of the forward or the backward, causal or not.
+TEST(Sdpa, HeadsInterleavedKeysCopiedIntoDenseRowsGiveTheSameBits) {
+  const index_t B = 2, H = 4, Hk = 2, n = 130, m = 150, d = 16;
+  auto interleaved = [&](index_t heads, index_t rows, std::uint64_t seed) {
+    return random_tensor<float>({B, rows, heads, d}, seed);
+  };
+  auto as_bhnd = [&](const Tensor<float>& t, index_t heads, index_t rows) {
+    return TensorView<const float>(t.data(), {B, heads, rows, d}, {rows * heads * d, d, heads * d, 1});
+  };
+  auto dense = [&](const Tensor<float>& t, index_t heads, index_t rows) {
+    Tensor<float> out({B, heads, rows, d});
+    const TensorView<const float> view = as_bhnd(t, heads, rows);
+    for (index_t b = 0; b < B; ++b)
+      for (index_t h = 0; h < heads; ++h)
+        for (index_t i = 0; i < rows; ++i)
+          for (index_t c = 0; c < d; ++c) out(b, h, i, c) = view(b, h, i, c);
+    return out;
+  };
+  const Tensor<float> q = interleaved(H, n, 71), k = interleaved(Hk, m, 72), v = interleaved(Hk, m, 73);
+  const Tensor<float> g = interleaved(H, n, 74);
+  const Tensor<float> qd = dense(q, H, n), kd = dense(k, Hk, m), vd = dense(v, Hk, m), gd = dense(g, H, n);
+  for (Causal causal : {Causal::none, Causal::bottom_right}) {
+    Mask<float> mask;
+    mask.causal = causal;
+    // results[0]: the interleaved views; results[1]: dense copies made here.
+    std::vector<Tensor<float>> results[2];
+    for (int which = 0; which < 2; ++which) {
+      const bool in_place = which == 0;
+      const TensorView<const float> qv = in_place ? as_bhnd(q, H, n) : qd.cview(), kv = in_place ? as_bhnd(k, Hk, m) : kd.cview();
+      const TensorView<const float> vv = in_place ? as_bhnd(v, Hk, m) : vd.cview(), gv = in_place ? as_bhnd(g, H, n) : gd.cview();
+      Tensor<float> out({B, H, n, d}), lse({B, H, n}), dq({B, H, n, d}), dk({B, Hk, m, d}), dv({B, Hk, m, d});
+      sdpa_forward<float>(out.view(), lse.view(), {}, qv, kv, vv, mask);
+      sdpa_backward<float>(dq.view(), dk.view(), dv.view(), gv, qv, kv, vv, out.cview(), lse.cview(), mask);
+      results[which] = {out, lse, dq, dk, dv};
+    }
+    for (std::size_t t = 0; t < results[0].size(); ++t)
+      EXPECT_EQ(results[0][t].values(), results[1][t].values()) << "tensor " << t << ", causal " << static_cast<int>(causal);
+  }
+}
+
 TEST(Sdpa, ScaleDefaultsToOneOverSqrtD) {
   const Tensor<double> q = random_tensor<double>({1, 2, 9}, 24), k = random_tensor<double>({1, 3, 9}, 25);
   const Tensor<double> v = random_tensor<double>({1, 3, 2}, 26);
