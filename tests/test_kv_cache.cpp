@@ -6,6 +6,7 @@
 // input. Registered for every SIMD target (the decode path reads the blocks with SIMD).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -532,6 +533,25 @@ TEST(KvCacheFloat8, ScalesAndRoundingAsStated) {
                         {"k_scale holds 2; scales belong to float8 caches"});
   testing::expect_error([&] { KvCache bad(1, 2, 32, {.dtype = KvDtype::float8_e4m3, .k_scale = {1, 2, 3}}); },
                         {"k_scale has 3 values; it must have 1 (every head) or kv_heads = 2"});
+  // A scale whose largest value (448 or 57344 times it) is no float is refused; the largest taken
+  // reads back and attends finite: a stored 0 times it is 0 (a scale of 1e38 gave NaN).
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::float8_e4m3, .k_scale = {1e38f}}); },
+                        {"k_scale holds 1e+38", "times its largest value, 448, must be a finite float32"});
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::float8_e5m2, .v_scale = {1e34f}}); },
+                        {"v_scale holds 1e+34", "57344"});
+  for (const KvDtype type : {KvDtype::float8_e4m3, KvDtype::float8_e5m2}) {
+    const float largest = type == KvDtype::float8_e4m3 ? 448.0f : 57344.0f;
+    const float scale = std::numeric_limits<float>::max() / largest;
+    KvCache cache(1, 1, 32, {.dtype = type, .k_scale = {scale}, .v_scale = {scale}});
+    Tensor<float> kv({1, 2, 32});  // zeros and one largest key
+    kv(0, 1, 5) = largest * scale;
+    cache.append(0, kv.view(), kv.view());
+    EXPECT_EQ(cache.keys(0)(0, 1, 5), largest * scale);
+    Tensor<float> q({1, 1, 32}), out({1, 1, 32});
+    q(0, 0, 0) = 1;
+    cache.attend(out.view(), 0, q.view());
+    for (const float x : out.values()) EXPECT_TRUE(std::isfinite(x)) << type_name(type);
+  }
 }
 
 TEST(KvCacheInt8, DequantisedValuesWithinTheStatedBound) {

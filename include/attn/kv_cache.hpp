@@ -109,8 +109,9 @@ struct KvCacheOptions {
   bool grow = true;
   // float8 caches: the keys' and values' scales (vLLM's k_scale and v_scale), one for every head or
   // one per key head (kv_heads values): a key x of head hk is stored as the 8-bit float nearest
-  // x / k_scale[hk] (computed in float32) and read as that times k_scale[hk]; finite and > 0, {1}
-  // for other types.
+  // x / k_scale[hk] (computed in float32) and read as that times k_scale[hk]; finite and > 0, and
+  // at most FLT_MAX / 448 (e4m3) or FLT_MAX / 57344 (e5m2), so that the largest value is a float;
+  // {1} for other types.
   std::vector<float> k_scale{1.0f}, v_scale{1.0f};
   // Rotary tables the keys and queries are rotated with (above), or empty: none.
   RotaryTables rotary = {};

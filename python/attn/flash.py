@@ -86,6 +86,8 @@ _bridge = _attn._torch
 
 _SIXTEEN_BITS = (torch.bfloat16, torch.float16)
 _FLOATS = (torch.float32, torch.float64) + _SIXTEEN_BITS
+# The largest max_seqlen_q or max_seqlen_k taken (attn places queries and keys in [0, 2^48): mask.hpp).
+_MAX_SEQLEN = 1 << 48
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"]
 
@@ -312,6 +314,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             sizes.append(operator.index(size))
         except TypeError:
             raise TypeError(f"{function}: {name} must be an int; got {type(size).__name__}") from None
+        if not 0 <= sizes[-1] <= _MAX_SEQLEN:
+            raise ValueError(f"{function}: {name} is {sizes[-1]}; it must lie in [0, 2^48]")
     max_seqlen_q, max_seqlen_k = sizes
     batch = cu_seqlens_q.shape[0] - 1
     if block_table is not None:
@@ -350,6 +354,15 @@ def _paged(function, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise TypeError(f"{function}: {name} has dtype {x.dtype}; with block_table q, k and v must share one "
                             f"of float32, bfloat16, float16 (FlashAttention's)")
     q, k, v = (_contiguous_last(x) for x in (q, k, v))
+    # As the call without block_table checks them in C++ (varlen.hpp): the window's bounds are read
+    # against max_seqlen_k, so one below a sequence's length would change the answer.
+    for name, size, cu, what in (("max_seqlen_q", max_seqlen_q, cu_seqlens_q, "queries"),
+                                 ("max_seqlen_k", max_seqlen_k, cu_seqlens_k, "keys")):
+        lengths = (cu[1:] - cu[:-1]).tolist() if cu.numel() > 1 else []
+        for b, length in enumerate(lengths):
+            if length > size:
+                raise ValueError(f"{function}: {name} is {size} but sequence {b} has {length} {what}; it must be at "
+                                 f"least the longest sequence")
     options, sinks = _options(function, q, q.shape[1], cu_seqlens_q.shape[0] - 1, max_seqlen_k, dropout_p,
                               softmax_scale, causal, window_size, softcap, alibi_slopes, sinks)
     options["sinks"] = None if sinks is None else _contiguous_last(sinks.detach())

@@ -115,18 +115,25 @@ void Call::expect_dtype(DType dt, const char* whose) {
   dtype_from_ = whose;
 }
 
-py::array Call::lengths(py::handle obj, const char* name) {
+py::array Call::lengths(py::handle obj, const char* name) { return int64_array(obj, name, "valid lengths", "[0, m]"); }
+
+py::array Call::integers(py::handle obj, const char* name, const char* range) {
+  return int64_array(obj, name, nullptr, range);
+}
+
+py::array Call::int64_array(py::handle obj, const char* name, const char* what, const char* range) {
   py::array a = as_array(*this, obj, name, "an array of integers");
   const char kind = a.dtype().kind();
   if (kind != 'i' && kind != 'u')
-    type_error(std::string(name) + " has dtype " + dtype_text(a) + "; valid lengths are integers");
+    type_error(std::string(name) + " has dtype " + dtype_text(a) + (what ? std::string("; ") + what + " are integers" : "; it must hold integers"));
   if (a.ndim() > attn::kMaxRank)
     value_error(std::string(name) + " has shape " + shape_text(a) + "; it must be (B,) or (B, n)");
   if (kind == 'i' && a.itemsize() == 8) return readable(a, "int64");
-  if (kind == 'u' && a.itemsize() == 8 && a.size() > 0) {  // past 2^63 - 1 it would wrap to a negative length
+  if (kind == 'u' && a.itemsize() == 8 && a.size() > 0) {  // past 2^63 - 1 it would wrap to a negative value
     const auto largest = py::cast<std::uint64_t>(a.attr("max")());
     if (largest > static_cast<std::uint64_t>(INT64_MAX))
-      value_error(std::string(name) + " holds " + std::to_string(largest) + "; valid lengths must lie in [0, m]");
+      value_error(std::string(name) + " holds " + std::to_string(largest) + "; " + (what ? what : "its entries") +
+                  " must lie in " + range);
   }
   return numpy().attr("ascontiguousarray")(a, py::arg("dtype") = "int64");
 }

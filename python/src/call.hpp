@@ -66,6 +66,9 @@ class Call {
   DType dtype() const { return *dtype_; }
   // Valid lengths: an array of any integer dtype, as int64.
   py::array lengths(py::handle obj, const char* name);
+  // An array of integers (any integer dtype) as int64, its entries to lie in `range` (for messages;
+  // checked by the call): a draft tree's parents.
+  py::array integers(py::handle obj, const char* name, const char* range);
   // A mask: bool (kept as is) or floating (the call's dtype).
   py::array mask(py::handle obj, const char* name);
   // Segment ids: int32 or int64, kept as they are.
@@ -111,6 +114,8 @@ class Call {
   [[noreturn]] void value_error(const std::string& what) const { throw py::value_error(function_ + ": " + what); }
 
  private:
+  // lengths and integers: `what` names the entries in messages (null: "its entries").
+  py::array int64_array(py::handle obj, const char* name, const char* what, const char* range);
   std::string rewrite(const std::string& message) const;
   py::int_ python_int(py::handle obj, const char* name) const;
 

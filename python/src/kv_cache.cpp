@@ -1,6 +1,7 @@
 // attn.KVCache: the C++ KvCache (attn/kv_cache.hpp) for decoders written in NumPy. Keys, values and
 // queries are float32 (float16 arrays are widened, and float16 queries get float16 out, as every
 // float16 call does; float64 is refused: the cache computes in float32).
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -113,7 +114,10 @@ py::array int32_array(Call& call, py::handle obj, const char* name) {
   const py::array a = np.attr("asarray")(obj);
   const char kind = a.dtype().kind();
   if (kind != 'i' && kind != 'u') call.type_error(std::string(name) + " has dtype " + std::string(py::str(a.dtype())) + "; it must hold integers");
-  if (a.size() > 0 && (py::int_(np.attr("min")(a)).cast<long long>() < INT32_MIN || py::int_(np.attr("max")(a)).cast<long long>() > INT32_MAX))
+  // Compared as Python integers: a uint64 entry past int64's range is named, not a failed cast.
+  const py::object lowest = np.attr("min")(a).attr("item")(), highest = np.attr("max")(a).attr("item")();
+  if (a.size() > 0 && (PyObject_RichCompareBool(lowest.ptr(), py::int_(INT32_MIN).ptr(), Py_LT) == 1 ||
+                       PyObject_RichCompareBool(highest.ptr(), py::int_(INT32_MAX).ptr(), Py_GT) == 1))
     call.value_error(std::string(name) + " has an entry outside int32's range");
   return np.attr("ascontiguousarray")(a, py::arg("dtype") = "int32");
 }
@@ -151,13 +155,15 @@ class KVCache {
     options.grow = grow;
     options.k_scale = scales(call, k_scale, "k_scale"), options.v_scale = scales(call, v_scale, "v_scale");
     const index_t b = call.integer(batch, "batch"), h = call.integer(kv_heads, "kv_heads"), d = call.integer(head_dim, "head_dim");
-    // Rotary tables as float32 arrays the cache keeps alive (its C++ options hold views of them).
+    // Rotary tables as float32 copies the cache keeps (its C++ options hold views of them): changing
+    // the caller's arrays afterwards changes nothing.
     if (!rotary_cos.is_none() || !rotary_sin.is_none()) {
       if (rotary_cos.is_none() || rotary_sin.is_none()) call.value_error("rotary_cos and rotary_sin must be given together");
       for (auto [obj, kept, name] : {std::tuple{&rotary_cos, &cos_, "rotary_cos"}, std::tuple{&rotary_sin, &sin_, "rotary_sin"}}) {
         const py::array a = py::module_::import("numpy").attr("asarray")(*obj);
         if (a.dtype().kind() != 'f') call.type_error(std::string(name) + " has dtype " + std::string(py::str(a.dtype())) + "; it must hold floats");
-        *kept = py::module_::import("numpy").attr("ascontiguousarray")(a, py::arg("dtype") = "float32");
+        *kept = py::module_::import("numpy").attr("array")(a, py::arg("dtype") = "float32", py::arg("order") = "C",
+                                                           py::arg("copy") = true);
       }
       options.rotary.cos = cview<float>(cos_), options.rotary.sin = cview<float>(sin_);
       options.rotary.interleaved = rotary_interleaved;
@@ -171,10 +177,10 @@ class KVCache {
     const py::array v = float32_array(call, values_obj, "values");
     const auto kv = cview<float>(k), vv = cview<float>(v);
     if (seq.is_none()) {
-      call.run([&] { cache_->append(kv, vv); });
+      locked(call, [&] { cache_->append(kv, vv); });
     } else {
       const index_t s = call.integer(seq, "seq");
-      call.run([&] { cache_->append(s, kv, vv); });
+      locked(call, [&] { cache_->append(s, kv, vv); });
     }
   }
 
@@ -183,7 +189,7 @@ class KVCache {
     Call call("KVCache.attend", {{"alibi_slopes", "alibi_slopes"}, {"softcap", "softcap"},
                                  {"scale", "scale"}});
     const py::array q = float32_array(call, queries_obj, "queries");
-    const py::array parents = tree_parents.is_none() ? no_array() : call.lengths(tree_parents, "tree_parents");
+    const py::array parents = tree_parents.is_none() ? no_array() : call.integers(tree_parents, "tree_parents", "[-1, t)");
     if (parents && seq.is_none()) call.value_error("tree_parents is given without seq; a draft tree belongs to one sequence");
     // torch queries: a torch tensor of their dtype out.
     attn::KvAttendOptions options;
@@ -195,10 +201,10 @@ class KVCache {
     const auto o = view_of<float>(out);
     const auto qv = cview<float>(q);
     if (seq.is_none()) {
-      call.run([&] { cache_->attend(o, qv, options); });
+      locked(call, [&] { cache_->attend(o, qv, options); });
     } else {
       const index_t s = call.integer(seq, "seq");
-      call.run([&] { cache_->attend(o, s, qv, options); });
+      locked(call, [&] { cache_->attend(o, s, qv, options); });
     }
     return as_queries(call, out, queries_obj);
   }
@@ -214,14 +220,14 @@ class KVCache {
     options.causal = causal_from(call, causal);
     options.window = window_from(call, window);
     const ScoreArrays kept = read_scores(call, options, alibi_slopes, softcap, scale, sinks);
-    const py::array parents = tree_parents.is_none() ? no_array() : call.lengths(tree_parents, "tree_parents");
+    const py::array parents = tree_parents.is_none() ? no_array() : call.integers(tree_parents, "tree_parents", "[-1, t)");
     if (parents) options.tree_parents = cview<std::int64_t>(parents);
     py::array_t<float> out = new_array<float>(dims(q));
     const auto o = view_of<float>(out);
     const auto qv = cview<float>(q);
     const auto cuv = cview<std::int32_t>(cu);
     const auto seqv = which ? cview<std::int32_t>(which) : attn::TensorView<const std::int32_t>();
-    call.run([&] { cache_->attend_batch(o, qv, cuv, seqv, options); });
+    locked(call, [&] { cache_->attend_batch(o, qv, cuv, seqv, options); });
     return as_queries(call, out, queries_obj);
   }
 
@@ -237,24 +243,24 @@ class KVCache {
       if (v.rank() != 1) call.value_error("accepted has " + std::to_string(v.rank()) + " dimensions; it must be a list of draft indices");
       drafts.assign(v.data(), v.data() + v.dim(0));
     }
-    call.run([&] { cache_->commit_tree(s, drafts); });
+    locked(call, [&] { cache_->commit_tree(s, drafts); });
   }
 
   void reset(py::object seq) {
     Call call("KVCache.reset", {});
     const index_t s = call.integer(seq, "seq");
-    call.run([&] { cache_->reset(s); });
+    locked(call, [&] { cache_->reset(s); });
   }
   void truncate(py::object seq, py::object length) {
     Call call("KVCache.truncate", {});
     const index_t s = call.integer(seq, "seq"), n = call.integer(length, "length");
-    call.run([&] { cache_->truncate(s, n); });
+    locked(call, [&] { cache_->truncate(s, n); });
   }
   index_t length(py::object seq) {
     Call call("KVCache.length", {});
     const index_t s = call.integer(seq, "seq");
     index_t n = 0;
-    call.run([&] { n = cache_->length(s); });
+    locked(call, [&] { n = cache_->length(s); });
     return n;
   }
   // The stored keys or values of a sequence, as float32 (kv_heads, length, head_dim).
@@ -262,15 +268,32 @@ class KVCache {
     Call call(values ? "KVCache.values" : "KVCache.keys", {});
     const index_t s = call.integer(seq, "seq");
     attn::Tensor<float> t;
-    call.run([&] { t = values ? cache_->values(s) : cache_->keys(s); });
+    locked(call, [&] { t = values ? cache_->values(s) : cache_->keys(s); });
     py::array_t<float> out = new_array<float>(t.shape());
     std::copy(t.data(), t.data() + t.numel(), out.mutable_data());
     return out;
   }
   const attn::KvCache& cache() const { return *cache_; }
+  std::size_t bytes() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return cache_->bytes();
+  }
 
  private:
+  // body (a call of cache_) with the GIL released and the cache's lock held: the calls of one cache
+  // from several Python threads run one at a time (an append while another thread attends would
+  // otherwise move blocks under it). The lock is taken after the GIL is released, and released
+  // before it is taken back, so a thread waiting for it never holds the GIL.
+  template <class F>
+  void locked(Call& call, F&& body) {
+    call.run([&] {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      body();
+    });
+  }
+
   std::unique_ptr<attn::KvCache> cache_;
+  mutable std::mutex mutex_;
   py::array cos_ = no_array(), sin_ = no_array();  // the rotary tables cache_ reads, or null
 };
 
@@ -301,7 +324,10 @@ dtype: "float32", "bfloat16", "float16" (rounded to nearest even) or "int8" (one
   their group fills; block_size a multiple of 32). 4-bit caches refuse values beyond 2^126 in
   magnitude (ValueError).
 k_scale, v_scale: float8 caches' scales (vLLM's): a number for every head, or one per key head; the
-  keys' scale multiplies the queries of its heads, the values' the output.
+  keys' scale multiplies the queries of its heads, the values' the output. At most FLT_MAX / 448
+  (e4m3) or FLT_MAX / 57344 (e5m2), so that the largest value is a float32.
+A cache's calls from several Python threads run one at a time (each holds the cache's lock, with the
+GIL released).
 capacity: tokens per sequence allocated up front (0: as sequences grow); with grow=False an append
   past them raises ValueError (capacity=0 with grow=False is refused). An append to every sequence
   stores nothing if any sequence's tokens are refused.
@@ -374,7 +400,7 @@ dropping the other drafts; only draft rows move.)")
       .def_property_readonly("dtype", [](const KVCache& c) { return kv_dtype_name(c.cache().dtype()); },
                              "How keys and values are stored: \"float32\", \"float16\", \"bfloat16\", \"int8\", "
                              "\"float8_e4m3\", \"float8_e5m2\", \"int4\" or \"int4_kivi\".")
-      .def_property_readonly("nbytes", [](const KVCache& c) { return c.cache().bytes(); },
+      .def_property_readonly("nbytes", [](const KVCache& c) { return c.bytes(); },
                              "Bytes of the blocks allocated (keys, values, and the int8 and int4 scales and minima).");
 }
 

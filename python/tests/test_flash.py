@@ -474,6 +474,17 @@ def test_block_table_is_the_varlen_call_over_the_gathered_pages():
                                      block_table=table, sinks=sinks)
         want = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 9, 40, causal=causal, window_size=window, sinks=sinks)
         torch.testing.assert_close(got, want, atol=2e-6, rtol=0)
+    # max_seqlen_q, max_seqlen_k checked as without block_table (a window bound at or past
+    # max_seqlen_k is no bound, so one below a sequence's length would drop the window).
+    with pytest.raises(ValueError, match="max_seqlen_k is 39 but sequence 0 has 40 keys"):
+        flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 9, 39, window_size=(5, 0), block_table=table)
+    with pytest.raises(ValueError, match="max_seqlen_q is 8 but sequence 1 has 9 queries"):
+        flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 8, 40, block_table=table)
+    for bad in (-1, 2**70):
+        with pytest.raises(ValueError, match=rf"max_seqlen_k is {bad}; it must lie in \[0, 2\^48\]"):
+            flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 9, bad, block_table=table)
+        with pytest.raises(ValueError, match=rf"max_seqlen_q is {bad}; it must lie in \[0, 2\^48\]"):
+            flash_attn_varlen_func(q, k, v, cu_q, cu_k, bad, 40)
     with pytest.raises(ValueError, match="block_table"):
         flash_attn_varlen_func(q.requires_grad_(True), k_cache, v_cache, cu_q, cu_k, 9, 40, block_table=table)
 

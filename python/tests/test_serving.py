@@ -300,3 +300,73 @@ def test_a_cache_with_rotary_tables_refuses_a_tree():
     cache.append(np.ones((KV_HEADS, 4, D), np.float32), np.ones((KV_HEADS, 4, D), np.float32), seq=0)
     with pytest.raises(ValueError, match="tree_parents is given to a cache with rotary tables"):
         cache.attend(np.ones((HEADS, 2, D), np.float32), 0, tree_parents=[-1, 0])
+
+
+def test_calls_from_two_threads_run_one_at_a_time():
+    """A cache's calls release the GIL: one thread appending (its blocks growing and moving) while
+    another attends run one at a time, each attend over the tokens held when it ran."""
+    import threading
+    import time
+    cache = attn.KVCache(1, 1, 32, block_size=1)
+    k = np.ones((1, 64, 32), np.float32)
+    cache.append(k, k, seq=0)
+    q = np.ones((1, 1, 32), np.float32)
+    stop = time.time() + 1.0
+    errors = []
+
+    def writer():
+        while time.time() < stop:
+            cache.append(k, k, seq=0)
+            if cache.length(0) > 2000:
+                cache.truncate(0, 64)
+
+    def reader():
+        while time.time() < stop:
+            out = cache.attend(q, 0)
+            if not np.allclose(out, 1.0):  # every value row is ones
+                errors.append(out)
+            cache.nbytes
+
+    threads = [threading.Thread(target=f) for f in (writer, reader, reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_rotary_tables_are_copied():
+    """The cache keeps its own float32 copy of the rotary tables: changing the caller's arrays later
+    changes nothing."""
+    angles = np.random.default_rng(2).standard_normal((8, D // 2)).astype(np.float32)
+    cos, sin = np.cos(angles), np.sin(angles)
+    keys = np.random.default_rng(3).standard_normal((KV_HEADS, 3, D)).astype(np.float32)
+    caches = [attn.KVCache(1, KV_HEADS, D, rotary_cos=cos, rotary_sin=sin) for _ in range(2)]
+    caches[0].append(keys, keys, seq=0)
+    cos[:], sin[:] = 0, 0
+    caches[1].append(keys, keys, seq=0)
+    np.testing.assert_array_equal(caches[0].keys(0), caches[1].keys(0))
+
+
+def test_more_bad_input_is_named():
+    cache = attn.KVCache(2, KV_HEADS, D)
+    cache.append(np.zeros((2, KV_HEADS, 3, D), np.float32), np.zeros((2, KV_HEADS, 3, D), np.float32))
+    q = np.zeros((5, HEADS, D), np.float32)
+    # Integers past int64 as any other out of range entry, named.
+    with pytest.raises(ValueError, match="cu_seqlens_q has an entry outside int32's range"):
+        cache.attend_batch(q, np.array([0, 2**64 - 1], np.uint64))
+    with pytest.raises(ValueError, match="seqs has an entry outside int32's range"):
+        cache.attend_batch(q[:2], [0, 2], seqs=np.array([2**63], np.uint64))
+    with pytest.raises(TypeError, match="tree_parents has dtype float64; it must hold integers"):
+        cache.attend(np.zeros((HEADS, 2, D), np.float32), 0, tree_parents=[-1.0, 0.0])
+    with pytest.raises(ValueError, match=r"tree_parents holds 18446744073709551615; its entries must lie in \[-1, t\)"):
+        cache.attend(np.zeros((HEADS, 2, D), np.float32), 0, tree_parents=np.array([2**64 - 1, 0], np.uint64))
+    # A tree's bad parent in a mixed batch named by its packed row and its entry.
+    with pytest.raises(ValueError, match=r"tree_parents\[3\] is 2; it is draft 0 of entry 1 \(rows 3 to 5\)"):
+        cache.attend_batch(q, [0, 3, 5], tree_parents=[-1, 0, 0, 2, 3])
+    cache.attend(np.zeros((HEADS, 2, D), np.float32), 0, tree_parents=[-1, 0])
+    with pytest.raises(ValueError, match="accepted has an entry outside int32's range"):
+        cache.commit_tree(0, [2**63])
+    # A float8 scale whose largest value overflows float32.
+    with pytest.raises(ValueError, match="k_scale holds 1e\\+38; a float8_e4m3 cache's scale times its largest value"):
+        attn.KVCache(1, 1, 32, dtype="float8_e4m3", k_scale=1e38)

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -364,6 +365,14 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
         detail::fail(op, ": ", name, " holds ", x, "; a float8 cache's scale must be finite and greater than 0");
       if (x != 1 && !is_float8(options.dtype))
         detail::fail(op, ": ", name, " holds ", x, "; scales belong to float8 caches (dtype float8_e4m3 or float8_e5m2)");
+      // The cache's values are codes times the scale: its largest code times the scale must be a
+      // float (else a key of the largest code reads back as inf, and a stored 0 times it as NaN).
+      const bool e4m3 = options.dtype == KvDtype::float8_e4m3;
+      const float largest = e4m3 ? detail::Float8Format<detail::float8_e4m3>::kMax : detail::Float8Format<detail::float8_e5m2>::kMax;
+      if (is_float8(options.dtype) && !std::isfinite(x * largest))
+        detail::fail(op, ": ", name, " holds ", x, "; a ", e4m3 ? "float8_e4m3" : "float8_e5m2",
+                     " cache's scale times its largest value, ", largest, ", must be a finite float32, so the scale must be at most ",
+                     std::numeric_limits<float>::max() / largest);
     }
   }
   if (options.capacity == 0 && !options.grow)
@@ -879,6 +888,13 @@ void KvCache::attend_batch(TensorView<float> out, TensorView<const float> querie
       detail::fail(op, ": entry ", b, " has ", hi - lo, " queries for sequence ", seq, ", which holds ", L,
                    " tokens; the queries are the sequence's newest tokens: append them first");
     seq_of[static_cast<std::size_t>(b)] = seq, first[static_cast<std::size_t>(b)] = lo, rows[static_cast<std::size_t>(b)] = hi - lo;
+    for (index_t i = 0; !trees.empty() && i < hi - lo; ++i) {  // named by packed row and entry here
+      const std::int64_t p = trees.data()[(lo + i) * trees.stride(0)];
+      if (p < -1 || p >= i)
+        detail::fail(op, ": tree_parents[", lo + i, "] is ", p, "; it is draft ", i, " of entry ", b, " (rows ", lo, " to ",
+                     hi, "), whose parent is -1 (the last accepted token) or an earlier draft of the entry, in [0, ", i,
+                     ") (a parent listed after its child, or a cycle, is refused)");
+    }
   }
   // Entry b's queries and out as (1, heads, n_b, head_dim) views of the packed rows.
   auto rows_of = [&](const auto& t, index_t b) {
