@@ -11,7 +11,7 @@ mode=${1:-demo}
 case "$mode" in demo | test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 
-# Every dependency, and why, is listed in the README ("Dependencies").
+# Every dependency, and why, is listed in docs/design.md ("Dependencies").
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev librandom123-dev libhwy-dev libpng-dev libfreetype-dev
           fonts-dejavu-core python3-numpy python3-torch python3-dev pybind11-dev python3-pytest python3-hypothesis clang libclang-rt-dev libomp-dev
           pkg-config python3-pip python3-setuptools python3-wheel python3-venv libopenmpi-dev openmpi-bin python3-mpi4py
@@ -44,12 +44,13 @@ build build/release -DCMAKE_BUILD_TYPE=Release
 platlib=$(/usr/bin/python3 -c "import sysconfig; print(sysconfig.get_path('platlib'))")
 $sudo rm -f "$platlib"/attn.cpython-*.so
 $sudo cmake --install build/release --component python
+# Idle OpenMP threads sleep instead of spinning: CTest runs tests side by side on few cores, and a
+# shared machine's other work gets the cores the demo's threads wait on.
+export OMP_WAIT_POLICY=passive
 if [ "$mode" = demo ]; then
   exec build/release/attn demo --out-dir out/demo
 fi
 
-# Idle OpenMP threads sleep instead of spinning: CTest runs tests side by side on few cores.
-export OMP_WAIT_POLICY=passive
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 # The example programs are not tests: the Release build has them.
 build build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=ON -DATTN_BUILD_EXAMPLES=OFF

@@ -287,8 +287,8 @@ attention(queries (B, n, d), keys (B, m, d), values (B, m, v), valid_lens=None) 
 softmax(queries keys^T / sqrt(d)) values with the weights of masked keys 0 and dropout in training
 mode. 4-D inputs (B, H, ., .) have heads. backward(grad_out) -> {"queries", "keys", "values"}.
 float32, float64 or float16 arrays (float16 computed in float32 on widened copies, out, weights and
-gradients rounded to float16). Modes, seeds and what backward reads: see the module's layers section
-in the README.)");
+gradients rounded to float16). Modes, seeds and what backward reads: the "Layers" notes of
+docs/python.md.)");
   dot.def(py::init<py::object, py::object, py::object>(), arg("dropout"), py::kw_only(), arg("seed") = 0,
           arg("masked_fill") = "exclude", "A layer with dropout probability `dropout` (see the class).");
   def_layer(dot);
