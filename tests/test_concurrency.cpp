@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attn/config.hpp"
+#include "attn/kv_cache.hpp"
 #include "support/calls.hpp"
 #include "support/testing.hpp"
 
@@ -106,6 +107,55 @@ TEST(Concurrency, ScopedSwitchesAreTheCallingThreadsOnly) {
   }
   EXPECT_EQ(simd_target(), targets.back());
   testing::expect_error([] { const ScopedSimdTarget bad("avx9000"); }, {"ScopedSimdTarget", "\"avx9000\"", "they are"});
+}
+
+// attn/kv_cache.hpp, "Threads": calls that only read a cache run side by side. Four threads attend
+// one cache at once (decodes, prompt-sized chunks and a mixed batch, float32 and int8 caches, at 1
+// and 2 threads each) and get the results of the same calls made one by one.
+TEST(Concurrency, ReadersOfOneKvCacheGetTheResultsOfTheSameCallsMadeOneByOne) {
+  for (const KvDtype type : {KvDtype::float32, KvDtype::int8}) {
+    KvCache cache(3, 2, 32, {.dtype = type, .block_size = 16});
+    const Tensor<float> kv = testing::random_tensor<float>({3, 2, 150, 32}, 81);
+    cache.append(kv.cview(), kv.cview());
+    const Tensor<float> q = testing::random_tensor<float>({4, 20, 32}, 82), packed = testing::random_tensor<float>({23, 4, 32}, 83);
+    const std::int32_t cu[] = {0, 1, 3, 23};
+    const TensorView<const std::int32_t> cu_view(cu, {4});
+    // Call c of four: a decode, a chunk of 20 queries, a decode of every sequence, the mixed batch.
+    auto call = [&](int c) {
+      const ScopedThreads threads(1 + c % 2);
+      Tensor<float> out;
+      if (c == 0) {  // each head's first query
+        out = Tensor<float>({4, 1, 32});
+        cache.attend(out.view(), 1, TensorView<const float>(q.data(), {4, 1, 32}, {20 * 32, 32, 1}));
+      }
+      if (c == 1) out = Tensor<float>({4, 20, 32}), cache.attend(out.view(), 2, q.cview());
+      if (c == 2) {
+        Tensor<float> all({3, 4, 1, 32});
+        for (index_t b = 0; b < 3; ++b)
+          for (index_t h = 0; h < 4; ++h) std::copy_n(&q(h, b, 0), 32, &all(b, h, 0, 0));
+        out = Tensor<float>({3, 4, 1, 32}), cache.attend(out.view(), all.cview());
+      }
+      if (c == 3) out = Tensor<float>({23, 4, 32}), cache.attend_batch(out.view(), packed.cview(), cu_view);
+      return out;
+    };
+    std::vector<Tensor<float>> expected;
+    for (int c = 0; c < 4; ++c) expected.push_back(call(c));
+    std::vector<std::vector<Tensor<float>>> got(4);
+    std::atomic<int> ready{0};
+    std::vector<std::thread> readers;
+    for (int t = 0; t < 4; ++t)
+      readers.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < 4) std::this_thread::yield();
+        for (int round = 0; round < 4; ++round) got[static_cast<std::size_t>(t)].push_back(call((t + round) % 4));
+      });
+    for (std::thread& r : readers) r.join();
+    for (int t = 0; t < 4; ++t)
+      for (int round = 0; round < 4; ++round)
+        EXPECT_EQ(got[static_cast<std::size_t>(t)][static_cast<std::size_t>(round)].values(),
+                  expected[static_cast<std::size_t>((t + round) % 4)].values())
+            << "call " << (t + round) % 4 << " on reader " << t << ", cache type " << static_cast<int>(type);
+  }
 }
 
 }  // namespace

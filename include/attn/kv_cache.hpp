@@ -82,6 +82,12 @@
 // of a non-causal, unwindowed call's queries at the first new position instead). keys() returns the keys
 // as stored: rotated. A position past the tables' rows, or a query before position 0 (n > length), is
 // an error at append or attend.
+//
+// Threads: a KvCache is one object as a std::vector is: calls that only read it (attend,
+// attend_batch without a tree, keys, values, length, bytes) may run side by side; a call that
+// changes it (append, truncate, reset, commit_tree, a tree attend, which records its tree) must not
+// run beside any other call on the same cache. Each call threads its own work (set_num_threads).
+// Python's attn.KVCache takes a lock per cache for every call.
 #pragma once
 
 #include <cstddef>

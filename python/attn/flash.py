@@ -226,7 +226,13 @@ def _probs(q, k, v, cu_q, cu_k, max_q, max_k, options, sinks):
     wide = torch.float32 if q.dtype in _SIXTEEN_BITS else q.dtype
     q, k, v = (x.detach().to(wide) for x in (q, k, v))
     out = torch.empty((q.shape[0], q.shape[1], v.shape[-1]), dtype=wide)
-    weights = torch.empty((cu_q.shape[0] - 1, q.shape[1], max_q, max_k), dtype=wide)
+    shape = (cu_q.shape[0] - 1, q.shape[1], max_q, max_k)
+    need = math.prod(shape) * torch.finfo(wide).bits // 8
+    if need > _attn.memory_limit():  # named here, before torch tries to allocate it
+        raise MemoryError(f"flash_attn_varlen_func: return_attn_probs forms S_dmask (batch, nheads, max_seqlen_q, "
+                          f"max_seqlen_k) = {shape}, {need} bytes, more than attn may use ({_attn.memory_limit()} "
+                          f"bytes: attn.memory_limit())")
+    weights = torch.empty(shape, dtype=wide)
     options = dict(options, dropout_p=0.0, sinks=None if sinks is None else _contiguous_last(sinks.detach()))
     _bridge.varlen_forward(out, None, weights, q, k, v, cu_q, cu_k, max_q, max_k, options)
     return weights
