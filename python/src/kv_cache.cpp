@@ -115,10 +115,12 @@ py::array int32_array(Call& call, py::handle obj, const char* name) {
   const char kind = a.dtype().kind();
   if (kind != 'i' && kind != 'u') call.type_error(std::string(name) + " has dtype " + std::string(py::str(a.dtype())) + "; it must hold integers");
   // Compared as Python integers: a uint64 entry past int64's range is named, not a failed cast.
-  const py::object lowest = np.attr("min")(a).attr("item")(), highest = np.attr("max")(a).attr("item")();
-  if (a.size() > 0 && (PyObject_RichCompareBool(lowest.ptr(), py::int_(INT32_MIN).ptr(), Py_LT) == 1 ||
-                       PyObject_RichCompareBool(highest.ptr(), py::int_(INT32_MAX).ptr(), Py_GT) == 1))
-    call.value_error(std::string(name) + " has an entry outside int32's range");
+  if (a.size() > 0) {
+    const py::object lowest = np.attr("min")(a).attr("item")(), highest = np.attr("max")(a).attr("item")();
+    if (PyObject_RichCompareBool(lowest.ptr(), py::int_(INT32_MIN).ptr(), Py_LT) == 1 ||
+        PyObject_RichCompareBool(highest.ptr(), py::int_(INT32_MAX).ptr(), Py_GT) == 1)
+      call.value_error(std::string(name) + " has an entry outside int32's range");
+  }
   return np.attr("ascontiguousarray")(a, py::arg("dtype") = "int32");
 }
 

@@ -367,6 +367,8 @@ def test_more_bad_input_is_named():
     cache.attend(np.zeros((HEADS, 2, D), np.float32), 0, tree_parents=[-1, 0])
     with pytest.raises(ValueError, match="accepted has an entry outside int32's range"):
         cache.commit_tree(0, [2**63])
+    # An empty batch: no entry, no sequence named.
+    assert cache.attend_batch(np.zeros((0, HEADS, D), np.float32), [0], seqs=np.zeros(0, np.int64)).shape == (0, HEADS, D)
     # A float8 scale whose largest value overflows float32.
     with pytest.raises(ValueError, match="k_scale holds 1e\\+38; a float8_e4m3 cache's scale times its largest value"):
         attn.KVCache(1, 1, 32, dtype="float8_e4m3", k_scale=1e38)
