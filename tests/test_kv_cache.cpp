@@ -834,10 +834,14 @@ TEST(KvCacheInt4, KiviDecodeOverLongSequencesAndWindowsStartingInsideAGroup) {
 // lane c, each code picking its lane); for a prompt's queries the rows are widened. A window of 0
 // keys each query attends only its own token, with a weight of exactly 1, so out is that token's
 // stored value row bit for bit: one query (a pack of four query heads on AVX-512) and nine, over
-// int4's rows and int4_kivi's full groups (64 tokens: no bfloat16 tail).
+// int4's rows and int4_kivi's full groups (64 tokens: no bfloat16 tail); head_dim 64, 96 and 288
+// (nine groups: a value row's groups are taken several at a time, then the rest).
 TEST(KvCacheInt4, ValuesReadInPlaceAreTheStoredFloats) {
-  const index_t Hk = 2, group = 4, H = Hk * group, d = 64, L = 64;
-  for (const KvDtype type : {KvDtype::int4, KvDtype::int4_kivi}) {
+  const index_t Hk = 2, group = 4, H = Hk * group, L = 64;
+  for (const auto& [type, d] : {std::pair{KvDtype::int4, index_t{64}}, std::pair{KvDtype::int4_kivi, index_t{64}},
+                                std::pair{KvDtype::int4, index_t{96}}, std::pair{KvDtype::int4, index_t{288}},
+                                std::pair{KvDtype::int4_kivi, index_t{288}}}) {
+    SCOPED_TRACE(::testing::Message() << "head_dim " << d);
     KvCache cache(1, Hk, d, {.dtype = type, .block_size = 32});
     const Tensor<float> k = random_tensor<float>({Hk, L, d}, 760, -2, 2), v = random_tensor<float>({Hk, L, d}, 761, -3, 5);
     cache.append(0, k.view(), v.view());
