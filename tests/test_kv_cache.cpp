@@ -1047,7 +1047,7 @@ TEST(KvCacheBatch, DecodeResultsDoNotDependOnTheBatch) {
 // The query heads of a key head decode in packs that share each key and value row (simd/
 // sdpa_decode.cpp): each head's output is the one it gets alone over a cache of its key head's rows,
 // bit for bit, on every cache type (int8: each key row widened once for the pack's rounded queries;
-// 4-bit: each group dequantized once).
+// 4-bit: each group dequantized once), with heads whose weights are 0 where their pack's others are not.
 // 5 query heads a key head make packs of 4 and 1 on AVX-512, 2, 2 and 1 elsewhere.
 TEST(KvCacheBatch, QueryHeadsSharingAKeyHeadGetTheirOwnResultsBitForBit) {
   const index_t Hk = 2, group = 5, H = Hk * group, d = 64, L = 1100;
@@ -1058,6 +1058,9 @@ TEST(KvCacheBatch, QueryHeadsSharingAKeyHeadGetTheirOwnResultsBitForBit) {
     cache.append(0, k.view(), v.view());
     Tensor<float> q = random_tensor<float>({H, 1, d}, 742, -2, 2);
     for (index_t c = 0; c < d; ++c) q(6, 0, c) = 0;  // int8: rounded with sigma 0, its pack row by row
+    // Head 7's scores spread so far that most of its weights are exactly 0 where its pack's other
+    // heads have none: a value row is added for some heads of a pack and skipped for others.
+    for (index_t c = 0; c < d; ++c) q(7, 0, c) *= 300;
     Tensor<float> out({H, 1, d});
     cache.attend(out.view(), 0, q.view());
     for (index_t hk = 0; hk < Hk; ++hk) {
