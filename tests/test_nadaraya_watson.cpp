@@ -743,6 +743,49 @@ TEST(NadarayaWatsonWindowed, SameAtOneAndTwoThreads) {
     }
 }
 
+// The Gaussian where the weights underflow or the squared distances overflow: a width so small that
+// every key but the nearest weighs exp(-1e199), and queries so far from the keys that (q - k)^2 is
+// past T's largest value. The softmax then puts all its weight on the nearest key (half on each of
+// two equally near), on both paths (windowed, and dense when the weights are asked for) and every
+// target. (The windowed path once gave NaN or 0 here on the FMA targets: (q - k)^2 - d2_min was fused
+// into one FMA, leaving the product's rounding error over sigma^2; the far queries gave inf - inf.)
+template <class T>
+void expect_gaussian_limits(T tiny, T far) {
+  const auto values = [](const Tensor<T>& t) { return std::vector<T>(t.values().begin(), t.values().end()); };
+  const Tensor<T> k({1, 3, 1}, std::vector<T>{0, 1, 2}), v({1, 3, 1}, std::vector<T>{1, 2, 3});
+  const Tensor<T> near_q({1, 3, 1}, std::vector<T>{T(0.4), T(0.6), T(1.5)});
+  const Tensor<T> far_q({1, 4, 1}, std::vector<T>{far, -far, std::numeric_limits<T>::max(), -std::numeric_limits<T>::max()});
+  for (const bool weights : {false, true}) {
+    SCOPED_TRACE(weights ? "dense (weights asked for)" : "windowed");
+    const ScopedBackend cpu(Backend::cpu);
+    Tensor<T> out({1, 3, 1}), w({1, 3, 3}), far_out({1, 4, 1}), far_w({1, 4, 3});
+    nadaraya_watson_forward<T>(out.view(), weights ? w.view() : TensorView<T>(), near_q.cview(), k.cview(), v.cview(),
+                               Kernel::gaussian, tiny);
+    EXPECT_EQ(values(out), (std::vector<T>{1, 2, T(2.5)}));
+    nadaraya_watson_forward<T>(far_out.view(), weights ? far_w.view() : TensorView<T>(), far_q.cview(), k.cview(),
+                               v.cview(), Kernel::gaussian, T(0.5));
+    EXPECT_EQ(values(far_out), (std::vector<T>{3, 1, 3, 1}));
+    if (weights) EXPECT_EQ(values(far_w), (std::vector<T>{0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0}));
+  }
+  // The far rows' output is the nearest key's value whatever q, k or sigma do nearby: no gradient
+  // but dv, the output gradient on the nearest key.
+  const Tensor<T> dout({1, 4, 1}, std::vector<T>{1, 10, 100, 1000});
+  Tensor<T> dq({1, 4, 1}), dk({1, 3, 1}), dv({1, 3, 1});
+  T dsigma = -1;
+  const ScopedBackend cpu(Backend::cpu);
+  nadaraya_watson_backward<T>(dq.view(), dk.view(), dv.view(), &dsigma, dout.cview(), far_q.cview(), k.cview(), v.cview(),
+                              Kernel::gaussian, T(0.5));
+  EXPECT_EQ(values(dq), (std::vector<T>{0, 0, 0, 0}));
+  EXPECT_EQ(values(dk), (std::vector<T>{0, 0, 0}));
+  EXPECT_EQ(values(dv), (std::vector<T>{1010, 0, 101}));
+  EXPECT_EQ(dsigma, T(0));
+}
+
+TEST(NadarayaWatson, GaussianAtATinyWidthOrFarFromTheKeysIsTheNearestKeysValue) {
+  expect_gaussian_limits<float>(1e-10f, 1e20f);
+  expect_gaussian_limits<double>(1e-100, 1e155);
+}
+
 // ---- kernel names --------------------------------------------------------------------------------
 
 TEST(NadarayaWatson, KernelNamesRoundTrip) {

@@ -10,7 +10,11 @@
 //   values  (B, m, v) / (B, H, m, v)      out  (B, n, v) / (B, H, n, v)
 //   weights (B, n, m) / (B, H, n, m)      only written when given
 // A query with no key inside a compact kernel's support outputs 0 and has weights 0 (as an empty
-// masked row does). sigma must be positive and finite.
+// masked row does). The Gaussian's weights are taken relative to the nearest key's (the softmax's
+// maximum), so a tiny sigma gives the nearest key weight 1 and the others 0; on the cpu backend, a
+// query so far from the keys that every squared distance overflows the type gets the limit too, the
+// nearest keys' weights (1 / count each; with p > 1 compared in long double) and no gradient but
+// that of the values. sigma must be positive and finite.
 //
 // With 1-D keys (p = 1) and the boxcar, Epanechnikov or Gaussian kernel, the cpu backend visits only
 // the keys near each query (sorted keys and binary search: (n + m) log m plus the pairs visited),

@@ -89,6 +89,31 @@ def test_a_query_outside_every_support_predicts_zero():
     assert y_hat[0] == 6.0 and y_hat[1] == 0.0 and np.all(weights[1] == 0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_gaussian_at_a_tiny_width_or_far_away_is_the_nearest_points_value(dtype):
+    # The softmax's limit: the nearest training point's value (the mean of two equally near ones),
+    # with and without the weights (two paths), on every SIMD target.
+    x, y = np.array([0, 1, 2], dtype), np.array([1, 2, 3], dtype)
+    tiny, far = (dtype(1e-10), dtype(1e20)) if dtype == np.float32 else (1e-100, 1e155)
+    before = attn.simd_target()
+    try:
+        for target in attn.simd_targets():
+            attn.set_simd_target(target)
+            for weights in (False, True):
+                near = attn.nadaraya_watson(x, y, np.array([0.4, 0.6, 1.5], dtype), width=tiny, return_weights=weights)
+                away = attn.nadaraya_watson(x, y, np.array([far, -far], dtype), width=0.5, return_weights=weights)
+                near, away = (near[0], away[0]) if weights else (near, away)
+                np.testing.assert_array_equal(near, [1, 2, 2.5], err_msg=target)
+                np.testing.assert_array_equal(away, [3, 1], err_msg=target)
+    finally:
+        attn.set_simd_target(before)
+
+
+def test_a_query_or_key_of_no_dimensions_is_named():
+    with pytest.raises(ValueError, match=r"x_query has shape \(\); it must have 1 to 4 dimensions"):
+        attn.nadaraya_watson(np.array([1.0, 2.0]), np.array([1.0, 2.0]), np.array(1.5))
+
+
 def test_the_gaussian_is_the_d2l_softmax_formula(rng):
     # f(x) = sum_i softmax(-1/2 (x - x_i)^2) y_i, in NumPy, in float64.
     x_train, y_train, x_query = (a.astype(np.float64) for a in regression(rng))

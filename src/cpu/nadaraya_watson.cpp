@@ -1,8 +1,8 @@
 // Dense Nadaraya-Watson pooling of the cpu backend (attn::cpu::dense, cpu/unfused.hpp): every
 // (query, key) pair, threaded with OpenMP over query rows, with contiguous inner loops left to the
 // compiler's vectoriser. cpu::nw_forward / nw_backward (nadaraya_watson_windowed.cpp) use it for
-// p > 1, the constant kernel, calls that ask for the weights and non-finite inputs; `attn bench`
-// times the windowed path against it. Results do not depend on the thread count: every output
+// p > 1, the constant kernel, calls that ask for the weights, non-finite inputs and inputs whose
+// squared distances may overflow; `attn bench` times the windowed path against it. Results do not depend on the thread count: every output
 // element is summed by one thread in a fixed order, and dsigma is reduced from per-row partials in
 // row order.
 //
@@ -49,15 +49,49 @@ void squared_distances(Out* d2, const T* q, const View4<const T>& k, index_t b, 
   }
 }
 
+// The Gaussian's limit where every squared distance of query row q overflows T (the softmax of
+// -d2 / 2 sigma^2 puts all its weight on the nearest keys): w (m) = 1 / count on the keys nearest q,
+// their distances compared in long double (x87's 80 bits: exponents to 16383), else 0.
+template <class T>
+void nearest_keys(T* w, const T* q, const View4<const T>& k, index_t b, index_t h) {
+  // -1, 0 or 1 as key j is nearer q than key i, as near, or further. One feature: decided exactly
+  // where both lie on one side of q (far from the keys every distance rounds alike).
+  const auto compare = [&](index_t j, index_t i) -> int {
+    const T* kj = k.row(b, h, j);
+    const T* ki = k.row(b, h, i);
+    if (k.C == 1) {
+      const T a = kj[0], c = ki[0], at = q[0];
+      if (a == c) return 0;
+      if (a <= at && c <= at) return a > c ? -1 : 1;
+      if (a >= at && c >= at) return a < c ? -1 : 1;
+    }
+    long double dj = 0, di = 0;
+    for (index_t x = 0; x < k.C; ++x) {
+      const long double ej = static_cast<long double>(q[x]) - kj[x], ei = static_cast<long double>(q[x]) - ki[x];
+      dj += ej * ej, di += ei * ei;
+    }
+    return dj < di ? -1 : dj > di ? 1 : 0;
+  };
+  index_t best = 0;
+  for (index_t j = 1; j < k.R; ++j)
+    if (compare(j, best) < 0) best = j;
+  index_t count = 0;
+  for (index_t j = 0; j < k.R; ++j) count += compare(j, best) == 0;
+  for (index_t j = 0; j < k.R; ++j) w[j] = compare(j, best) == 0 ? T(1) / static_cast<T>(count) : T(0);
+}
+
 // w (m) = K_j / Z from d2 (m) = squared distances; w may be d2 (in place). Returns Z, 0 for an empty
-// row (then w = 0). The Gaussian subtracts the nearest key's distance first (the softmax's max
-// subtraction, on squared distances so that a tiny sigma cannot give inf - inf): its Z >= 1.
+// row (then w = 0), and -1 for a Gaussian row whose every squared distance overflowed T (w then
+// undefined: nearest_keys gives the limit). The Gaussian subtracts the nearest key's distance first
+// (the softmax's max subtraction, on squared distances so that a tiny sigma cannot give inf - inf):
+// its Z >= 1.
 template <class T>
 T normalize_row(T* w, const T* d2, index_t m, Kernel kernel, T sigma) {
   switch (kernel) {
     case Kernel::gaussian: {
       T d2_min = std::numeric_limits<T>::infinity();
       for (index_t j = 0; j < m; ++j) d2_min = std::min(d2_min, d2[j]);
+      if (m > 0 && !(d2_min < std::numeric_limits<T>::infinity())) return T(-1);
       for (index_t j = 0; j < m; ++j) w[j] = std::exp(-((d2[j] - d2_min) / sigma / sigma) / 2);
       break;
     }
@@ -106,7 +140,7 @@ double row_coefficients(double* b, double* scratch, T Z, const T* qi, const T* d
   squared_distances(d2, qi, keys, bi, h);
   const double s = sigma;
   const double Zd = normalize_row(w, d2, m, kernel, s);
-  if (Z == 0 || Zd == 0) {  // an empty row outputs a constant 0
+  if (Z <= 0 || Zd <= 0) {  // an empty row outputs a constant 0, a Gaussian's limit its nearest keys' values
     std::fill(b, b + m, 0.0);
     return 0;
   }
@@ -162,7 +196,7 @@ void nw_forward(View4<T> out, View4<T> weights, View4<const T> queries, View4<co
       for (index_t i = 0; i < queries.R; ++i) {
         T* w = weights.empty() ? scratch.data() + omp_get_thread_num() * m : weights.row(b, h, i);
         squared_distances(w, queries.row(b, h, i), keys, b, h);
-        normalize_row(w, w, m, kernel, sigma);
+        if (normalize_row(w, w, m, kernel, sigma) < 0) nearest_keys(w, queries.row(b, h, i), keys, b, h);
         weighted_sum(out.row(b, h, i), w, values, b, h);
       }
 }
@@ -209,6 +243,7 @@ void nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
           T* w = W.data() + (pp * n + i) * m;
           squared_distances(w, qi, keys, b, h);
           const T Z = normalize_row(w, w, m, kernel, sigma);
+          if (Z < 0) nearest_keys(w, qi, keys, b, h);  // no gradient but the nearest keys' dv
           if (!need_a) continue;
           double* a = A.data() + (pp * n + i) * m;
           row_ds[(first + pp) * n + i] = row_coefficients(a, scratch.data() + omp_get_thread_num() * 3 * m, Z, qi,

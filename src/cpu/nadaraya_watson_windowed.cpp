@@ -1,7 +1,8 @@
 // Nadaraya-Watson pooling of the cpu backend: the entry points cpu::nw_forward / nw_backward, and
 // the windowed path (cpu/nw_windowed.hpp) they take for 1-D keys with the boxcar, Epanechnikov or
 // Gaussian kernel. Everything else (p > 1, the constant kernel, a call asking for the (n, m)
-// weights, non-finite queries or keys) goes to the dense path, cpu::dense (nadaraya_watson.cpp).
+// weights, non-finite queries or keys, or ones so far apart that (q - k)^2 may overflow) goes to
+// the dense path, cpu::dense (nadaraya_watson.cpp).
 //
 // Keys. Per group (b, h) the keys are checked for ascending order (O(m)) and, when they are not
 // sorted, ordered by a stable argsort (m log m, once per call); keys and values are gathered in that
@@ -68,14 +69,28 @@ bool worth_threads(index_t rows, index_t m, index_t v) {
   return static_cast<double>(rows) * per_row * static_cast<double>(v + 1) >= kParallelWork;
 }
 
-// Whether column 0 of every row of x (B, H, R, 1) is finite.
+// The largest |x| of column 0 of x (B, H, R, 1); infinity where some element is not finite.
 template <class T>
-bool all_finite(const View4<const T>& x) {
+T largest_magnitude(const View4<const T>& x) {
+  T top = 0;
   for (index_t b = 0; b < x.B; ++b)
     for (index_t h = 0; h < x.H; ++h)
-      for (index_t r = 0; r < x.R; ++r)
-        if (!std::isfinite(x.at(b, h, r, 0))) return false;
-  return true;
+      for (index_t r = 0; r < x.R; ++r) {
+        const T e = x.at(b, h, r, 0);
+        if (!std::isfinite(e)) return std::numeric_limits<T>::infinity();
+        top = std::max(top, std::abs(e));
+      }
+  return top;
+}
+
+// Whether the windowed path takes a call: 1-D keys, a kernel it has (applies), and queries and keys
+// finite and near enough that no squared distance overflows T (|q| + |k| below sqrt(max) / 2).
+// The others go to the dense path: non-finite ones cannot be ordered, and where (q - k)^2
+// overflows, the dense path gives the Gaussian's limit, the nearest keys' values (nearest_keys).
+template <class T>
+bool windowable(const View4<const T>& queries, const View4<const T>& keys, Kernel kernel) {
+  static const T reach = std::sqrt(std::numeric_limits<T>::max()) / 2;
+  return applies(keys.C, kernel) && largest_magnitude(queries) + largest_magnitude(keys) <= reach;
 }
 
 // Stable argsort: perm (count) = the rows 0..count-1 ordered by x(row), ties in row order; the
@@ -371,7 +386,7 @@ double gaussian_cutoff(index_t m) {
 template <class T>
 bool nw_forward(View4<T> out, View4<const T> queries, View4<const T> keys, View4<const T> values, Kernel kernel,
                 T sigma) {
-  if (!applies(keys.C, kernel) || !all_finite(queries) || !all_finite(keys)) return false;
+  if (!windowable(queries, keys, kernel)) return false;
   const simd::Target target = simd::current();
   const index_t H = queries.H, G = queries.B * H, n = queries.R, m = keys.R, v = values.C;
   Scratch<SortedKeys<T>> sorted(G, m, v);
@@ -399,7 +414,7 @@ bool nw_forward(View4<T> out, View4<const T> queries, View4<const T> keys, View4
 template <class T>
 bool nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma, View4<const T> dout,
                  View4<const T> queries, View4<const T> keys, View4<const T> values, Kernel kernel, T sigma) {
-  if (!applies(keys.C, kernel) || !all_finite(queries) || !all_finite(keys)) return false;
+  if (!windowable(queries, keys, kernel)) return false;
   const index_t H = queries.H, G = queries.B * H, n = queries.R, m = keys.R, v = values.C;
   const bool need_a = kernel != Kernel::boxcar && (!dqueries.empty() || !dkeys.empty() || dsigma != nullptr);
   if (!need_a) {  // only dvalues can be non-zero (the boxcar's weights are piecewise constant)
@@ -461,7 +476,7 @@ bool nw_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, T* dsigma,
 
 template <class T>
 double visited_pairs(View4<const T> queries, View4<const T> keys, Kernel kernel, T sigma) {
-  if (!applies(keys.C, kernel) || !all_finite(queries) || !all_finite(keys)) return -1;
+  if (!windowable(queries, keys, kernel)) return -1;
   const index_t H = queries.H, G = queries.B * H, n = queries.R, m = keys.R;
   Scratch<SortedKeys<T>> sorted(G, m, index_t(0));
   const SortedKeys<T>& s = *sorted;

@@ -20,8 +20,8 @@ template <class T>
 double gaussian_cutoff(index_t m);
 
 // Same contracts as cpu::nw_forward (without weights) and cpu::nw_backward. Each returns false,
-// having written nothing, when applies() is false or queries or keys hold a non-finite value; the
-// caller then takes the dense path.
+// having written nothing, when applies() is false, queries or keys hold a non-finite value, or a
+// squared distance may overflow T (|q| + |k| past sqrt(max) / 2); the caller then takes the dense path.
 template <class T>
 bool nw_forward(View4<T> out, View4<const T> queries, View4<const T> keys, View4<const T> values, Kernel kernel,
                 T sigma);

@@ -20,6 +20,8 @@ namespace attn::cpu::fused::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // The kernel values of the keys in k for query q (all vectors of D), as the dense path writes them.
+// This file is compiled with -ffp-contract=off (CMakeLists.txt): d2 is rounded before d2_min is
+// subtracted, as the window's search rounded it, so the nearest key weighs exactly exp(0) = 1.
 template <Kernel K, class D, class V>
 V Weights(D d, V k, V q, V d2_min, V sigma) {
   const V diff = hn::Sub(q, k);
