@@ -663,6 +663,52 @@ TEST(KernelRegression, EmptyWindowTakesTheNearestPoint) {
   }
 }
 
+// Queries whose distances in bandwidth units overflow float64 (±1e200 from the data, or a
+// bandwidth of 1e-300) weigh no point with any kernel: each fit is still the nearest point's
+// response, told apart along the regressor exactly (the distances all round to the same number), and
+// with two regressors in long double. (In float64 every distance was inf and no point was chosen: the
+// fit read a value before the responses.)
+TEST(KernelRegression, QueriesWhoseDistancesOverflowTakeTheNearestPoint) {
+  const Sample s = sample("c", 40, 241);
+  const index_t top = std::max_element(s.x.data(), s.x.data() + 40) - s.x.data();
+  const index_t bottom = std::min_element(s.x.data(), s.x.data() + 40) - s.x.data();
+  for (const ContinuousKernel kernel : {ContinuousKernel::gaussian, ContinuousKernel::epanechnikov})
+    for (int degree = 0; degree <= 1; ++degree) {
+      SCOPED_TRACE(::testing::Message() << "degree " << degree);
+      const KernelRegression kr(s.x, s.y, options("c", degree, kernel));
+      const KernelFit far = kr.fit(std::vector<double>{0.5}, Tensor<double>({2}, {1e200, -1e200}));
+      EXPECT_EQ(far.empty, 2);
+      EXPECT_EQ(far.mean[0], s.y[top]);
+      EXPECT_EQ(far.mean[1], s.y[bottom]);
+      const Tensor<double> at({1}, {s.x[top] - 1e-9});
+      const KernelFit tiny = kr.fit(std::vector<double>{1e-300}, at);
+      EXPECT_EQ(tiny.mean[0], s.y[top]);
+    }
+  const Sample two = sample("cc", 30, 242);
+  const KernelRegression kr(two.x, two.y, options("cc", 0, ContinuousKernel::gaussian));
+  const KernelFit fit = kr.fit(std::vector<double>{1e-300, 1e-300}, Tensor<double>({1, 2}, {two.x[2 * 7], two.x[2 * 7 + 1] + 1e-12}));
+  EXPECT_EQ(fit.mean[0], two.y[7]);
+}
+
+// The search starts from the rule of thumb, 1.06 times the regressor's standard deviation computed
+// at any scale: x in other units (about 1e-200 and 1e200, scaled exactly by powers of two) gives the
+// same bandwidth in those units. (Squared as they were, x past 1e154 started the search at an
+// infinite bandwidth, which fit() then refused, and x below 1e-162 at 1.06.)
+TEST(KernelRegression, BandwidthsFollowTheDataAtAnyScale) {
+  const Sample s = sample("c", 30, 243);
+  const KernelRegression unit(s.x, s.y, options("c", 1, ContinuousKernel::gaussian));
+  const BandwidthSelection want = unit.select_bandwidth(BandwidthMethod::cv_ls);
+  for (const double scale : {0x1p-664, 0x1p664}) {
+    Tensor<double> x = s.x;
+    for (index_t i = 0; i < x.numel(); ++i) x[i] *= scale;
+    const KernelRegression kr(x, s.y, options("c", 1, ContinuousKernel::gaussian));
+    EXPECT_NEAR(kr.rule_of_thumb()[0] / scale, unit.rule_of_thumb()[0], 1e-12 * unit.rule_of_thumb()[0]);
+    const BandwidthSelection got = kr.select_bandwidth(BandwidthMethod::cv_ls);
+    EXPECT_NEAR(got.bandwidths[0] / scale, want.bandwidths[0], 1e-9 * want.bandwidths[0]) << got.how;
+    EXPECT_NEAR(got.objective, want.objective, 1e-9 * want.objective);
+  }
+}
+
 // A point 2 away from the rest: its leave-one-out window is empty and cv_ls predicts it by its
 // nearest other point's response, as the reference does.
 TEST(KernelRegression, CvLsPredictsAnIsolatedPointByItsNearestNeighbour) {

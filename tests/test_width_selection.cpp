@@ -208,6 +208,23 @@ TEST(SelectWidth, IrrelevantDimensionGetsAWideWidth) {
   EXPECT_LT(both.loo_error, 0.9 * one.loo_error) << both.how << "\n" << one.how;
 }
 
+// The grid is scaled by the data's spread, computed at any scale: x in other units gives the same
+// widths in those units and the same error, down to 1e-200 and up to 1e200 (its deviations squared
+// as they were, x past 1e154 read as infinitely spread and x below 1e-162 as constant).
+TEST(SelectWidth, WidthsFollowTheDataAtAnyScale) {
+  Tensor<double> x, y;
+  sine_data(40, 73, 0.3, x, y);
+  const WidthSelection unit = select_width<double>(x, y, Kernel::gaussian);
+  for (const double scale : {0x1p-664, 0x1p664}) {  // powers of two, about 1e-200 and 1e200: x scaled exactly
+    Tensor<double> scaled = x;
+    for (index_t i = 0; i < x.numel(); ++i) scaled[i] = x[i] * scale;
+    const WidthSelection s = select_width<double>(scaled, y, Kernel::gaussian);
+    ASSERT_EQ(s.widths.size(), 1u);
+    EXPECT_NEAR(s.widths[0] / scale, unit.widths[0], 1e-12 * unit.widths[0]) << s.how;
+    EXPECT_NEAR(s.loo_error, unit.loo_error, 1e-12 * unit.loo_error);
+  }
+}
+
 TEST(SelectWidth, ConstantKernelAndGridOnly) {
   Tensor<double> x, y;
   sine_data(40, 71, 0.3, x, y);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "attn/error.hpp"
+#include "core/spread.hpp"
 #include "kreg/local_fit.hpp"
 
 namespace attn {
@@ -174,12 +175,8 @@ std::vector<double> KernelRegression::rule_of_thumb() const {
       h[c] = kreg::discrete_bandwidth_limit(types_[c], levels_[c]) / 2;
       continue;
     }
-    double mean = 0, squares = 0;
-    for (index_t i = 0; i < n_; ++i) mean += x_[i * k_ + c];
-    mean /= n_;
-    for (index_t i = 0; i < n_; ++i) squares += (x_[i * k_ + c] - mean) * (x_[i * k_ + c] - mean);
-    const double sd = std::sqrt(squares / n_);
-    h[c] = 1.06 * (sd > 0 ? sd : 1.0) * shrink * canonical_ratio(options_.kernel);
+    const double sd = detail::standard_deviation(n_, [&](index_t i) { return x_[i * k_ + c]; });
+    h[c] = 1.06 * (sd > 0 && std::isfinite(sd) ? sd : 1.0) * shrink * canonical_ratio(options_.kernel);
   }
   return h;
 }

@@ -314,21 +314,39 @@ bool LocalFitter::fit_moments(const double* x0, index_t leave_out, bool with_gra
 }
 
 index_t LocalFitter::nearest_point(const double* x0, index_t leave_out) const {
+  // Distances in long double (x87's 80 bits on x86-64: exponents to 16383): a query no point weighs
+  // is one whose u^2 overflowed float64 or whose weights underflowed, and the nearest point must still
+  // be told apart (in float64 every distance was inf, and no point was chosen).
   index_t best = -1;
-  double best_distance = std::numeric_limits<double>::infinity();
+  if (k_ == 1 && types_[0] == RegressorType::continuous) {
+    // One regressor: nearer decided exactly where the two points lie on one side of x0 (far from the
+    // data, every distance rounds to the same number).
+    const double at = x0[0];
+    for (index_t j = 0; j < model_.size(); ++j) {
+      if (j == leave_out) continue;
+      const double a = x_[static_cast<std::size_t>(j)], b = best < 0 ? 0 : x_[static_cast<std::size_t>(best)];
+      const bool nearer = best < 0 || (a <= at && b <= at   ? a > b
+                                       : a >= at && b >= at ? a < b
+                                                            : std::abs(static_cast<long double>(a) - at) <
+                                                                  std::abs(static_cast<long double>(b) - at));
+      if (nearer) best = j;
+    }
+    return best;
+  }
+  long double best_distance = 0;
   for (index_t j = 0; j < model_.size(); ++j) {
     if (j == leave_out) continue;
     const double* xj = x_.data() + j * k_;
-    double d = 0;
+    long double d = 0;
     for (index_t c = 0; c < k_; ++c) {
       if (types_[c] == RegressorType::continuous) {
-        const double u = (xj[c] - x0[c]) * inverse_h_[c];
+        const long double u = (static_cast<long double>(xj[c]) - x0[c]) / h_[c];  // 1 / h may overflow
         d += u * u;
       } else {
         d += xj[c] != x0[c];
       }
     }
-    if (d < best_distance) best_distance = d, best = j;
+    if (best < 0 || d < best_distance) best_distance = d, best = j;
   }
   return best;
 }

@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "api/checks.hpp"
+#include "core/spread.hpp"
 #include "train/loo_cv.hpp"
 
 namespace attn {
@@ -114,12 +115,10 @@ LooProblem make_loo_problem(const char* op, TensorView<const T> x, TensorView<co
   LooProblem P{X.B * X.H, X.R, X.C, Y.C, columns(X), columns(Y), std::vector<double>(static_cast<std::size_t>(X.C))};
   const double points = static_cast<double>(P.G * P.N);
   for (index_t c = 0; c < P.p; ++c) {
-    double mean = 0, var = 0;
-    for (index_t g = 0; g < P.G; ++g)
-      for (index_t j = 0; j < P.N; ++j) mean += P.x[(g * P.p + c) * P.N + j] / points;
-    for (index_t g = 0; g < P.G; ++g)
-      for (index_t j = 0; j < P.N; ++j) var += std::pow(P.x[(g * P.p + c) * P.N + j] - mean, 2) / points;
-    P.spread[c] = var > 0 ? std::sqrt(var) : 1.0;  // a constant feature: any width is the same
+    const double spread = detail::standard_deviation(P.G * P.N, [&](index_t i) {
+      return P.x[(i / P.N * P.p + c) * P.N + i % P.N];
+    });
+    P.spread[c] = spread > 0 && std::isfinite(spread) ? spread : 1.0;  // a constant feature: any width is the same
   }
   return P;
 }

@@ -1,0 +1,28 @@
+// The population standard deviation of count values x(0), ..., x(count - 1), computed at any scale:
+// the deviations from the mean divided by the largest of them before they are squared, the root of
+// their mean square multiplied back. (Squared as they are, deviations past 1e154 overflow float64
+// and ones below 1e-162 underflow to 0: data of such a scale read as having an infinite spread, or
+// none.) 0 for constant values; not finite only where a deviation itself overflows (values of
+// opposite signs near the largest double). The scale of the bandwidth searches (kreg's rule of
+// thumb, select_width's grid), so that data in other units get the same widths in those units.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+
+#include "attn/tensor.hpp"
+
+namespace attn::detail {
+
+template <class X>
+double standard_deviation(index_t count, const X& x) {
+  const double n = static_cast<double>(count);
+  double mean = 0, largest = 0, squares = 0;
+  for (index_t i = 0; i < count; ++i) mean += x(i) / n;
+  for (index_t i = 0; i < count; ++i) largest = std::max(largest, std::abs(x(i) - mean));
+  if (!(largest > 0)) return largest == 0 ? 0.0 : largest;  // constant, or NaN
+  for (index_t i = 0; i < count; ++i) squares += std::pow((x(i) - mean) / largest, 2);
+  return largest * std::sqrt(squares / n);
+}
+
+}  // namespace attn::detail
