@@ -361,6 +361,8 @@ bad_calls = [
     (replace(base, "--band-method", "jackknife"), "--band-method"),
     (replace(base, "--band", path("LOW.npy"), path("HIGH.npy")) + ["--band-method", "bootstrap", "--replicates", "1"],
      "--replicates"),
+    (replace(base, "--band", path("LOW.npy"), path("HIGH.npy")) + ["--band-method", "bootstrap", "--seed", "-3"],
+     "--seed"),  # CLI11 alone read it as 2^64 - 3
     (replace(base, "--plot", path("fit.jpg")), "--plot"),
     (replace(replace(replace(base, "--x", path("X2.npy")), "--y", path("Y2.npy")), "--plot", path("f.svg")), "--plot"),
     ([a for a in base if a not in ("--out", path("bad.npy"))], "--out"),

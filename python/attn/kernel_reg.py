@@ -224,7 +224,7 @@ class KernelReg:
             raise ValueError(f"KernelReg.confidence_band: method is {method!r}; it must be \"asymptotic\" or "
                              "\"bootstrap\"")
         queries = None if data_predict is None else _adjust_shape(data_predict, self.k_vars, "data_predict")
-        _, low, high, _ = self._engine.confidence_band(self.bw, queries, float(level), method, seed, int(replicates))
+        _, low, high, _ = self._engine.confidence_band(self.bw, queries, float(level), method, seed, replicates)
         return low, high
 
     def __repr__(self):

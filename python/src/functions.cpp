@@ -226,7 +226,10 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
 template <class T>
 attn::TensorView<const T> as_batch(Call& call, const py::array& a, const char* name) {
   const attn::TensorView<const T> v = cview<T>(a);
-  if (a.ndim() > 2 || a.ndim() == 0) return v;
+  if (a.ndim() == 0)
+    call.value_error(std::string(name) + " has shape (); it must have 1 to 4 dimensions: (len,), (len, features), or a batch "
+                     "(B, len, features) or (B, H, len, features)");
+  if (a.ndim() > 2) return v;
   const index_t rows = v.dim(0), cols = a.ndim() == 2 ? v.dim(1) : 1;
   const index_t row_stride = v.stride(0), col_stride = a.ndim() == 2 ? v.stride(1) : 1;
   const attn::TensorView<const T> batch(v.data(), {1, rows, cols}, {0, row_stride, col_stride});

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -134,7 +135,7 @@ py::tuple select_bandwidth(const attn::KernelRegression& reg, const std::string&
 }
 
 py::tuple confidence_band(const attn::KernelRegression& reg, py::object bw_obj, py::object queries_obj, double level,
-                          const std::string& method, py::object seed_obj, int replicates) {
+                          const std::string& method, py::object seed_obj, py::object replicates_obj) {
   Call call("KernelReg.confidence_band", kreg_renames());
   const std::vector<double> bw = bandwidths_of(call, bw_obj);
   Float64 q;
@@ -146,6 +147,11 @@ py::tuple confidence_band(const attn::KernelRegression& reg, py::object bw_obj, 
     call.value_error("method is \"" + method + "\"; it must be \"asymptotic\" or \"bootstrap\"");
   }
   const std::uint64_t seed = call.seed(seed_obj, "seed");
+  const index_t count = call.integer(replicates_obj, "replicates");
+  if (count < std::numeric_limits<int>::min() || count > std::numeric_limits<int>::max())
+    call.value_error("replicates is " + std::to_string(count) + "; it must be at most " +
+                     std::to_string(std::numeric_limits<int>::max()));
+  const int replicates = static_cast<int>(count);
   attn::ConfidenceBand b;
   call.run([&] { b = reg.confidence_band(bw, qv, level, m, seed, replicates); });
   return py::make_tuple(vector_array(b.mean), vector_array(b.low), vector_array(b.high),
@@ -216,7 +222,7 @@ column ('c', 'u', 'o'), degree 0..3, ckertype the continuous kernel ("gaussian",
       arg("x"), arg("y"),
       R"(The direct plug-in bandwidth of Ruppert, Sheather and Wand (1995) for local linear regression
 with the Gaussian kernel and one continuous regressor, as R's KernSmooth::dpill computes it (binned:
-401 bins, blocks by Mallows' Cp, 5% trimmed each end). x (n,), y (n,), n >= 6; returns h, the
+401 bins, blocks by Mallows' Cp, 1% of the points trimmed at each end, 5% of the grid for the curvature). x (n,), y (n,), n >= 6; returns h, the
 Gaussian's standard deviation, usable as attn.KernelReg(y, x, "c", bw=[h]).)");
 }
 

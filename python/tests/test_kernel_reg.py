@@ -286,6 +286,18 @@ def test_errors_name_the_argument():
     model = attn.KernelReg(y, x, "cc", bw=[1, 1])
     with pytest.raises(ValueError, match="data_predict"):
         model.fit(np.zeros((4, 3)))
+    with pytest.raises(ValueError, match=r"replicates is 1099511627776; it must be at most 2147483647"):
+        model.confidence_band(method="bootstrap", replicates=2**40)
+    with pytest.raises(TypeError, match="replicates must be an integer; got float"):
+        model.confidence_band(method="bootstrap", replicates=99.5)
+
+
+def test_a_query_no_point_weighs_takes_the_nearest_points_response():
+    # Distances in bandwidths past float64's range (1e200 away, or a bandwidth of 1e-300): every
+    # weight is 0, and the fit is the response of the nearest point along the regressor.
+    x, y = np.array([0.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(attn.KernelReg(y, x, "c", bw=[0.5]).fit(np.array([-1e200, 1e6, 1e200]))[0], [1, 3, 3])
+    np.testing.assert_array_equal(attn.KernelReg(y, x, "c", bw=[1e-300]).fit(np.array([0.1, 1.9]))[0], [1, 3])
 
 
 def test_code_written_for_statsmodels_runs():

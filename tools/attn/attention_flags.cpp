@@ -38,15 +38,8 @@ void MaskFlags::add_to(CLI::App& command) {
   command.add_flag("--causal", causal, "query i sees keys 0 .. i only");
 }
 
-void DropoutFlags::add_to(CLI::App& command) {
-  CLI::Option* p_option = command.add_option(
-      "--dropout", p, "probability P in [0, 1) of dropping each attention weight (scaled by 1/(1-P) otherwise)");
-  p_option->type_name("P");
-  CLI::Option* seed_option =
-      command.add_option("--seed", seed, "the dropout generator's seed N: the same seed drops the same weights");
-  seed_option->type_name("N");
-  // CLI11 reads "-1" into an unsigned seed as 2^64 - 1 and saturates larger numbers: check the text.
-  seed_option->check(
+void check_seed(CLI::Option& option) {
+  option.check(
       [](const std::string& text) -> std::string {
         const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
         const std::string max = "18446744073709551615";  // 2^64 - 1
@@ -54,6 +47,16 @@ void DropoutFlags::add_to(CLI::App& command) {
         return "the seed \"" + text + "\" must be a whole number from 0 to " + max;
       },
       "", "seed");  // no description: the help shows "--seed N", not "N:SEED"
+}
+
+void DropoutFlags::add_to(CLI::App& command) {
+  CLI::Option* p_option = command.add_option(
+      "--dropout", p, "probability P in [0, 1) of dropping each attention weight (scaled by 1/(1-P) otherwise)");
+  p_option->type_name("P");
+  CLI::Option* seed_option =
+      command.add_option("--seed", seed, "the dropout generator's seed N: the same seed drops the same weights");
+  seed_option->type_name("N");
+  check_seed(*seed_option);
   // Each needs the other: a dropout without an explicit seed would not be reproducible, and a
   // seed alone would do nothing.
   p_option->needs(seed_option);

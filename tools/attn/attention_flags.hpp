@@ -17,6 +17,10 @@ class Option;
 
 namespace attn_cli {
 
+// Checks that a seed flag's text is a whole number from 0 to 2^64 - 1 (CLI11 reads "-1" into an
+// unsigned seed as 2^64 - 1 and saturates larger numbers). Used by --seed here and by attn kreg's.
+void check_seed(CLI::Option& option);
+
 // --queries Q.npy --keys K.npy --values V.npy (required), of one float type.
 struct QkvFlags {
   std::string queries, keys, values;

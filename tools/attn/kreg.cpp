@@ -377,9 +377,9 @@ void add_kreg_command(CLI::App& app) {
       ->type_name("METHOD")
       ->check(CLI::IsMember({"asymptotic", "bootstrap"}))
       ->needs(band);
-  command->add_option("--seed", args->seed, "the bootstrap's seed (default 0; the same band for any thread count)")
-      ->type_name("N")
-      ->needs(band);
+  CLI::Option* seed = command->add_option("--seed", args->seed, "the bootstrap's seed (default 0; the same band for any thread count)");
+  seed->type_name("N")->needs(band);
+  check_seed(*seed);
   command->add_option("--replicates", args->replicates, "the bootstrap's replicates (default 999)")
       ->type_name("R")
       ->check(CLI::Range(2, 1000000))
