@@ -4,8 +4,8 @@
 // naming the Python argument.
 #include <algorithm>
 #include <cstdint>
-#include <span>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -222,8 +222,9 @@ column ('c', 'u', 'o'), degree 0..3, ckertype the continuous kernel ("gaussian",
       arg("x"), arg("y"),
       R"(The direct plug-in bandwidth of Ruppert, Sheather and Wand (1995) for local linear regression
 with the Gaussian kernel and one continuous regressor, as R's KernSmooth::dpill computes it (binned:
-401 bins, blocks by Mallows' Cp, 1% of the points trimmed at each end, 5% of the grid for the curvature). x (n,), y (n,), n >= 6; returns h, the
-Gaussian's standard deviation, usable as attn.KernelReg(y, x, "c", bw=[h]).)");
+401 bins, blocks by Mallows' Cp, 1% of the points trimmed at each end, 5% of the grid for the
+curvature). x (n,), y (n,), n >= 6; returns h, the Gaussian's standard deviation, usable as
+attn.KernelReg(y, x, "c", bw=[h]).)");
 }
 
 }  // namespace attn_py

@@ -2,9 +2,9 @@
 // (query, key) pair, threaded with OpenMP over query rows, with contiguous inner loops left to the
 // compiler's vectoriser. cpu::nw_forward / nw_backward (nadaraya_watson_windowed.cpp) use it for
 // p > 1, the constant kernel, calls that ask for the weights, non-finite inputs and inputs whose
-// squared distances may overflow; `attn bench` times the windowed path against it. Results do not depend on the thread count: every output
-// element is summed by one thread in a fixed order, and dsigma is reduced from per-row partials in
-// row order.
+// squared distances may overflow; `attn bench` times the windowed path against it. Results do not
+// depend on the thread count: every output element is summed by one thread in a fixed order, and
+// dsigma is reduced from per-row partials in row order.
 //
 // The backward writes every gradient through one coefficient per (query, key), kept in units of
 // sigma (cpu/nw_gradient.hpp: b_ij = a_ij sigma^e):

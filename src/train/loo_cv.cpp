@@ -113,7 +113,6 @@ LooProblem make_loo_problem(const char* op, TensorView<const T> x, TensorView<co
     detail::fail(op, ": kernel ", static_cast<int>(kernel), " is not a Kernel");
 
   LooProblem P{X.B * X.H, X.R, X.C, Y.C, columns(X), columns(Y), std::vector<double>(static_cast<std::size_t>(X.C))};
-  const double points = static_cast<double>(P.G * P.N);
   for (index_t c = 0; c < P.p; ++c) {
     const double spread = detail::standard_deviation(P.G * P.N, [&](index_t i) {
       return P.x[(i / P.N * P.p + c) * P.N + i % P.N];
