@@ -1,4 +1,5 @@
 """Arguments that attn.flash's functions share, normalised as FlashAttention's C++ does."""
+import operator
 
 
 def window_bounds(function, causal, window_size, seqlen_k):
@@ -8,10 +9,14 @@ def window_bounds(function, causal, window_size, seqlen_k):
     if not isinstance(causal, bool):
         raise TypeError(f"{function}: causal must be a bool; got {causal!r}")
     try:
-        left, right = (int(w) for w in window_size)
+        left, right = window_size
+        left, right = operator.index(left), operator.index(right)  # a float is refused, not truncated
     except (TypeError, ValueError):
         raise TypeError(f"{function}: window_size must be a pair of ints (left, right), -1 for unbounded; "
                         f"got {window_size!r}") from None
+    for side, w in (("left", left), ("right", right)):
+        if not -2**63 <= w < 2**63:
+            raise ValueError(f"{function}: window_size's {side} is {w}; it must fit in a signed 64-bit integer")
     left = left if 0 <= left < seqlen_k else -1
     right = right if 0 <= right < seqlen_k else -1
     return left, 0 if causal else right

@@ -80,7 +80,7 @@ from torch.autograd.function import once_differentiable
 from . import _attn
 from ._flash_args import window_bounds
 from ._flash_kvcache import flash_attn_with_kvcache
-from .torch import _dropout_seed, _ScaledDotProductAttention
+from .torch import _dropout_seed, _number, _ScaledDotProductAttention
 
 _bridge = _attn._torch
 
@@ -140,14 +140,14 @@ def _options(function, q, nheads, batch, seqlen_k, dropout_p, softmax_scale, cau
     FlashAttention's mha_fwd and mha_varlen_fwd make it."""
     wide = torch.float32 if q.dtype in _SIXTEEN_BITS else q.dtype
     left, right = window_bounds(function, causal, window_size, seqlen_k)
-    dropout_p = float(dropout_p)
+    dropout_p = _number(dropout_p, "dropout_p", function)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"{function}: dropout_p is {dropout_p}; it must lie in [0, 1)")
     if softmax_scale is not None:
-        softmax_scale = float(softmax_scale)
+        softmax_scale = _number(softmax_scale, "softmax_scale", function)
         if not math.isfinite(softmax_scale):
             raise ValueError(f"{function}: softmax_scale is {softmax_scale}; it must be finite")
-    softcap = float(softcap)
+    softcap = _number(softcap, "softcap", function)
     if softcap < 0 or not math.isfinite(softcap):
         raise ValueError(f"{function}: softcap is {softcap}; it must be 0.0 (off) or positive and finite")
     options = {
@@ -285,8 +285,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     seqlen_k = k.shape[1]
     cu_q = torch.arange(batch + 1, dtype=torch.int32) * seqlen_q
     cu_k = torch.arange(batch + 1, dtype=torch.int32) * seqlen_k
-    weights = _probs(q.reshape(batch * seqlen_q, nheads, -1), k.reshape(batch * seqlen_k, k.shape[2], -1),
-                     v.reshape(batch * seqlen_k, v.shape[2], -1), cu_q, cu_k, seqlen_q, seqlen_k, options, sinks)
+    weights = _probs(q.reshape(batch * seqlen_q, nheads, q.shape[3]), k.reshape(batch * seqlen_k, k.shape[2], k.shape[3]),
+                     v.reshape(batch * seqlen_k, v.shape[2], v.shape[3]), cu_q, cu_k, seqlen_q, seqlen_k, options, sinks)
     return out, _fa_lse(lse), _signed(weights, options, None).to(q.dtype)
 
 

@@ -35,6 +35,8 @@ rather than returning no gradient for it. The backward cannot itself be differen
 Errors: attn's checks of shapes and values raise ValueError naming the argument by PyTorch's name;
 dtypes and devices raise RuntimeError as PyTorch's own function does.
 """
+import operator
+
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
@@ -99,9 +101,34 @@ def _lengths(valid_lens, function):
 def _segments(ids, name, function):
     ids = torch.as_tensor(ids)
     _tensor(ids, name, function)
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"{function}: {name} has dtype {ids.dtype}; it must hold integers")
     if ids.dtype not in (torch.int32, torch.int64):
         ids = ids.to(torch.int64)
     return _readable(ids)
+
+
+def _integer(x, name, function):
+    """x as a Python int: an int, a NumPy integer or an integer tensor of one element; TypeError naming
+    `name` otherwise (a float is not truncated)."""
+    if isinstance(x, torch.Tensor) and x.numel() == 1 and not (x.dtype.is_floating_point or x.dtype.is_complex):
+        x = x.item()
+    if isinstance(x, bool) or not hasattr(x, "__index__"):
+        raise TypeError(f"{function}: {name} must be an integer; got {x!r}")
+    x = operator.index(x)
+    if not -2**63 <= x < 2**63:
+        raise ValueError(f"{function}: {name} is {x}; it must fit in a signed 64-bit integer")
+    return x
+
+
+def _number(x, name, function):
+    """x as a Python float: TypeError naming `name` for what is not a real number, ValueError for a tensor
+    that requires grad (attn computes no gradient for it)."""
+    _constant(x, name, function)
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{function}: {name} must be a real number; got {x!r}") from None
 
 
 def _window(window, function):
@@ -111,8 +138,8 @@ def _window(window, function):
         left, right = window
     except (TypeError, ValueError):
         raise TypeError(f"{function}: window must be a pair (left, right); got {window!r}") from None
-    bound = lambda w: -1 if w is None else int(w)  # noqa: E731
-    return (bound(left), bound(right))
+    bound = lambda w, side: -1 if w is None else _integer(w, f"window[{side}]", function)  # noqa: E731
+    return (bound(left, 0), bound(right, 1))
 
 
 def _causal(is_causal, function):
@@ -242,6 +269,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if query.dim() < 2 or key.dim() != query.dim() or value.dim() != query.dim():
         raise ValueError(f"{function}: query {tuple(query.shape)}, key {tuple(key.shape)} and value "
                          f"{tuple(value.shape)} must have the same number of dimensions, at least 2")
+    if query.dim() > 4:  # the leading batch dimensions broadcast against each other, as PyTorch's
+        try:
+            lead = torch.broadcast_shapes(query.shape[:-3], key.shape[:-3], value.shape[:-3])
+        except RuntimeError:
+            raise RuntimeError(f"{function}: query {tuple(query.shape)}, key {tuple(key.shape)} and value "
+                               f"{tuple(value.shape)} have leading batch dimensions that do not broadcast") from None
+        query, key, value = (x.expand(*lead, *x.shape[-3:]) for x in (query, key, value))
     q, k, v = _heads_view(query), _heads_view(key), _heads_view(value)
     if q.dim() == 4 and k.shape[1] not in (1, q.shape[1]) and not enable_gqa:  # 1: broadcast, as PyTorch
         raise RuntimeError(f"{function}: query has {q.shape[1]} heads but key has {k.shape[1]}; pass "
@@ -264,9 +298,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         options["segment_ids_q"] = _segments(segment_ids[0] if pair else segment_ids, "segment_ids", function)
         if pair:
             options["segment_ids_k"] = _segments(segment_ids[1], "segment_ids", function)
-    options["scale"] = None if scale is None else float(scale)
-    options["softcap"] = None if softcap is None else float(softcap)
-    options["dropout_p"] = float(dropout_p)
+    options["scale"] = None if scale is None else _number(scale, "scale", function)
+    options["softcap"] = None if softcap is None else _number(softcap, "softcap", function)
+    options["dropout_p"] = _number(dropout_p, "dropout_p", function)
     options["seed"] = _dropout_seed(dropout_p)
     if sinks is not None:
         _tensor(sinks, "sinks", function)
@@ -463,9 +497,14 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, num_hiddens, num_heads, dropout=0.0, bias=False, num_kv_heads=None, *, query_size=None,
                  key_size=None, value_size=None, dtype=None):
         super().__init__()
-        num_kv_heads = num_kv_heads or num_heads
+        function = "MultiHeadAttention"
+        num_hiddens, num_heads = _integer(num_hiddens, "num_hiddens", function), _integer(num_heads, "num_heads", function)
+        num_kv_heads = num_heads if num_kv_heads is None else _integer(num_kv_heads, "num_kv_heads", function)
+        for name, size in (("num_hiddens", num_hiddens), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
+            if size < 1:
+                raise ValueError(f"{function}: {name} is {size}; it must be at least 1")
         if num_hiddens % num_heads or num_heads % num_kv_heads:
-            raise ValueError(f"MultiHeadAttention: num_hiddens {num_hiddens} must be a multiple of num_heads "
+            raise ValueError(f"{function}: num_hiddens {num_hiddens} must be a multiple of num_heads "
                              f"{num_heads}, and num_heads a multiple of num_kv_heads {num_kv_heads}")
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         kv_hiddens = num_kv_heads * (num_hiddens // num_heads)
@@ -481,6 +520,10 @@ class MultiHeadAttention(nn.Module):
         return x.reshape(x.shape[0], x.shape[1], heads, -1).transpose(1, 2)
 
     def forward(self, queries, keys, values, valid_lens=None, **variants):
+        for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+            if not isinstance(x, torch.Tensor) or x.dim() != 3:
+                raise ValueError(f"MultiHeadAttention: {name} has shape {tuple(getattr(x, 'shape', ()))}; it must be "
+                                 f"(batch, tokens, features)")
         q = self._split_heads(self.W_q(queries), self.num_heads)
         k = self._split_heads(self.W_k(keys), self.num_kv_heads)
         v = self._split_heads(self.W_v(values), self.num_kv_heads)

@@ -513,3 +513,24 @@ def test_window_bounds_past_the_keys_are_unbounded():
     cu_q, cu_k = torch.tensor([0, 8], dtype=I32), torch.tensor([0, 2], dtype=I32)
     torch.testing.assert_close(flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 8, 2, window_size=(-1, 2)),
                                flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, 8, 2), atol=0, rtol=0)
+
+
+def test_empty_dimensions_with_attention_probabilities():
+    # A batch, queries or keys of length 0 return empty results of the right shapes, S_dmask too.
+    for (b, sq, sk) in ((2, 0, 4), (2, 3, 0), (0, 3, 4)):
+        out, lse, probs = flash_attn_func(torch.randn(b, sq, 2, 8), torch.randn(b, sk, 2, 8), torch.randn(b, sk, 2, 4),
+                                          return_attn_probs=True)
+        assert out.shape == (b, sq, 2, 4) and lse.shape == (b, 2, sq) and probs.shape == (b, 2, sq, sk)
+        assert torch.all(out == 0)
+
+
+def test_scalar_arguments_are_named_not_truncated():
+    q, k, v = torch.randn(1, 3, 2, 8), torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8)
+    with pytest.raises(TypeError, match=r"window_size must be a pair of ints .*got \(1.5, 2\)"):
+        flash_attn_func(q, k, v, window_size=(1.5, 2))
+    with pytest.raises(ValueError, match="window_size's left is 18446744073709551616"):
+        flash_attn_func(q, k, v, window_size=(2**64, 1))
+    with pytest.raises(TypeError, match="softcap must be a real number; got None"):
+        flash_attn_func(q, k, v, softcap=None)
+    with pytest.raises(TypeError, match="softmax_scale must be a real number; got 'x'"):
+        flash_attn_func(q, k, v, softmax_scale="x")

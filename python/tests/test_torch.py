@@ -417,6 +417,41 @@ def test_bad_input_raises_what_pytorch_users_expect():
         at.nadaraya_watson(q[0], k[0], v[0], "triangle", 1.0)
     with pytest.raises(ValueError, match="W_k"):
         at.additive_attention(q[:, 0], k[:, 0], v[:, 0], torch.zeros(4, E), torch.zeros(3, E), torch.zeros(4))
+    # Refused rather than truncated or dropped: float segment ids and window bounds, scale and softcap
+    # that require grad (attn computes no gradient for them), what is not a number.
+    with pytest.raises(TypeError, match="segment_ids has dtype torch.float32; it must hold integers"):
+        at.scaled_dot_product_attention(q, q, q, segment_ids=torch.zeros(B, L))
+    with pytest.raises(TypeError, match=r"window\[0\] must be an integer; got 0.9"):
+        at.scaled_dot_product_attention(q, k, v, window=(0.9, 0.9))
+    with pytest.raises(ValueError, match=r"window\[0\] is 18446744073709551616; it must fit in a signed 64-bit"):
+        at.scaled_dot_product_attention(q, k, v, window=(2**64, 0))
+    for name in ("scale", "softcap"):
+        with pytest.raises(ValueError, match=f"{name} requires grad"):
+            at.scaled_dot_product_attention(q, k, v, **{name: torch.tensor(0.5, requires_grad=True)})
+    with pytest.raises(TypeError, match="scale must be a real number; got 'abc'"):
+        at.scaled_dot_product_attention(q, k, v, scale="abc")
+    with pytest.raises(ValueError, match="num_heads is 0; it must be at least 1"):
+        at.MultiHeadAttention(8, 0)
+    with pytest.raises(ValueError, match="num_kv_heads is 0"):
+        at.MultiHeadAttention(8, 2, num_kv_heads=0)
+    with pytest.raises(ValueError, match=r"queries has shape \(3, 8\); it must be \(batch, tokens, features\)"):
+        at.MultiHeadAttention(8, 2, query_size=8, key_size=8, value_size=8)(torch.zeros(3, 8), torch.zeros(3, 8),
+                                                                             torch.zeros(3, 8))
+
+
+def test_leading_batch_dimensions_broadcast_as_pytorchs():
+    # Past four dimensions the leading ones broadcast against each other (a key of batch 1 is shared),
+    # and ones that do not broadcast are refused: they were once flattened and paired in order.
+    q = torch.randn(2, 3, 1, 4, 8, dtype=torch.float64)
+    k, v = torch.randn(1, 3, 1, 5, 8, dtype=torch.float64), torch.randn(1, 3, 1, 5, 6, dtype=torch.float64)
+    out = at.scaled_dot_product_attention(q, k, v)
+    assert out.shape == (2, 3, 1, 4, 6)
+    for i in range(2):
+        for j in range(3):
+            torch.testing.assert_close(out[i, j], at.scaled_dot_product_attention(q[i, j], k[0, j], v[0, j]))
+    with pytest.raises(RuntimeError, match="leading batch dimensions that do not broadcast"):
+        at.scaled_dot_product_attention(q, torch.randn(3, 2, 1, 5, 8, dtype=torch.float64),
+                                        torch.randn(3, 2, 1, 5, 8, dtype=torch.float64))
 
 
 def test_attn_imports_without_torch():
