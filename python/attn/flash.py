@@ -126,6 +126,9 @@ def _qkv(function, q, k, v, rank, layout):
     if v.shape[:-1] != k.shape[:-1]:
         raise ValueError(f"{function}: v has shape {tuple(v.shape)} but k has {tuple(k.shape)}; they must agree "
                          f"in every dimension but the last")
+    if q.shape[-1] == 0 or v.shape[-1] == 0:
+        raise ValueError(f"{function}: q has shape {tuple(q.shape)} and v {tuple(v.shape)}; headdim and headdim_v "
+                         f"must be at least 1")
     nheads, nheads_k = q.shape[-2], k.shape[-2]
     if nheads_k == 0 or nheads % nheads_k != 0:
         raise ValueError(f"{function}: q has {nheads} heads and k has {nheads_k}; nheads must be a multiple of "
@@ -151,6 +154,7 @@ def _options(function, q, nheads, batch, seqlen_k, dropout_p, softmax_scale, cau
     if softcap < 0 or not math.isfinite(softcap):
         raise ValueError(f"{function}: softcap is {softcap}; it must be 0.0 (off) or positive and finite")
     options = {
+        "function": function,  # the name the kernel's messages start with
         "causal": "bottom_right" if causal else "none",
         "align": "bottom_right",
         "window": None if left < 0 and right < 0 else (left, right),

@@ -109,6 +109,22 @@ Renames torch_renames() {
           {"dsinks", "grad_sinks"}};
 }
 
+// FlashAttention's names for them (attn.flash).
+Renames flash_renames() {
+  return {{"queries", "q"},           {"keys", "k"},
+          {"values", "v"},            {"dout", "dout"},
+          {"dropout p", "dropout_p"}, {"scale", "softmax_scale"},
+          {"alibi_slopes", "alibi_slopes"}, {"softcap", "softcap"},
+          {"dsinks", "dsinks"}};
+}
+
+// The call of a function's kernel: its messages start with the Python function's name (options'
+// "function": attn.flash's functions pass theirs, with FlashAttention's argument names), else
+// scaled_dot_product_attention's, followed by `suffix`.
+Call sdpa_call(const py::dict& o, const std::string& suffix) {
+  if (o.contains("function")) return Call(o["function"].cast<std::string>() + suffix, flash_renames());
+  return Call("scaled_dot_product_attention" + suffix, torch_renames());
+}
 
 void sdpa_forward(py::handle out_t, py::handle lse_t, py::handle q_t, py::handle k_t, py::handle v_t,
                   const py::dict& opts) {
@@ -116,7 +132,7 @@ void sdpa_forward(py::handle out_t, py::handle lse_t, py::handle q_t, py::handle
   const Options o = options_from(opts);
   last_inputs = {reinterpret_cast<std::uintptr_t>(q.data), reinterpret_cast<std::uintptr_t>(k.data),
                  reinterpret_cast<std::uintptr_t>(v.data)};
-  Call call("scaled_dot_product_attention", torch_renames());
+  Call call = sdpa_call(opts, "");
   for_dtype(q, "attn.torch: query", [&](auto tag) {
     using T = decltype(tag);
     const auto mask = o.masks.mask<Wide<T>>();
@@ -137,7 +153,7 @@ void sdpa_backward(py::handle dq_t, py::handle dk_t, py::handle dv_t, py::handle
   const Borrowed q = borrow(q_t), k = borrow(k_t), v = borrow(v_t), out = borrow(out_t), lse = borrow(lse_t);
   const Borrowed dsinks = borrow(dsinks_t);
   const Options o = options_from(opts);
-  Call call("scaled_dot_product_attention.backward", torch_renames());
+  Call call = sdpa_call(opts, ".backward");
   for_dtype(q, "attn.torch: query", [&](auto tag) {
     using T = decltype(tag);
     const auto mask = o.masks.mask<Wide<T>>();

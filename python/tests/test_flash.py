@@ -534,3 +534,11 @@ def test_scalar_arguments_are_named_not_truncated():
         flash_attn_func(q, k, v, softcap=None)
     with pytest.raises(TypeError, match="softmax_scale must be a real number; got 'x'"):
         flash_attn_func(q, k, v, softmax_scale="x")
+    # Errors the shared kernel raises name the function called and FlashAttention's arguments.
+    with pytest.raises(ValueError, match=r"^flash_attn_func: alibi_slopes holds nan"):
+        flash_attn_func(q, k, v, alibi_slopes=torch.tensor([float("nan"), 1.0]))
+    with pytest.raises(ValueError, match=r"^flash_attn_func: softcap is 1e\+39; it must be positive and finite in the "
+                                         r"computation's type \(32-bit float\)"):
+        flash_attn_func(q, k, v, softcap=1e39)
+    with pytest.raises(ValueError, match=r"^flash_attn_func: q has shape \(1, 3, 2, 0\) .*headdim and headdim_v must be"):
+        flash_attn_func(q[..., :0], k[..., :0], v)

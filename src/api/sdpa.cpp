@@ -58,8 +58,11 @@ SdpaCall<T> check_inputs(const TensorView<const T>& queries, const TensorView<co
     detail::fail(op, ": scale is ", scale, "; it must be finite in the computation's type (", sizeof(T) * 8, "-bit float)");
   if (options.softcap) {
     const double cap = *options.softcap;
-    if (!(cap > 0) || !std::isfinite(cap) || !std::isfinite(static_cast<T>(cap)))
+    if (!(cap > 0) || !std::isfinite(cap))
       detail::fail(op, ": softcap is ", cap, "; it must be positive and finite (scores become softcap tanh(score / softcap))");
+    if (!std::isfinite(static_cast<T>(cap)))  // 1e39 is finite as a double, not in float32
+      detail::fail(op, ": softcap is ", cap, "; it must be positive and finite in the computation's type (", sizeof(T) * 8,
+                   "-bit float)");
     p.softcap = static_cast<T>(cap);
   }
   p.mask = plan_mask(mask, c.B, c.H, c.n, c.m, c.rank, op);
