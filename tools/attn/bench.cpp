@@ -239,7 +239,9 @@ void run_bench(const Options& o) {
                 "forward, 2 B n m h more per backward. extra MiB: per-thread and per-call scratch of the fused\n"
                 "kernels (all threads); the unfused path holds n x m buffers. %% limit: of the FMA peak; for\n"
                 "decode (GB/s), of a plain read of as many bytes timed in turn with it (%% of the best read\n"
-                "bandwidth above in the JSON).\n");
+                "bandwidth above in the JSON). unfused ms: the unfused path's time in the same run, or the\n"
+                "baseline the case's \"counted\" names in the JSON (float32 beside the 16-bit and int8 cases, the\n"
+                "mask's built-in form beside the additive masks).\n");
     if (std::any_of(results.begin(), results.end(), [](const Result& r) { return r.name.rfind("nw ", 0) == 0; }))
       std::printf("nw: GP = 1e9 (query, key) pairs visited per second (no FLOP count: an exp per pair); its\n"
                   "baseline is the dense path%s.\n",

@@ -86,6 +86,9 @@ struct BenchCase {
 // Values uniform in [-1, 1) from a fixed seed: every case's inputs.
 attn::Tensor<float> uniform(std::vector<attn::index_t> shape, std::uint64_t seed);
 
+// The largest |a - b| over the largest |b| (infinite where a difference is NaN): check()'s measure.
+double max_rel_diff(const attn::Tensor<float>& a, const attn::Tensor<float>& b);
+
 // Every headline case; `large` adds the n = m = 16384 memory case.
 std::vector<BenchCase> bench_cases(bool large);
 // The cases of the attention variants (bench_variants.cpp), part of bench_cases.

@@ -23,25 +23,20 @@ attn::Tensor<float> uniform(std::vector<attn::index_t> shape, std::uint64_t seed
   return t;
 }
 
+double max_rel_diff(const attn::Tensor<float>& a, const attn::Tensor<float>& b) {
+  double m = 0, largest = 0;
+  for (attn::index_t i = 0; i < a.numel(); ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+    largest = std::max(largest, static_cast<double>(std::abs(b[i])));
+  }
+  return m / std::max(1e-30, largest);
+}
+
 namespace {
 
 using attn::index_t;
 using attn::Tensor;
-
-double max_abs(const Tensor<float>& t) {
-  double m = 0;
-  for (index_t i = 0; i < t.numel(); ++i) m = std::max(m, static_cast<double>(std::abs(t[i])));
-  return m;
-}
-
-double max_rel_diff(const Tensor<float>& a, const Tensor<float>& b) {
-  double m = 0;
-  for (index_t i = 0; i < a.numel(); ++i) {
-    const double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
-    m = std::isnan(d) ? INFINITY : std::max(m, d);
-  }
-  return m / std::max(1e-30, max_abs(b));
-}
 
 enum class MaskKind { none, lens, causal, sinks };
 

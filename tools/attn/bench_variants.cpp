@@ -1,9 +1,11 @@
 // The cases of `attn bench` for attention as models use it today (bench.hpp): grouped-query heads
 // beside multi-head attention of the same size, a causal sliding window beside full causal
 // attention, ALiBi and soft-capping beside plain attention, ALiBi as a flex_attention score_mod beside the built-in, packed sequences beside one causal
-// sequence of the same length, and the multi-head attention layer forward and backward. Each pair
-// runs in the same process, so their ratio is measured, not estimated. Inputs uniform in [-1, 1)
-// from fixed seeds, (B, H, n, d) tensors; no unfused baseline (its (n, m) buffers would not fit).
+// sequence of the same length, masks given as tensors beside their built-in forms, and the
+// multi-head attention layer forward and backward. Each pair runs in the same process, so their
+// ratio is measured, not estimated; the additive masks are timed in turn with their built-in form
+// (the "unfused" column) and checked against the unfused backend. Inputs uniform in [-1, 1) from
+// fixed seeds, (B, H, n, d) tensors; no other unfused baseline (its (n, m) buffers would not fit).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -51,14 +53,14 @@ struct VariantData {
   enum class Given { none, lengths, key_padding, causal_tensor, block_sparse, additive, additive_causal };
   Given given = Given::none;
   index_t valid = 0;
-  Tensor<float> q{}, k{}, v{}, out{}, slopes{}, bias{};
+  Tensor<float> q{}, k{}, v{}, out{}, slopes{}, bias{}, out_builtin{}, out_ref{};
   Tensor<std::int32_t> segments{};
   Tensor<std::int64_t> lens{};
   Tensor<bool> keep{};
 
   void prepare() {
     q = uniform({B, H, n, d}, 1), k = uniform({B, Hk, m, d}, 2), v = uniform({B, Hk, m, d}, 3);
-    out = Tensor<float>({B, H, n, d});
+    out = Tensor<float>({B, H, n, d}), out_builtin = out, out_ref = out;
     slopes = Tensor<float>({H});
     for (index_t h = 0; h < H; ++h) slopes[h] = std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / static_cast<float>(H));
     segments = Tensor<std::int32_t>({B, n});
@@ -84,7 +86,7 @@ struct VariantData {
     }
   }
   void release() {
-    for (Tensor<float>* t : {&q, &k, &v, &out, &slopes, &bias}) *t = Tensor<float>();
+    for (Tensor<float>* t : {&q, &k, &v, &out, &slopes, &bias, &out_builtin, &out_ref}) *t = Tensor<float>();
     segments = Tensor<std::int32_t>();
     lens = Tensor<std::int64_t>();
     keep = Tensor<bool>();
@@ -98,24 +100,36 @@ struct VariantData {
     }
   };
 
-  void run() const {
+  // The case's attention into `out`.
+  void run() { run_into(out, given, causal); }
+  // The same attention with the mask's built-in form instead of its tensor, into `out_builtin`: no
+  // mask for the additive float mask, causal=True for the additive causal mask (the baseline an
+  // additive case is timed beside).
+  void run_builtin() {
+    run_into(out_builtin, Given::none, given == Given::additive_causal ? attn::Causal::top_left : causal);
+  }
+  // The case's attention through the unfused backend (scores, softmax and pooling as separate
+  // passes) into `out_ref`: what check() compares `out` with.
+  void run_unfused() {
+    const attn::ScopedBackend unfused(attn::Backend::unfused);
+    run_into(out_ref, given, causal);
+  }
+  void run_into(Tensor<float>& into, Given as, attn::Causal causal_as) const {
     if (alibi_functor) {
-      attn::flex_attention_forward<float>(const_cast<Tensor<float>&>(out).view(), {}, q.cview(), k.cview(), v.cview(),
-                                          AlibiScore{slopes.data()});
+      attn::flex_attention_forward<float>(into.view(), {}, q.cview(), k.cview(), v.cview(), AlibiScore{slopes.data()});
       return;
     }
     attn::Mask<float> mask;
-    mask.causal = causal;
+    mask.causal = causal_as;
     mask.window = window;
     if (alibi) mask.alibi_slopes = slopes.cview();
     if (documents > 0) mask.segment_ids_q = segments.cview();
-    if (given == Given::lengths) mask.valid_lens = lens.cview();
-    if (keep.numel() > 0) mask.keep = keep.cview();
-    if (bias.numel() > 0) mask.additive = bias.cview();
+    if (as == Given::lengths) mask.valid_lens = lens.cview();
+    if (as != Given::none && keep.numel() > 0) mask.keep = keep.cview();
+    if (as != Given::none && bias.numel() > 0) mask.additive = bias.cview();
     attn::SdpaOptions options;
     if (softcap > 0) options.softcap = softcap;
-    attn::sdpa_forward<float>(const_cast<Tensor<float>&>(out).view(), {}, {}, q.cview(), k.cview(), v.cview(), mask,
-                              options);
+    attn::sdpa_forward<float>(into.view(), {}, {}, q.cview(), k.cview(), v.cview(), mask, options);
   }
   // (query, key) pairs the kernels compute: those of the key tiles of kTile keys (from a multiple of
   // kTile) each block of kTile queries may attend to, as the fused forward visits them.
@@ -151,6 +165,16 @@ BenchCase variant_case(const std::string& name, const VariantData& data) {
   c.prepare = [s] { s->prepare(); };
   c.run_fused = [s] { s->run(); };
   c.release = [s] { s->release(); };
+  if (data.given == VariantData::Given::additive || data.given == VariantData::Given::additive_causal) {
+    // Timed in turn with the built-in form of its mask (the "unfused" column: its speed-up is then
+    // the additive mask's share of the built-in rate), and checked against the unfused backend.
+    c.formula += "; the mask's built-in form (none, or causal=True) in the unfused column";
+    c.run_unfused = [s] { s->run_builtin(); };
+    c.check = [s] {
+      s->run_unfused();
+      return max_rel_diff(s->out, s->out_ref);
+    };
+  }
   return c;
 }
 
