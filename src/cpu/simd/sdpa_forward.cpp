@@ -128,7 +128,7 @@ void ForwardBlock(const SdpaForward<T>& p, const Operands& operands, const Block
     // scores^T (cnt, kBlockQ) = K_tile Q^T, then scale, soft-capping, position bias and masks.
     const Tile<T> k = operands.key_tile(a, b, hk, j0, cnt);
     BlockGemm<false>(d, k.rows, k.stride, 1, st.qt, st.s, cnt, dq);
-    const bool partial = st.weigh_tile(d, a.scale, a.softcap, j0, cnt);
+    const bool partial = st.template weigh_tile</*kTileSumInFloat=*/true>(d, a.scale, a.softcap, j0, cnt);
     if (partial || st.tile_bias) ++masked_tiles;
     if (a.dropout.active) st.drop_tile(a.dropout, b * a.q.H + h, i0, rows, j0, cnt);
     // out^T (dv, kBlockQ) = alpha out^T + V_tile^T P^T.
