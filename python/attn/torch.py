@@ -236,6 +236,26 @@ def _heads_view(x):
     return x
 
 
+def _batch_mask(attn_mask, query, function):
+    """attn_mask for a query of more than 4 dimensions: its batch dimensions (all but the last 3)
+    broadcast against the query's and flattened as _heads_view flattens the query's (a copy only
+    where the mask varies along them)."""
+    if not torch.is_tensor(attn_mask) or query.dim() <= 4 or attn_mask.dim() <= 3:
+        return attn_mask
+    if attn_mask.dim() > query.dim():
+        raise ValueError(f"{function}: attn_mask has shape {tuple(attn_mask.shape)}, more dimensions than query "
+                         f"{tuple(query.shape)}")
+    mask = attn_mask.reshape((1,) * (query.dim() - attn_mask.dim()) + tuple(attn_mask.shape))
+    batch = query.shape[:-3]
+    if all(size == 1 for size in mask.shape[:-3]):
+        return mask.reshape(1, *mask.shape[-3:])
+    try:
+        return mask.expand(*batch, *mask.shape[-3:]).flatten(0, len(batch) - 1)
+    except RuntimeError:
+        raise ValueError(f"{function}: attn_mask has shape {tuple(attn_mask.shape)}, whose batch dimensions do "
+                         f"not broadcast to query's {tuple(query.shape)}") from None
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *,
                                  valid_lens=None, window=None, alibi_slopes=None, softcap=None, segment_ids=None,
                                  enable_gqa=False, align=None, sinks=None, return_lse=False):
@@ -285,7 +305,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     q, k, v = _readable(q), _readable(k), _readable(v)
     sixteen = query.dtype in _SIXTEEN_BITS
     mask_dtype = torch.float32 if sixteen else query.dtype
-    options = _mask_options(function, attn_mask, valid_lens, is_causal, mask_dtype)
+    options = _mask_options(function, _batch_mask(attn_mask, query, function), valid_lens, is_causal, mask_dtype)
     options["align"] = _align(align, function)
     if align == "bottom_right" and options["causal"] == "top_left" and is_causal is True:
         options["causal"] = "bottom_right"

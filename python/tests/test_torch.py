@@ -454,6 +454,26 @@ def test_leading_batch_dimensions_broadcast_as_pytorchs():
                                         torch.randn(3, 2, 1, 5, 8, dtype=torch.float64))
 
 
+def test_masks_of_five_dimensions_broadcast_over_the_batch_dimensions():
+    # A mask of as many dimensions as a 5-D query, or fewer, its batch dimensions broadcast against the
+    # query's as PyTorch's (they were refused by the 4-D views); more dimensions than the query's, or
+    # batch dimensions that do not broadcast, are refused by name.
+    q = torch.randn(2, 3, 2, 4, 8, dtype=torch.float64)
+    k, v = torch.randn(2, 3, 2, 5, 8, dtype=torch.float64), torch.randn(2, 3, 2, 5, 6, dtype=torch.float64)
+    for shape in ((2, 3, 2, 4, 5), (3, 1, 4, 5), (2, 1, 1, 4, 5), (1, 3, 1, 1, 5), (4, 5)):
+        for mask in (torch.randn(shape, dtype=torch.float64), torch.rand(shape) > 0.3):
+            out = at.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            full = mask.expand(2, 3, 2, 4, 5)
+            for i in range(2):
+                for j in range(3):
+                    torch.testing.assert_close(out[i, j], at.scaled_dot_product_attention(
+                        q[i, j], k[i, j], v[i, j], attn_mask=full[i, j]))
+    with pytest.raises(ValueError, match=r"attn_mask has shape \(1, 2, 3, 2, 4, 5\), more dimensions than query"):
+        at.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(1, 2, 3, 2, 4, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"attn_mask has shape \(2, 2, 2, 4, 5\), whose batch dimensions do not"):
+        at.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(2, 2, 2, 4, 5, dtype=torch.float64))
+
+
 def test_attn_imports_without_torch():
     """attn itself needs no torch; attn.torch then says why it cannot import."""
     code = ("import sys; sys.modules['torch'] = None\n"
