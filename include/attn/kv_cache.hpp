@@ -42,7 +42,10 @@
 //
 // attend runs attention of n new queries over the sequence's keys (n >= 1; heads a multiple of
 // kv_heads, grouped-query attention). The queries are the sequence's last n tokens: query i sits at
-// position length - n + i, with or without a causal mask (attn/mask.hpp's bottom-right alignment,
+// position length - n + i (n may pass the length, as flash_attn_with_kvcache's cache_seqlens may
+// be shorter than the queries: a query at a negative position sees no key under the causal rule or a
+// window, and its row is 0; attend_batch, whose entries must be appended already, refuses such an
+// entry), with or without a causal mask (attn/mask.hpp's bottom-right alignment,
 // as FlashAttention's flash_attn_with_kvcache), for the causal rule (on by default: query i sees the
 // keys up to length - n + i), a window and ALiBi; soft-capping, attention sinks and a scale as in
 // sdpa_forward. Up to four queries per head read the blocks in place
@@ -72,7 +75,8 @@
 // refuses trees (it rotates keys by their index, a draft's position is its depth): rotate drafts'
 // keys and queries at their depths before appending them to a cache without tables. attend_batch
 // with tree_parents (total_q,) attends every entry as its sequence's tree (one call per entry), so
-// that a server's step verifies several requests' drafts, and commit_tree then takes each.
+// that a server's step verifies several requests' drafts, and commit_tree then takes each (an entry
+// of no rows is a tree of no drafts: its commit_tree(seq, {}) keeps the sequence as it is).
 //
 // Rotary position embeddings (attn/rotary.hpp), fused: with KvCacheOptions::rotary's tables (cos, sin
 // (max_pos, rotary_dim / 2) float32; views, so the caller keeps their memory alive as long as the

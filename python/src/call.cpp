@@ -124,7 +124,8 @@ py::array Call::integers(py::handle obj, const char* name, const char* range) {
 py::array Call::int64_array(py::handle obj, const char* name, const char* what, const char* range) {
   py::array a = as_array(*this, obj, name, "an array of integers");
   const char kind = a.dtype().kind();
-  if (kind != 'i' && kind != 'u')
+  const bool empty_list = a.size() == 0 && !py::isinstance<py::array>(obj);  // NumPy reads [] as float64
+  if (kind != 'i' && kind != 'u' && !empty_list)
     type_error(std::string(name) + " has dtype " + dtype_text(a) + (what ? std::string("; ") + what + " are integers" : "; it must hold integers"));
   if (a.ndim() > attn::kMaxRank)
     value_error(std::string(name) + " has shape " + shape_text(a) + "; it must be (B,) or (B, n)");

@@ -113,7 +113,9 @@ py::array int32_array(Call& call, py::handle obj, const char* name) {
   const py::module_ np = py::module_::import("numpy");
   const py::array a = np.attr("asarray")(obj);
   const char kind = a.dtype().kind();
-  if (kind != 'i' && kind != 'u') call.type_error(std::string(name) + " has dtype " + std::string(py::str(a.dtype())) + "; it must hold integers");
+  const bool empty_list = a.size() == 0 && !py::isinstance<py::array>(obj);  // NumPy reads [] as float64
+  if (kind != 'i' && kind != 'u' && !empty_list)
+    call.type_error(std::string(name) + " has dtype " + std::string(py::str(a.dtype())) + "; it must hold integers");
   // Compared as Python integers: a uint64 entry past int64's range is named, not a failed cast.
   if (a.size() > 0) {
     const py::object lowest = np.attr("min")(a).attr("item")(), highest = np.attr("max")(a).attr("item")();
@@ -354,7 +356,8 @@ length). heads a multiple of kv_heads (grouped-query attention). Returns an arra
 of their dtype (float32 or float16).
 The queries are the sequence's newest n tokens: query i sits at position length - n + i, with or
 without a causal mask, for the causal rule, the window and ALiBi (the bottom-right alignment, as
-flash_attn_with_kvcache places them).
+flash_attn_with_kvcache places them). n may pass the length, as there: a query at a negative
+position sees no key under the causal rule or a window, and its row is 0 (attend_batch refuses it).
 causal: "bottom_right" or True (default: query i sees the keys up to its position), or False (every
   key; a window still ends at the query's position); "top_left" is refused.
 window, softcap, scale, sinks: as scaled_dot_product_attention. alibi_slopes: (heads,), or (batch,
@@ -379,7 +382,8 @@ dtype.
 tree_parents: (total_q,) integers: every entry is its sequence's draft tree, its parents at its rows
   in the entry's own indices (-1 for a child of the last accepted token; a decode is [-1], a prompt
   chunk the chain [-1, 0, 1, ...]), as attend(queries, seq, tree_parents=...) takes one; then
-  commit_tree(seq, accepted) for each.)")
+  commit_tree(seq, accepted) for each (an entry of no rows is a tree of no drafts: commit_tree(seq,
+  []) keeps its sequence as it is).)")
       .def("commit_tree", &KVCache::commit_tree, arg("seq"), arg("accepted"),
            R"(After attend with tree_parents: keeps sequence seq's accepted tokens followed by the drafts listed in
 accepted (a path from a root: accepted[0]'s parent is -1, each next one the child of the one before),

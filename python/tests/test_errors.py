@@ -137,6 +137,10 @@ CASES = {
     "kv block_size 0": (lambda: attn.KVCache(1, 2, 32, block_size=0), ValueError, r"^KVCache: .*block_size is 0; it must be at least 1"),
     "kv attend seq": (lambda: attn.KVCache(2, 2, 32).attend(f32(2, 1, 32), seq=5), ValueError,
                       r"^KVCache\.attend: .*seq is 5; the cache holds sequences 0 to 1"),
+    # An empty list reads as integers (NumPy makes it float64): the shape is what is wrong.
+    "kv attend_batch []": (lambda: attn.KVCache(1, 2, 32).attend_batch(f32(0, 2, 32), []), ValueError,
+                           r"^KVCache\.attend_batch: cu_seqlens_q has shape \(0,\); it must be \(B \+ 1,\)"),
+    "valid_lens []": (lambda: attn.masked_softmax(X, valid_lens=[]), ValueError, r"^masked_softmax: valid_lens has shape \(0,\)"),
     "kv reset seq": (lambda: attn.KVCache(1, 2, 32).reset(4), ValueError, r"^KVCache\.reset: .*seq is 4; the cache holds sequences 0 to 0"),
     "kv int8 nan": (lambda: attn.KVCache(1, 2, 32, dtype="int8").append(np.full((1, 2, 3, 32), np.nan, np.float32), f32(1, 2, 3, 32)),
                     ValueError, r"^KVCache\.append: .*an int8 cache stores finite values only; sequence 0 was given a non-finite one"),

@@ -487,6 +487,9 @@ def test_block_table_is_the_varlen_call_over_the_gathered_pages():
             flash_attn_varlen_func(q, k, v, cu_q, cu_k, bad, 40)
     with pytest.raises(MemoryError, match=r"return_attn_probs forms S_dmask .* = \(4, 4, 2147483648, 2147483648\)"):
         flash_attn_varlen_func(q, k, v, cu_q, cu_k, 2**31, 2**31, return_attn_probs=True)
+    with pytest.raises(ValueError, match=r"block_table has shape \(3,\d+\), a row for each of 3 sequences, but "
+                                         r"cu_seqlens_q has shape \(5,\): 4 sequences"):
+        flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 9, 40, block_table=table[:3])
     with pytest.raises(ValueError, match="block_table"):
         flash_attn_varlen_func(q.requires_grad_(True), k_cache, v_cache, cu_q, cu_k, 9, 40, block_table=table)
 

@@ -244,6 +244,16 @@ def test_trees_inside_a_mixed_batch_as_each_sequence():
     assert cache.length(2) == 41 - 6 + 3
     with pytest.raises(ValueError, match=r"tree_parents has shape \(3,\); it must be \(total_q,\) = \(11,\)"):
         cache.attend_batch(q, cu, seqs, tree_parents=parents[:3])
+    # An entry of no rows is a tree of no drafts: its commit keeps the sequence as it is, as a server
+    # that commits every entry of a step calls it.
+    cache.attend_batch(q[:1], np.array([0, 0, 1], np.int32), np.array([1, 0], np.int32), tree_parents=np.array([-1]))
+    keys = cache.keys(1)
+    cache.commit_tree(1, [])
+    assert cache.length(1) == 33 and np.array_equal(cache.keys(1), keys)
+    cache.commit_tree(0, [0])
+    assert cache.length(0) == 20
+    with pytest.raises(ValueError, match="sequence 1 has no draft tree"):
+        cache.commit_tree(1, [])
 
 
 # The lowest cosine similarity measured over seeds 0-5 (docs/python.md quotes them), less a margin:

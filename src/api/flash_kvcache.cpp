@@ -471,6 +471,10 @@ void flash_attn_varlen_paged(TensorView<T> out, TensorView<float> lse, TensorVie
   if (rows == 0) detail::fail(op, ": k has shape ", kc.shape_string(), "; a page must hold at least one token");
   require_layout(op, "block_table", p.block_table, 2, "(batch, max_blocks_per_seq)");
   const index_t B = p.block_table.dim(0), max_blocks = p.block_table.dim(1);
+  if (p.cu_seqlens_q.rank() == 1 && p.cu_seqlens_q.dim(0) >= 1 && p.cu_seqlens_q.dim(0) != B + 1)
+    detail::fail(op, ": block_table has shape ", p.block_table.shape_string(), ", a row for each of ", B,
+                 " sequences, but cu_seqlens_q has shape ", p.cu_seqlens_q.shape_string(), ": ", p.cu_seqlens_q.dim(0) - 1,
+                 " sequences; block_table needs a row per sequence");
   const std::vector<index_t> cq = read_ints(op, "cu_seqlens_q", p.cu_seqlens_q, B + 1);
   const std::vector<index_t> ck = read_ints(op, "cu_seqlens_k", p.cu_seqlens_k, B + 1);
   const std::vector<index_t> used = read_ints(op, "seqused_k", p.seqused_k, B);

@@ -157,8 +157,9 @@ struct KvCache::State {
   std::vector<index_t> lengths;                   // per sequence: its tokens
   // Per sequence: the parents of the draft tree its last tree attend was given, kept for
   // commit_tree (written by attend, a const call: the tree is a note, not the cache's contents);
-  // cleared by every change of the sequence.
-  mutable std::vector<std::vector<index_t>> trees;
+  // none after every change of the sequence. An entry of no rows in a tree attend_batch records
+  // a tree of no drafts (commit_tree then keeps the sequence as it is).
+  mutable std::vector<std::optional<std::vector<index_t>>> trees;
   // Per sequence of an int4_kivi cache: its newest tokens' keys then values in bfloat16, (2, kv_heads,
   // 32, head_dim), token p at row p % 32 (those from tail_from(seq) on are the sequence's).
   std::vector<detail::Buffer<std::uint16_t>> tails;
@@ -550,7 +551,7 @@ void KvCache::State::store(index_t seq, const TensorView<const float>& given_key
     }
   }
   lengths[static_cast<std::size_t>(seq)] = length + t;
-  trees[static_cast<std::size_t>(seq)].clear();
+  trees[static_cast<std::size_t>(seq)].reset();
 }
 
 void KvCache::State::store_group(index_t seq, index_t g) {
@@ -941,6 +942,7 @@ void KvCache::attend_batch(TensorView<float> out, TensorView<const float> querie
   }
   for (index_t b = 0; b < B; ++b) {
     const index_t n = rows[static_cast<std::size_t>(b)];
+    if (n == 0 && !trees.empty()) s.trees[static_cast<std::size_t>(seq_of[static_cast<std::size_t>(b)])].emplace();  // no drafts
     if (n == 0 || (decodes && n <= cpu::fused::kDecodeRows)) continue;
     KvAttendOptions one = options;
     if (slopes.rank() == 2) one.alibi_slopes = detail::step(slopes, b, op, "alibi_slopes");
@@ -955,10 +957,11 @@ void KvCache::commit_tree(index_t seq, std::span<const index_t> accepted) {
   const char* op = "KvCache::commit_tree";
   State& s = *s_;
   s.check_seq(seq, op);
-  const std::vector<index_t>& parents = s.trees[static_cast<std::size_t>(seq)];
-  if (parents.empty())
+  const std::optional<std::vector<index_t>>& tree = s.trees[static_cast<std::size_t>(seq)];
+  if (!tree)
     detail::fail(op, ": sequence ", seq, " has no draft tree: call attend with tree_parents first (an append, truncate or "
                  "reset since then forgets it)");
+  const std::vector<index_t>& parents = *tree;
   const auto t = static_cast<index_t>(parents.size());
   const auto kept = static_cast<index_t>(accepted.size());
   for (index_t k = 0; k < kept; ++k) {
@@ -1024,7 +1027,7 @@ void KvCache::truncate(index_t seq, index_t length) {
           convert(std::span<const float>(row), std::span<bfloat16>(reinterpret_cast<bfloat16*>(s.tail_row(seq, values, hk, r)), row.size()));
         }
   s.lengths[static_cast<std::size_t>(seq)] = length;
-  s.trees[static_cast<std::size_t>(seq)].clear();
+  s.trees[static_cast<std::size_t>(seq)].reset();
   if (s.options.capacity > 0) return;  // blocks allocated up front stay with their sequence
   auto& blocks = s.table[static_cast<std::size_t>(seq)];
   const auto keep = static_cast<std::size_t>((length + s.options.block_size - 1) / s.options.block_size);
