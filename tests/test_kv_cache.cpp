@@ -1006,6 +1006,18 @@ TEST(KvCacheTrees, InsideAMixedBatchAsPerSequence) {
     cache.commit_tree(1, std::vector<index_t>{0, 1});
     EXPECT_EQ(cache.length(2), 41 - 5 + 3);
     EXPECT_EQ(cache.length(1), 33 - 4 + 2);
+    // An entry of no rows is a tree of no drafts: committing none of them keeps its sequence.
+    const Tensor<std::int32_t> cu_empty({3}, std::vector<std::int32_t>{0, 0, 1}), seqs_empty({2}, std::vector<std::int32_t>{2, 1});
+    const Tensor<std::int64_t> one({1}, std::vector<std::int64_t>{-1});
+    o.tree_parents = one.view();
+    Tensor<float> out1({1, kHeads, kDim});
+    const Tensor<float> keys = cache.keys(2);
+    cache.attend_batch(out1.view(), TensorView<const float>(q.data(), {1, kHeads, kDim}, {kHeads * kDim, kDim, 1}),
+                       cu_empty.view(), seqs_empty.view(), o);
+    cache.commit_tree(2, std::vector<index_t>{});
+    EXPECT_EQ(cache.length(2), 41 - 5 + 3);
+    EXPECT_EQ(cache.keys(2).values(), keys.values());
+    testing::expect_error([&] { cache.commit_tree(2, std::vector<index_t>{}); }, {"sequence 2 has no draft tree"});
   }
 }
 
