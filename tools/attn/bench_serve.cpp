@@ -7,10 +7,12 @@
 // keys and values (random, not timed), then times
 //   - one attend_batch over the step (the measured path; its sum over the steps is the trace's time),
 //   - the same step as one attend per entry (the per-sequence baseline), whose outputs must agree;
-//   - on steps with prompt chunks, attend_batch over the chunks alone (the prefill rate);
+//   - on steps with prompt chunks, attend_batch over the chunks alone (the prefill rate), in turn
+//     with the same chunks through the dense float32 forward (sdpa_forward<float>, bottom-right
+//     causal) over contiguous copies of their sequences' keys and values (the rate prefill is
+//     compared with: the same pairs, timed beside it, so a shared machine's load moves both);
 // and the first decode-only step is also timed repeatedly in turn with a plain read of the bytes it
-// reads from the cache (the decode's fraction of what memory delivers). The dense float32 causal
-// forward on contiguous tensors of one chunk's shape gives the rate prefill is compared with.
+// reads from the cache (the decode's fraction of what memory delivers).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -185,9 +187,9 @@ struct ServeResult {
   double decode_step_seconds = 0, decode_step_read_seconds = 0, decode_step_bytes = 0;
   index_t decode_step_sequences = 0;
   double prefill_seconds = 0, prefill_pairs = 0;  // attend_batch over the prompt chunks alone; their (query, key) pairs, all heads
+  double dense_seconds = 0;  // the same chunks through the dense forward, timed in turn with the prefill
   double max_abs_diff = 0;
   double bytes_per_token = 0, cache_bytes = 0;  // stored_bytes_per_token; KvCache::bytes() at the end
-  double dense_rate = 0;  // the dense forward's (query, key) pairs a second, timed just before and after this replay
 };
 
 ServeResult replay(const NamedDtype& named, const Trace& trace, const ServeBenchOptions& o) {
@@ -265,31 +267,36 @@ ServeResult replay(const NamedDtype& named, const Trace& trace, const ServeBench
       r.prefill_pairs += static_cast<double>(H) * causal_pairs(e.queries, cache.length(e.seq));
     }
     const index_t rows = total_q - row0, chunks = B - static_cast<index_t>(first);
-    r.prefill_seconds += seconds_of([&] {
+    auto prefill = [&] {
       cache.attend_batch(TensorView<float>(each.data() + row0 * H * d, {rows, H, d}),
                          TensorView<const float>(queries.data() + row0 * H * d, {rows, H, d}),
                          TensorView<const std::int32_t>(prompt_cu.data(), {chunks + 1}),
                          TensorView<const std::int32_t>(seqs.data() + first, {chunks}));
-    });
+    };
+    // The dense forward of each chunk: its rows of the packed queries as (1, H, n, d) over its
+    // sequence's keys and values (1, Hk, L, d), copied out of the cache as float32 (not timed).
+    std::vector<attn::Tensor<float>> dense_keys, dense_values;
+    for (std::size_t b = first; b < step.entries.size(); ++b)
+      dense_keys.push_back(cache.keys(step.entries[b].seq)), dense_values.push_back(cache.values(step.entries[b].seq));
+    auto dense = [&] {
+      attn::Mask<float> mask;
+      mask.causal = attn::Causal::bottom_right;
+      for (std::size_t b = first; b < step.entries.size(); ++b) {
+        const index_t at = cu[b] * H * d, n = step.entries[b].queries, L = cache.length(step.entries[b].seq);
+        attn::sdpa_forward<float>(TensorView<float>(out.data() + at, {1, H, n, d}, {n * H * d, d, H * d, 1}), {}, {},
+                                  TensorView<const float>(queries.data() + at, {1, H, n, d}, {n * H * d, d, H * d, 1}),
+                                  TensorView<const float>(dense_keys[b - first].data(), {1, Hk, L, d}),
+                                  TensorView<const float>(dense_values[b - first].data(), {1, Hk, L, d}), mask);
+      }
+    };
+    if (i % 2 == 0) {
+      r.prefill_seconds += seconds_of(prefill), r.dense_seconds += seconds_of(dense);
+    } else {
+      r.dense_seconds += seconds_of(dense), r.prefill_seconds += seconds_of(prefill);
+    }
   }
   r.cache_bytes = static_cast<double>(cache.bytes());
   return r;
-}
-
-// ---- The dense reference ---------------------------------------------------------------------------
-
-// (query, key) pairs per second (all heads) of the dense float32 forward, sdpa_forward<float> with a
-// causal bottom-right mask on contiguous queries (1, H, n, d), keys and values (1, Hk, m, d): a
-// prompt chunk's work without the cache. Median of repeated runs.
-double dense_pairs_per_second(const ServeBenchOptions& o, index_t n, index_t m) {
-  const attn::Tensor<float> q = uniform({1, o.heads, n, o.head_dim}, 1), k = uniform({1, o.kv_heads, m, o.head_dim}, 2),
-                            v = uniform({1, o.kv_heads, m, o.head_dim}, 3);
-  attn::Tensor<float> out({1, o.heads, n, o.head_dim});
-  attn::Mask<float> mask;
-  mask.causal = attn::Causal::bottom_right;
-  auto run = [&] { attn::sdpa_forward<float>(out.view(), {}, {}, q.cview(), k.cview(), v.cview(), mask); };
-  run();  // warms the threads' scratch
-  return static_cast<double>(o.heads) * causal_pairs(n, m) / median_seconds(run, o.seconds);
 }
 
 // ---- Options ------------------------------------------------------------------------------------------
@@ -351,29 +358,28 @@ void check_options(const ServeBenchOptions& o, const std::vector<NamedDtype>& ch
 
 // ---- Reporting ------------------------------------------------------------------------------------
 
-struct Figures {  // what a result and the dense rate give
-  double tokens_per_s, decode_fraction, prefill_rate, prefill_fraction, speedup;
+struct Figures {  // what a result gives
+  double tokens_per_s, decode_fraction, prefill_rate, dense_rate, prefill_fraction, speedup;
 };
 Figures figures_of(const ServeResult& r, const Trace& trace) {
   Figures f;
   f.tokens_per_s = static_cast<double>(trace.prompt_tokens + trace.generated_tokens) / r.seconds;
   f.decode_fraction = r.decode_step_read_seconds / r.decode_step_seconds;
   f.prefill_rate = r.prefill_seconds > 0 ? r.prefill_pairs / r.prefill_seconds : 0;
-  f.prefill_fraction = f.prefill_rate / r.dense_rate;
+  f.dense_rate = r.dense_seconds > 0 ? r.prefill_pairs / r.dense_seconds : 0;
+  f.prefill_fraction = r.prefill_seconds > 0 ? r.dense_seconds / r.prefill_seconds : 0;  // the same pairs
   f.speedup = r.per_sequence_seconds / r.seconds;
   return f;
 }
 
-void print_json(const std::vector<ServeResult>& results, const Trace& trace, const ServeBenchOptions& o, index_t dense_n,
-                index_t dense_m, double dense_rate, const std::string& ran) {
+void print_json(const std::vector<ServeResult>& results, const Trace& trace, const ServeBenchOptions& o, const std::string& ran) {
   std::cout << "{\"threads\": " << attn::num_threads() << ", \"simd\": \"" << attn::simd_target() << "\", \"simd_ran\": \"" << ran
             << "\", \"requests\": " << o.requests << ", \"prompt_min\": " << o.prompt_min << ", \"prompt_max\": " << o.prompt_max
             << ", \"generate\": " << o.generate << ", \"budget\": " << o.budget << ", \"heads\": " << o.heads
             << ", \"kv_heads\": " << o.kv_heads << ", \"head_dim\": " << o.head_dim << ", \"block_size\": " << kBlockSize
             << ", \"prompt_seed\": " << kPromptSeed << ", \"prompt_tokens\": " << trace.prompt_tokens
             << ", \"generated_tokens\": " << trace.generated_tokens << ", \"steps\": " << trace.steps.size()
-            << ", \"decode_only_steps\": " << trace.decode_only_steps << ", \"dense_queries\": " << dense_n
-            << ", \"dense_keys\": " << dense_m << ", \"dense_gpairs\": " << dense_rate / 1e9 << ", \"tolerance\": " << kTolerance
+            << ", \"decode_only_steps\": " << trace.decode_only_steps << ", \"tolerance\": " << kTolerance
             << ", \"serve\": [\n";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const ServeResult& r = results[i];
@@ -386,15 +392,15 @@ void print_json(const std::vector<ServeResult>& results, const Trace& trace, con
               << ", \"decode_step_bytes\": " << r.decode_step_bytes << ", \"decode_step_median_s\": " << r.decode_step_seconds
               << ", \"decode_step_read_median_s\": " << r.decode_step_read_seconds << ", \"prefill_seconds\": " << r.prefill_seconds
               << ", \"prefill_gpairs\": " << f.prefill_rate / 1e9 << ", \"bytes_per_token\": " << r.bytes_per_token
-              << ", \"cache_bytes\": " << r.cache_bytes << ", \"dense_gpairs\": " << r.dense_rate / 1e9
+              << ", \"cache_bytes\": " << r.cache_bytes << ", \"dense_seconds\": " << r.dense_seconds
+              << ", \"dense_gpairs\": " << f.dense_rate / 1e9
               << ", \"max_abs_diff\": " << r.max_abs_diff << "}"
               << (i + 1 < results.size() ? "," : "") << "\n";
   }
   std::cout << "]}\n";
 }
 
-void print_table(const std::vector<ServeResult>& results, const Trace& trace, const ServeBenchOptions& o, index_t dense_n,
-                 index_t dense_m, double dense_rate, const std::string& ran) {
+void print_table(const std::vector<ServeResult>& results, const Trace& trace, const ServeBenchOptions& o, const std::string& ran) {
   std::printf("threads %d, simd %s (the kernels ran %s)\n", attn::num_threads(), attn::simd_target().c_str(), ran.c_str());
   std::printf("trace: %lld requests, prompts %lld..%lld (%lld tokens), %lld generated each, budget %lld; H %lld, Hk %lld, d %lld, "
               "blocks of %lld; %zu steps, %lld decode-only\n",
@@ -402,21 +408,19 @@ void print_table(const std::vector<ServeResult>& results, const Trace& trace, co
               static_cast<long long>(trace.prompt_tokens), static_cast<long long>(o.generate), static_cast<long long>(o.budget),
               static_cast<long long>(o.heads), static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim),
               static_cast<long long>(kBlockSize), trace.steps.size(), static_cast<long long>(trace.decode_only_steps));
-  std::printf("dense causal sdpa_forward<float> (1,%lld,%lld,%lld,%lld): up to %.2f Gpairs/s\n", static_cast<long long>(o.heads),
-              static_cast<long long>(dense_n), static_cast<long long>(dense_m), static_cast<long long>(o.head_dim), dense_rate / 1e9);
   std::printf("%-12s %9s %11s %8s %10s %11s %8s %10s %8s %8s %9s\n", "dtype", "batch s", "per-seq s", "speedup", "tokens/s",
               "decode GB/s", "% read", "prefill GP", "dense GP", "% dense", "max diff");
   for (const ServeResult& r : results) {
     const Figures f = figures_of(r, trace);
     std::printf("%-12s %9.3f %11.3f %7.2fx %10.0f %11.1f %7.1f%% %10.2f %8.2f %7.1f%% %9.1e\n", r.dtype.c_str(), r.seconds,
                 r.per_sequence_seconds, f.speedup, f.tokens_per_s, r.decode_bytes / r.decode_seconds / 1e9,
-                100 * f.decode_fraction, f.prefill_rate / 1e9, r.dense_rate / 1e9, 100 * f.prefill_fraction, r.max_abs_diff);
+                100 * f.decode_fraction, f.prefill_rate / 1e9, f.dense_rate / 1e9, 100 * f.prefill_fraction, r.max_abs_diff);
   }
   std::printf("batch s: one attend_batch a step, summed; per-seq s: one attend per entry instead; tokens/s: the trace's prompt\n"
               "and generated tokens over batch s. decode GB/s: cache bytes over the decode-only steps' time; %% read: the first\n"
               "decode-only step timed in turn with a plain read of its bytes. prefill GP: 1e9 (query, key) pairs a second of\n"
-              "the prompt chunks (attend_batch over them alone); dense GP: the dense causal forward above, timed just\n"
-              "before and after the dtype's replay (the faster kept); %% dense: prefill GP of it.\n");
+              "the prompt chunks (attend_batch over them alone); dense GP: the same chunks through the dense causal\n"
+              "forward over float32 copies of their sequences, timed in turn with them; %% dense: prefill GP of it.\n");
 }
 
 }  // namespace
@@ -425,35 +429,25 @@ void run_serve_bench(const ServeBenchOptions& o) {
   const std::vector<NamedDtype> chosen = chosen_dtypes(o.filter);
   check_options(o, chosen);
   const Trace trace = make_trace(o);
-  // A chunk's shape for the dense reference: a full budget of queries (or the longest prompt) over
-  // the middle prompt length's keys (or at least the queries').
-  const index_t dense_n = std::min(o.budget, o.prompt_max);
-  const index_t dense_m = std::max(dense_n, o.prompt_min + (o.prompt_max - o.prompt_min) / 2);
   attn::simd_targets_ran(true);
   std::cerr << "bench --serve: " << trace.steps.size() << " steps (" << trace.decode_only_steps << " decode-only), "
-            << attn::num_threads() << " threads, " << attn::simd_target() << "\n  dense forward..." << std::flush;
-  // Timed before each replay and after it, each replay keeping the faster of its two: a shared
-  // machine's load changes over minutes (the same forward measured 0.14 and 0.43 Gpairs/s ten minutes
-  // apart), so the reference is taken beside the prefill it rates.
-  double before = dense_pairs_per_second(o, dense_n, dense_m), dense_rate = before;
-  std::cerr << " " << before / 1e9 << " Gpairs/s\n";
+            << attn::num_threads() << " threads, " << attn::simd_target() << "\n";
   std::vector<ServeResult> results;
   for (const NamedDtype& t : chosen) {
     std::cerr << "  " << t.name << "..." << std::flush;
     results.push_back(replay(t, trace, o));
-    const double after = dense_pairs_per_second(o, dense_n, dense_m);
-    results.back().dense_rate = std::max(before, after), dense_rate = std::max(dense_rate, after), before = after;
-    std::cerr << " " << results.back().seconds << " s (per sequence " << results.back().per_sequence_seconds
-              << " s); dense forward " << after / 1e9 << " Gpairs/s\n";
+    const ServeResult& r = results.back();
+    std::cerr << " " << r.seconds << " s (per sequence " << r.per_sequence_seconds << " s); prefill " << r.prefill_seconds
+              << " s, the same chunks dense " << r.dense_seconds << " s\n";
   }
   // What ran, as the kernels recorded it: the chosen target alone, or the figures are not its.
   const std::vector<std::string> ran = attn::simd_targets_ran(true);
   if (ran != std::vector<std::string>{attn::simd_target()})
     throw attn::Error("bench --serve: the kernels ran " + ran_string(ran) + ", not the chosen target " + attn::simd_target());
   if (o.json)
-    print_json(results, trace, o, dense_n, dense_m, dense_rate, ran_string(ran));
+    print_json(results, trace, o, ran_string(ran));
   else
-    print_table(results, trace, o, dense_n, dense_m, dense_rate, ran_string(ran));
+    print_table(results, trace, o, ran_string(ran));
 }
 
 }  // namespace attn_cli
