@@ -75,8 +75,12 @@ Tensor<float> rounded_queries(TensorView<const float> q) {
   float* to = out.data();
   for (index_t h = 0; h < q.dim(1); ++h)
     for (index_t i = 0; i < q.dim(2); ++i, to += d) {
-      for (index_t c = 0; c < d; ++c) row[static_cast<std::size_t>(c)] = q(0, h, i, c);
-      cpu::quant::rounded_query(cpu::simd::current(), row.data(), d, r.data(), to);
+      const float* from = &q(0, h, i, 0);
+      if (q.stride(3) != 1) {  // a strided row gathered first
+        for (index_t c = 0; c < d; ++c) row[static_cast<std::size_t>(c)] = from[c * q.stride(3)];
+        from = row.data();
+      }
+      cpu::quant::rounded_query(cpu::simd::current(), from, d, r.data(), to);
     }
   return out;
 }
@@ -298,21 +302,54 @@ struct KvCache::State {
   Tensor<float> scaled_queries(const TensorView<const float>& q) const {
     if (!scaled()) return {};
     Tensor<float> t(q.shape());
-    const index_t group = q.dim(1) / kv_heads;
+    float* to = t.data();
+    const index_t group = q.dim(1) / kv_heads, d = q.dim(3), step = q.stride(3);
     for (index_t b = 0; b < q.dim(0); ++b)
-      for (index_t h = 0; h < q.dim(1); ++h)
-        for (index_t i = 0; i < q.dim(2); ++i)
-          for (index_t c = 0; c < q.dim(3); ++c) t(b, h, i, c) = q(b, h, i, c) * folded_scale(false, h / group);
+      for (index_t h = 0; h < q.dim(1); ++h) {
+        const float factor = folded_scale(false, h / group);
+        for (index_t i = 0; i < q.dim(2); ++i, to += d) {
+          const float* from = &q(b, h, i, 0);
+          if (step == 1) {  // row by row, not element by element through the view: a prompt's queries
+            for (index_t c = 0; c < d; ++c) to[c] = from[c] * factor;
+          } else {
+            for (index_t c = 0; c < d; ++c) to[c] = from[c * step] * factor;
+          }
+        }
+      }
     return t;
+  }
+  // The options of a call that reads the keys in place: a folded_scale other than 1 goes into the
+  // softmax scale when every key head shares it (the same scores: the factor multiplies q . k either
+  // way, and e4m3's 256 exactly), else into a copy of the queries, `copy` (scaled_queries).
+  SdpaOptions with_key_scale(const TensorView<const float>& q, const SdpaOptions& sdpa, Tensor<float>& copy) const {
+    if (!scaled()) return sdpa;
+    if (options.k_scale.size() == 1) {
+      const double scale = (sdpa.scale ? *sdpa.scale : 1.0 / std::sqrt(static_cast<double>(head_dim))) * folded_scale(false, 0);
+      if (const auto narrow = static_cast<float>(scale); std::isfinite(narrow) && narrow > 0) {
+        SdpaOptions folded = sdpa;
+        folded.scale = scale;
+        return folded;
+      }
+    }
+    copy = scaled_queries(q);
+    return sdpa;
   }
   // out (B, H, n, v) of such a call, each head times its key head's folded_scale of the values.
   void scale_values(const TensorView<float>& out) const {
     if (!scaled()) return;
-    const index_t group = out.dim(1) / kv_heads;
+    const index_t group = out.dim(1) / kv_heads, v = out.dim(3), step = out.stride(3);
     for (index_t b = 0; b < out.dim(0); ++b)
-      for (index_t h = 0; h < out.dim(1); ++h)
-        for (index_t i = 0; i < out.dim(2); ++i)
-          for (index_t c = 0; c < out.dim(3); ++c) out(b, h, i, c) *= folded_scale(true, h / group);
+      for (index_t h = 0; h < out.dim(1); ++h) {
+        const float factor = folded_scale(true, h / group);
+        for (index_t i = 0; i < out.dim(2); ++i) {
+          float* row = &out(b, h, i, 0);
+          if (step == 1) {
+            for (index_t c = 0; c < v; ++c) row[c] *= factor;
+          } else {
+            for (index_t c = 0; c < v; ++c) row[c * step] *= factor;
+          }
+        }
+      }
   }
   // Row r of head hk of sequence seq's keys or values, as stored, widened to float32.
   void read_row(index_t seq, bool values, index_t hk, index_t r, float* to) const {
@@ -648,8 +685,9 @@ void KvCache::State::decode_batch(TensorView<float> out, TensorView<const float>
   sdpa.scale = how.scale, sdpa.softcap = how.softcap;
   static const float never_read = 0;  // the keys' and values' shapes for the checks
   const TensorView<const float> shape(&never_read, {G, kv_heads, m, head_dim}, {0, 0, 0, 1});
-  const Tensor<float> scaled_q = scaled_queries(q);
-  detail::sdpa_decode_rows(out, {}, scaled_q.numel() > 0 ? scaled_q.view() : q, shape, shape, rows.keys, rows.values, mask, sdpa, op);
+  Tensor<float> scaled_q;
+  const SdpaOptions used = with_key_scale(q, sdpa, scaled_q);
+  detail::sdpa_decode_rows(out, {}, scaled_q.numel() > 0 ? scaled_q.view() : q, shape, shape, rows.keys, rows.values, mask, used, op);
   scale_values(out);
 }
 
@@ -730,11 +768,17 @@ void KvCache::State::run(TensorView<float> out, TensorView<const float> q, index
     const TensorView<const float> shape(&never_read, {1, kv_heads, L, head_dim}, {0, 0, 0, 1});
     const bool decode = n <= cpu::fused::kDecodeRows;
     // The decode path rounds int8 keys' queries itself; a prompt's are rounded alike here. float8:
-    // each query head times its key head's folded k_scale (and out times the values' below).
-    const Tensor<float> given = !decode && options.dtype == KvDtype::int8 ? rounded_queries(q) : scaled_queries(q);
+    // the keys' folded k_scale in the scale or the queries (and out times the values' below).
+    Tensor<float> given;
+    SdpaOptions how = sdpa;
+    if (!decode && options.dtype == KvDtype::int8) {
+      given = rounded_queries(q);
+    } else {
+      how = with_key_scale(q, sdpa, given);
+    }
     const TensorView<const float> used = given.numel() > 0 ? given.view() : q;
-    if (decode) detail::sdpa_decode_rows(out, {}, used, shape, shape, rows.keys, rows.values, mask, sdpa, op);
-    else detail::sdpa_forward_rows(out, {}, used, shape, shape, rows.keys, rows.values, mask, sdpa, op);
+    if (decode) detail::sdpa_decode_rows(out, {}, used, shape, shape, rows.keys, rows.values, mask, how, op);
+    else detail::sdpa_forward_rows(out, {}, used, shape, shape, rows.keys, rows.values, mask, how, op);
     scale_values(out);
     return;
   }
