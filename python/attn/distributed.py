@@ -71,6 +71,10 @@ def _settings(function, causal, layout, algorithm, valid_lens, window, scale, so
         s.window = (int(-1 if left is None else left), int(-1 if right is None else right))
     s.scale = None if scale is None else float(scale)
     s.softcap = None if softcap is None else float(softcap)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{function}: seed is {seed!r}; it must be an integer")
+    if not 0 <= int(seed) < 2**64:
+        raise ValueError(f"{function}: seed is {seed}; it must lie in [0, 2**64)")
     s.dropout, s.seed = float(dropout_p), int(seed)
     return s
 

@@ -41,10 +41,12 @@ bool readable_in_place(const py::array& a) {
   return a.ndim() == 0 || a.shape(a.ndim() - 1) <= 1 || a.strides(a.ndim() - 1) == item;
 }
 
-// `a` itself when attn reads it in place, else a C-ordered copy in the native `dtype`.
+// `a` itself when attn reads it in place, else a C-ordered copy in the native `dtype` (a copy
+// always: NumPy's ascontiguousarray returns an array whose reversed axes are all of length 1 as it
+// is, C-contiguous by its flags, with its negative strides).
 py::array readable(const py::array& a, const char* dtype) {
   if (readable_in_place(a)) return a;
-  return numpy().attr("ascontiguousarray")(a, py::arg("dtype") = dtype);
+  return numpy().attr("array")(a, py::arg("dtype") = dtype, py::arg("order") = "C", py::arg("copy") = true);
 }
 
 }  // namespace

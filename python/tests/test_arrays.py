@@ -28,6 +28,17 @@ def layouts(a):
     }
 
 
+def test_a_reversed_axis_of_length_one_is_read(rng):
+    # NumPy calls such an array C-contiguous, negative stride and all, so asking it for a contiguous
+    # array gave it back as it was, and attn refused the stride.
+    q, k, v = random(rng, 1, 3, 4), random(rng, 1, 1, 4), random(rng, 1, 1, 2)
+    reversed_k = k[:, ::-1]
+    assert reversed_k.strides[1] < 0 and reversed_k.flags.c_contiguous
+    np.testing.assert_array_equal(attn.scaled_dot_product_attention(q, reversed_k, v),
+                                  attn.scaled_dot_product_attention(q, k, v))
+    np.testing.assert_array_equal(attn.masked_softmax(q[::-1]), attn.masked_softmax(q))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_layout_gives_the_c_ordered_result(rng, dtype):
     q, k, v = random(rng, 2, 5, 3, dtype=dtype), random(rng, 2, 7, 3, dtype=dtype), random(rng, 2, 7, 4, dtype=dtype)

@@ -97,6 +97,8 @@ namespace {
 // error, "" when none (then every field is meaningful).
 struct Descriptor {
   char error[512];
+  char function[64];  // op: the algorithm and the pass
+  std::int64_t layout;
   std::int64_t field[24];
   double scale, softcap, dropout;
 };
@@ -114,6 +116,21 @@ constexpr int kLengthCount = 11, kQueryRows = 20, kKeyRows = 21, kLowestLength =
 // The valid lengths a rank passes, from its kLengthCount field: -1 none, -2 per query, else (B,).
 std::string lengths_kind(std::int64_t count) {
   return count == -1 ? "no valid lengths" : count == -2 ? "per-query valid lengths (B, n_r)" : "valid lengths (B,)";
+}
+
+// Field f's value as a message shows it: names for codes, "none" for a count of -1; the fields
+// that hold a hash of values (kHashed) are not shown.
+constexpr int kCausalCode = 7, kHasWindow = 8, kSlopeCount = 13;
+bool hashed(int f) { return f == 12 || f == 14; }
+std::string shown(int f, std::int64_t value) {
+  if (f == kCausalCode) {
+    const char* causal[] = {"none", "top_left", "bottom_right"};
+    return detail::cat("causal ", causal[std::clamp<std::int64_t>(value / 2, 0, 2)], ", align ",
+                       value % 2 == 0 ? "top_left" : "bottom_right");
+  }
+  if (f == kHasWindow) return value != 0 ? "a window" : "no window";
+  if (f == kSlopeCount && value == -1) return "none";
+  return std::to_string(value);
 }
 
 template <class V>
@@ -174,6 +191,17 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
     if (options.scale && !std::isfinite(*options.scale)) detail::fail(op, ": scale is ", *options.scale, "; it must be finite");
     if (options.softcap && !(std::isfinite(*options.softcap) && *options.softcap > 0))
       detail::fail(op, ": softcap is ", *options.softcap, "; it must be positive and finite");
+    // The slopes here, before any message between the ranks (the block kernels' own check would come
+    // after the ring's first exchange was posted).
+    if (const TensorView<const T>& a = mask.alibi_slopes; !a.empty()) {
+      if (!((a.rank() == 1 && a.dim(0) == q.H) || (a.rank() == 2 && a.dim(0) == q.B && a.dim(1) == q.H)))
+        detail::fail(op, ": alibi_slopes has shape ", a.shape_string(), "; it must be (H,) = (", q.H, ",) or (B, H) = (",
+                     q.B, ",", q.H, ")");
+      for (index_t b = 0; b < (a.rank() == 2 ? q.B : 1); ++b)
+        for (index_t h = 0; h < q.H; ++h)
+          if (const T x = a.data()[(a.rank() == 2 ? b * a.stride(0) : 0) + h * a.stride(a.rank() - 1)]; !std::isfinite(x))
+            detail::fail(op, ": alibi_slopes holds ", x, " for batch ", b, ", head ", h, "; every slope must be finite");
+    }
     local_check();
     const Dropout& drop = options.dropout;
     std::int64_t lowest = 0, longest = -1;  // of this rank's per-query lengths
@@ -200,23 +228,35 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
   } catch (const Error& e) {
     std::strncpy(mine.error, e.what(), sizeof mine.error - 1);
   }
+  std::strncpy(mine.function, op, sizeof mine.function - 1);
+  mine.layout = static_cast<std::int64_t>(layout);
   std::vector<Descriptor> all(static_cast<std::size_t>(comm.size()));
   comm.check(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm.get()), "MPI_Allgather");
   for (int r = 0; r < comm.size(); ++r)
     if (all[r].error[0] != '\0') throw Error(detail::cat(all[r].error, " (on rank ", r, " of ", comm.size(), ")"));
   const Descriptor& first = all[0];
+  const auto layout_name = [](std::int64_t l) { return l == static_cast<std::int64_t>(ShardLayout::contiguous) ? "contiguous" : "zigzag"; };
+  const auto scale_name = [](double x) { return std::isnan(x) ? std::string("the default 1/sqrt(d)") : detail::cat(x); };
   for (int r = 1; r < comm.size(); ++r) {
+    if (std::strcmp(all[r].function, first.function) != 0)
+      detail::fail(first.function, ": rank ", r, " calls ", all[r].function, " but rank 0 calls ", first.function,
+                   "; every rank must make the same call (the same algorithm, forward or backward)");
+    if (all[r].layout != first.layout)
+      detail::fail(op, ": rank ", r, " passes the ", layout_name(all[r].layout), " layout but rank 0 passes ",
+                   layout_name(first.layout), "; every rank must pass the same layout");
     for (int f = 0; f < kQueryRows; ++f)
       if (f == kLengthCount && all[r].field[f] != first.field[f] && (all[r].field[f] == -2 || first.field[f] == -2))
         detail::fail(op, ": rank ", r, " passes ", lengths_kind(all[r].field[f]), " but rank 0 passes ",
                      lengths_kind(first.field[f]), "; every rank must pass the same kind");
+      else if (all[r].field[f] != first.field[f] && hashed(f))
+        detail::fail(op, ": rank ", r, " passes ", kFieldNames[f], " other than rank 0's; every rank must pass the same values");
       else if (all[r].field[f] != first.field[f])
-        detail::fail(op, ": rank ", r, " passes ", kFieldNames[f], " = ", all[r].field[f], " but rank 0 passes ",
-                     first.field[f], "; every rank must pass the same shapes, dtypes, masks and options");
+        detail::fail(op, ": rank ", r, " passes ", kFieldNames[f], " = ", shown(f, all[r].field[f]), " but rank 0 passes ",
+                     shown(f, first.field[f]), "; every rank must pass the same shapes, dtypes, masks and options");
     const bool same_scale = std::isnan(all[r].scale) ? std::isnan(first.scale) : all[r].scale == first.scale;
     if (!same_scale || all[r].softcap != first.softcap || all[r].dropout != first.dropout)
-      detail::fail(op, ": rank ", r, " passes scale ", all[r].scale, ", softcap ", all[r].softcap, " and dropout ",
-                   all[r].dropout, " but rank 0 ", first.scale, ", ", first.softcap, " and ", first.dropout,
+      detail::fail(op, ": rank ", r, " passes scale ", scale_name(all[r].scale), ", softcap ", all[r].softcap, " and dropout ",
+                   all[r].dropout, " but rank 0 ", scale_name(first.scale), ", ", first.softcap, " and ", first.dropout,
                    "; every rank must pass the same options");
   }
   Problem p;
@@ -227,11 +267,10 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
     p.n_of.push_back(one.field[kQueryRows]), p.m_of.push_back(one.field[kKeyRows]);
     p.n += one.field[kQueryRows], p.m += one.field[kKeyRows];
   }
-  const char* layout_name = layout == ShardLayout::contiguous ? "contiguous" : "zigzag";
   for (int r = 0; r < comm.size(); ++r)
     for (const auto& [name, rows, total] : {std::tuple{"queries", p.n_of[r], p.n}, std::tuple{"keys", p.m_of[r], p.m}})
       if (rows != shard_length(total, comm.size(), r, layout))
-        detail::fail(op, ": rank ", r, " holds ", rows, " rows of ", name, " but the ", layout_name, " layout gives rank ",
+        detail::fail(op, ": rank ", r, " holds ", rows, " rows of ", name, " but the ", layout_name(first.layout), " layout gives rank ",
                      r, " of ", comm.size(), " ", shard_length(total, comm.size(), r, layout), " of the ", total,
                      " rows (shard_rows in attn/distributed.hpp)");
   p.causal = mask.causal;

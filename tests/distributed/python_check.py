@@ -169,6 +169,13 @@ try:
 except ValueError as e:
     check("bad layout", "layout is 'diagonal'" in str(e), str(e))
 
+for seed, kind in ((-1, ValueError), (2**64, ValueError), (0.5, TypeError)):
+    try:
+        dist.scaled_dot_product_attention(*mine, comm=comm, dropout_p=0.5, seed=seed)
+        check(f"seed {seed}", False)
+    except kind as e:
+        check(f"seed {seed}", f"seed is {seed}" in str(e), str(e))
+
 failures = comm.allgather(failures)
 if me == 0:
     flat = [f for per_rank in failures for f in per_rank]

@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <functional>
@@ -353,6 +354,46 @@ TEST(AcrossRanksErrors, OneRanksBadArgumentReachesEveryRank) {
                                   s.out.view(), {});
       },
       "lse is required");
+}
+
+// What no shape shows may differ between ranks too: the algorithm, the layout, the ALiBi slopes'
+// values; and slopes wrong on every rank are refused before any message between the ranks (the
+// block kernels found them only after the ring's first exchange was posted: a crash, or a hang
+// where a rank held no rows).
+TEST(AcrossRanksErrors, AlgorithmLayoutAndSlopesAreComparedBeforeTheRing) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int last = world_size() - 1;
+  if (H % world_size() == 0)
+    expect_same_error_everywhere(
+        [last] {
+          Shards s;
+          if (world_rank() == last) {
+            ulysses_sdpa_forward<float>(MPI_COMM_WORLD, s.out.view(), s.lse.view(), s.q.view(), s.k.view(), s.v.view());
+          } else {
+            s.forward();
+          }
+        },
+        "calls ulysses_sdpa_forward but rank 0 calls ring_sdpa_forward; every rank must make the same call");
+  expect_same_error_everywhere(
+      [last] {
+        Shards s;
+        ring_sdpa_forward<float>(MPI_COMM_WORLD, s.out.view(), s.lse.view(), s.q.view(), s.k.view(), s.v.view(), {}, {},
+                                 world_rank() == last ? ShardLayout::zigzag : ShardLayout::contiguous);
+      },
+      "rank " + std::to_string(last) + " passes the zigzag layout but rank 0 passes contiguous");
+  const auto with_slopes = [last](index_t count, float last_ranks_third) {
+    Tensor<float> slopes({count});
+    for (index_t h = 0; h < count; ++h) slopes[h] = std::ldexp(1.0f, -static_cast<int>(h + 1));
+    if (world_rank() == last && count > 2) slopes[2] = last_ranks_third;
+    Mask<float> mask;
+    mask.alibi_slopes = slopes.view();
+    Shards().forward(mask);
+  };
+  expect_same_error_everywhere([&] { with_slopes(3, 0.125f); },
+                               "ring_sdpa_forward: alibi_slopes has shape (3,); it must be (H,) = (4,) or (B, H) = (2,4)");
+  expect_same_error_everywhere([&] { with_slopes(H, NAN); }, "alibi_slopes holds nan for batch 0, head 2; every slope must be finite");
+  expect_same_error_everywhere([&] { with_slopes(H, 0.3f); },
+                               "rank " + std::to_string(last) + " passes the ALiBi slopes and sinks other than rank 0's");
 }
 
 // On ranks other than 0, in place of GoogleTest's printer: each failed assertion, with its rank.
