@@ -118,8 +118,8 @@ std::string lengths_kind(std::int64_t count) {
   return count == -1 ? "no valid lengths" : count == -2 ? "per-query valid lengths (B, n_r)" : "valid lengths (B,)";
 }
 
-// Field f's value as a message shows it: names for codes, "none" for a count of -1; the fields
-// that hold a hash of values (kHashed) are not shown.
+// Field f's value as a message shows it: names for codes, "none" for a count of -1. The fields
+// that hold a hash of values (hashed(f)) are named, not shown.
 constexpr int kCausalCode = 7, kHasWindow = 8, kSlopeCount = 13;
 bool hashed(int f) { return f == 12 || f == 14; }
 std::string shown(int f, std::int64_t value) {
