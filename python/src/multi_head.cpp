@@ -100,6 +100,12 @@ class MultiHeadAttention : public LayerMode {
     const char* dt = dtype_name(s.dtype);
     for (std::size_t i = 0; i < kParams.size(); ++i)
       if (params_[i]) s.params[i] = params_[i].attr("astype")(dt, py::arg("copy") = false);
+    // Copies, not references (unlike the other layers): the backward also reads the projections this
+    // call saves, so it differentiates the values the call saw; an array changed in place before it
+    // would otherwise mix old and new values in the gradients.
+    for (py::array* a : {&s.queries, &s.keys, &s.values}) *a = a->attr("copy")();
+    for (py::array& a : s.params)
+      if (a) a = a.attr("copy")();
     s.dropout = call_dropout();
     return dispatch(s.dtype, [&](auto tag) -> py::object {
       using T = decltype(tag);

@@ -89,6 +89,23 @@ def test_parameters_are_assignable_and_updated_in_place(rng):
         layer.b_q = np.zeros(8, np.float32)
 
 
+def test_backward_differentiates_the_values_the_call_saw(rng):
+    # Copies, not references: the backward also reads the projections the call saved, so an input or
+    # a parameter changed in place before it must not reach it (it once mixed old and new values).
+    q, k, v, G = (rng.standard_normal(s) for s in ((1, 3, 4), (1, 5, 3), (1, 5, 2), (1, 3, 6)))
+    layer = attn.MultiHeadAttention(6, 2, 0.0, query_size=4, key_size=3, value_size=2, dtype="float64").eval()
+    layer(q, k, v)
+    want = layer.backward(G)
+    keys = k.copy()
+    layer(q, keys, v)
+    keys *= 2
+    layer.W_k *= 3
+    got = layer.backward(G)
+    layer.W_k /= 3
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-12, err_msg=name)
+
+
 def test_dropout_in_training_mode_only(rng):
     layer = attn.MultiHeadAttention(8, 2, 0.5, query_size=3, key_size=3, value_size=3)
     x = f32(rng, 1, 6, 3)
