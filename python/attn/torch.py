@@ -376,6 +376,12 @@ def additive_attention(queries, keys, values, W_q, W_k, w_v, valid_lens=None, *,
         wide = [x.float() for x in (queries, keys, values, W_q, W_k, w_v)]
         return additive_attention(*wide, valid_lens, attn_mask=attn_mask, is_causal=is_causal,
                                   dropout_p=dropout_p).to(dtype)
+    if not (w_v.dim() == 1 or (w_v.dim() == 2 and w_v.shape[0] == 1)):
+        raise ValueError(f"{function}: w_v has shape {tuple(w_v.shape)}; it must be (h,) or (1, h), "
+                         f"nn.Linear(h, 1)'s weight")
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        if x.dim() not in (3, 4):
+            raise ValueError(f"{function}: {name} has shape {tuple(x.shape)}; it must have 3 or 4 dimensions")
     options = _mask_options(function, attn_mask, valid_lens, is_causal, dtype)
     options["dropout_p"] = float(dropout_p)
     options["seed"] = _dropout_seed(dropout_p)

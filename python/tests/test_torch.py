@@ -10,6 +10,7 @@ textbook's modules; errors as PyTorch users expect.
 import math
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -452,6 +453,19 @@ def test_leading_batch_dimensions_broadcast_as_pytorchs():
     with pytest.raises(RuntimeError, match="leading batch dimensions that do not broadcast"):
         at.scaled_dot_product_attention(q, torch.randn(3, 2, 1, 5, 8, dtype=torch.float64),
                                         torch.randn(3, 2, 1, 5, 8, dtype=torch.float64))
+
+
+def test_additive_attention_names_w_v_and_ranks_as_given():
+    # w_v was flattened before it was checked ("w_v has shape (14,)" for a (2, 7) one), and 5-D inputs
+    # reached attn's views ("TensorView: rank 5 is not supported").
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 6, 5), torch.randn(2, 6, 2)
+    W_q, W_k = torch.randn(7, 4), torch.randn(7, 5)
+    for w_v in (torch.randn(2, 7), torch.randn(())):
+        with pytest.raises(ValueError, match=rf"additive_attention: w_v has shape {re.escape(str(tuple(w_v.shape)))}; "
+                                             r"it must be \(h,\) or \(1, h\)"):
+            at.additive_attention(q, k, v, W_q, W_k, w_v)
+    with pytest.raises(ValueError, match=r"queries has shape \(1, 1, 2, 3, 4\); it must have 3 or 4 dimensions"):
+        at.additive_attention(q[None, None], k[None, None], v[None, None], W_q, W_k, torch.randn(7))
 
 
 def test_masks_of_five_dimensions_broadcast_over_the_batch_dimensions():
