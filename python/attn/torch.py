@@ -550,6 +550,9 @@ class MultiHeadAttention(nn.Module):
             if not isinstance(x, torch.Tensor) or x.dim() != 3:
                 raise ValueError(f"MultiHeadAttention: {name} has shape {tuple(getattr(x, 'shape', ()))}; it must be "
                                  f"(batch, tokens, features)")
+        if keys.shape[0] != queries.shape[0] or values.shape[:2] != keys.shape[:2]:
+            raise ValueError(f"MultiHeadAttention: queries {tuple(queries.shape)}, keys {tuple(keys.shape)} and values "
+                             f"{tuple(values.shape)} must share the batch, and keys and values their tokens")
         q = self._split_heads(self.W_q(queries), self.num_heads)
         k = self._split_heads(self.W_k(keys), self.num_kv_heads)
         v = self._split_heads(self.W_v(values), self.num_kv_heads)

@@ -435,6 +435,10 @@ def test_bad_input_raises_what_pytorch_users_expect():
         at.MultiHeadAttention(8, 0)
     with pytest.raises(ValueError, match="num_kv_heads is 0"):
         at.MultiHeadAttention(8, 2, num_kv_heads=0)
+    with pytest.raises(ValueError, match=r"queries \(2, 3, 8\), keys \(3, 6, 8\) and values \(3, 6, 8\) must share the batch"):
+        at.MultiHeadAttention(8, 2)(torch.zeros(2, 3, 8), torch.zeros(3, 6, 8), torch.zeros(3, 6, 8))
+    with pytest.raises(ValueError, match=r"keys and values their tokens"):
+        at.MultiHeadAttention(8, 2)(torch.zeros(2, 3, 8), torch.zeros(2, 6, 8), torch.zeros(2, 5, 8))
     with pytest.raises(ValueError, match=r"queries has shape \(3, 8\); it must be \(batch, tokens, features\)"):
         at.MultiHeadAttention(8, 2, query_size=8, key_size=8, value_size=8)(torch.zeros(3, 8), torch.zeros(3, 8),
                                                                              torch.zeros(3, 8))
