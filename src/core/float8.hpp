@@ -57,9 +57,10 @@ inline float to_float(F x) {
 }
 
 // The SIMD kernels widen e4m3 in three integer operations and a float16 conversion, which give its
-// value times 2^-8 (cpu/simd/half-inl.h); the cache folds this factor into the queries and the
-// output of every call that reads e4m3 rows in place (api/kv_cache.cpp), rather than multiplying
-// every element. Powers of two: the dot products and sums are the same bits.
+// value times 2^-8 (cpu/simd/half-inl.h); the cache folds this factor into the softmax scale (the
+// queries where the key heads' scales differ) and the output of every call that reads e4m3 rows in
+// place (api/kv_cache.cpp), rather than multiplying every element. Powers of two: the dot products
+// and sums are the same bits.
 inline constexpr float kE4m3WideningFactor = 256.0f;
 
 // x (finite, |x| at most the largest finite after rounding) to the nearest 8-bit float, ties to even.
