@@ -51,6 +51,11 @@ py::array readable(const py::array& a, const char* dtype) {
 
 }  // namespace
 
+bool holds_integers(py::handle obj, const py::array& a) {
+  const char kind = a.dtype().kind();
+  return kind == 'i' || kind == 'u' || (a.size() == 0 && !py::isinstance<py::array>(obj));
+}
+
 const char* dtype_name(DType dt) { return dt == DType::f32 ? "float32" : dt == DType::f64 ? "float64" : "float16"; }
 
 std::vector<index_t> dims(const py::array& a, int from, int to) {
@@ -126,8 +131,7 @@ py::array Call::integers(py::handle obj, const char* name, const char* range) {
 py::array Call::int64_array(py::handle obj, const char* name, const char* what, const char* range) {
   py::array a = as_array(*this, obj, name, "an array of integers");
   const char kind = a.dtype().kind();
-  const bool empty_list = a.size() == 0 && !py::isinstance<py::array>(obj);  // NumPy reads [] as float64
-  if (kind != 'i' && kind != 'u' && !empty_list)
+  if (!holds_integers(obj, a))
     type_error(std::string(name) + " has dtype " + dtype_text(a) + (what ? std::string("; ") + what + " are integers" : "; it must hold integers"));
   if (a.ndim() > attn::kMaxRank)
     value_error(std::string(name) + " has shape " + shape_text(a) + "; it must be (B,) or (B, n)");

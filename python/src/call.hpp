@@ -38,6 +38,10 @@ enum class DType { f32, f64, f16 };
 
 const char* dtype_name(DType dt);
 
+// Whether `a`, the array NumPy made of `obj`, holds integers: an integer dtype, or no element from a
+// list or tuple (which NumPy reads as float64), so that its shape is what an error names.
+bool holds_integers(py::handle obj, const py::array& a);
+
 // str(obj), as Python prints it.
 inline std::string str_of(py::handle obj) { return py::str(obj).cast<std::string>(); }
 

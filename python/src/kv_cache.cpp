@@ -112,9 +112,7 @@ ScoreArrays read_scores(Call& call, attn::KvAttendOptions& options, py::handle a
 py::array int32_array(Call& call, py::handle obj, const char* name) {
   const py::module_ np = py::module_::import("numpy");
   const py::array a = np.attr("asarray")(obj);
-  const char kind = a.dtype().kind();
-  const bool empty_list = a.size() == 0 && !py::isinstance<py::array>(obj);  // NumPy reads [] as float64
-  if (kind != 'i' && kind != 'u' && !empty_list)
+  if (!holds_integers(obj, a))
     call.type_error(std::string(name) + " has dtype " + std::string(py::str(a.dtype())) + "; it must hold integers");
   // Compared as Python integers: a uint64 entry past int64's range is named, not a failed cast.
   if (a.size() > 0) {

@@ -120,8 +120,8 @@ std::string lengths_kind(std::int64_t count) {
 
 // Field f's value as a message shows it: names for codes, "none" for a count of -1. The fields
 // that hold a hash of values (hashed(f)) are named, not shown.
-constexpr int kCausalCode = 7, kHasWindow = 8, kSlopeCount = 13;
-bool hashed(int f) { return f == 12 || f == 14; }
+constexpr int kCausalCode = 7, kHasWindow = 8, kLengthsHash = 12, kSlopeCount = 13, kSlopesAndSinksHash = 14;
+bool hashed(int f) { return f == kLengthsHash || f == kSlopesAndSinksHash; }
 std::string shown(int f, std::int64_t value) {
   if (f == kCausalCode) {
     const char* causal[] = {"none", "top_left", "bottom_right"};
