@@ -92,6 +92,54 @@ TEST_P(MultiHead, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// The heads' weights (B, H, n, m) after a forward, then the state's V (B, m, Hk dh) and heads (B, n, H dh).
+template <class T>
+std::vector<Tensor<T>> weights_of(const MhaCase& c, const std::vector<Tensor<double>>& in64) {
+  std::vector<Tensor<T>> in;
+  for (const auto& t : in64) in.push_back(convert<T>(t));
+  MultiHeadParams<T> p{in[3].view(), in[4].view(), in[5].view(), in[6].view(), {}, {}, {}, {}};
+  if (c.bias) p.b_q = in[7].view(), p.b_k = in[8].view(), p.b_v = in[9].view(), p.b_o = in[10].view();
+  Tensor<std::int64_t> lens({c.B});
+  for (index_t b = 0; b < c.B; ++b) lens[b] = b == 0 ? c.m : c.m / 2 + 1;
+  Mask<T> mask;
+  if (c.lens) mask.valid_lens = lens.view();
+  mask.causal = c.causal;
+  SdpaOptions options;
+  options.dropout = {c.dropout, 13};
+  Tensor<T> out({c.B, c.n, c.D}), weights({c.B, c.H, c.n, c.m});
+  MultiHeadState<T> state;
+  multi_head_attention_forward<T>(out.view(), &state, in[0].view(), in[1].view(), in[2].view(), p, {c.H, c.Hk}, mask, options);
+  multi_head_attention_weights<T>(weights.view(), state, {c.H, c.Hk}, mask, options);
+  return {weights, state.v, state.heads};
+}
+
+TEST_P(MultiHead, AttentionWeightsAreThoseOfTheHeads) {
+  const MhaCase& c = GetParam();
+  const std::vector<Tensor<double>> in = inputs_of(c);
+  testing::expect_cpu_matches_reference([&]<class T>() { return weights_of<T>(c, in); }, 1e-10);
+  // Without dropout each head's output is its weights times its key head's values.
+  const std::vector<Tensor<double>> r = weights_of<double>(c, in);
+  const Tensor<double>& w = r[0];
+  const Tensor<double>& v = r[1];
+  const Tensor<double>& heads = r[2];
+  const index_t dh = c.D / c.H;
+  double worst = 0;
+  for (index_t b = 0; b < c.B; ++b)
+    for (index_t h = 0; h < c.H; ++h)
+      for (index_t i = 0; i < c.n; ++i) {
+        double row = 0;
+        for (index_t j = 0; j < c.m; ++j) row += w[((b * c.H + h) * c.n + i) * c.m + j];
+        EXPECT_TRUE(std::abs(row - 1) < 1e-12 || row == 0) << "row sum " << row;
+        if (c.dropout > 0) continue;
+        for (index_t x = 0; x < dh; ++x) {
+          double o = 0;
+          for (index_t j = 0; j < c.m; ++j) o += w[((b * c.H + h) * c.n + i) * c.m + j] * v[(b * c.m + j) * c.Hk * dh + h / (c.H / c.Hk) * dh + x];
+          worst = std::max(worst, std::abs(o - heads[(b * c.n + i) * c.D + h * dh + x]));
+        }
+      }
+  EXPECT_LT(worst, 1e-12);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Layers, MultiHead,
     ::testing::Values(MhaCase{"textbook", 2, 7, 9, 5, 6, 4, 12, 3, 3},
@@ -155,6 +203,15 @@ TEST(MultiHeadBadInput, EveryArgumentIsChecked) {
   testing::expect_error([&] { multi_head_attention_backward<float>({}, {}, {}, grads, out.view(), q.view(), k.view(), v.view(),
                                                                    w.params(), {3, 3}, state); },
                         {"state.q has shape", "the state of the forward"});
+  Tensor<float> weights({2, 3, 3, 4}), bad_weights({2, 3, 3, 5});
+  testing::expect_error([&] { multi_head_attention_weights<float>(weights.view(), state, {3, 3}); },
+                        {"state.q has shape", "(B, n, num_hiddens)"});
+  multi_head_attention_forward<float>(out.view(), &state, q.view(), k.view(), v.view(), w.params(), {3, 3});
+  multi_head_attention_weights<float>(weights.view(), state, {3, 3});
+  testing::expect_error([&] { multi_head_attention_weights<float>(bad_weights.view(), state, {3, 3}); },
+                        {"weights has shape (2,3,3,5) but must be (2,3,3,4)"});
+  testing::expect_error([&] { multi_head_attention_weights<float>(weights.view(), state, {3, 1}); },
+                        {"state.k has shape (2,4,12) but must be (2,4,4)"});
 }
 
 }  // namespace

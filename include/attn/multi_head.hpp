@@ -80,4 +80,14 @@ void multi_head_attention_backward(TensorView<T> dqueries, TensorView<T> dkeys, 
                                    const MultiHeadState<T>& state, const Mask<T>& mask = {},
                                    const SdpaOptions& options = {});
 
+// The heads' attention weights before dropout (the d2l chapter's attention_weights, one matrix a
+// head): weights (B, H, n, m) from the state of a forward and the same config, mask and options
+// (scale, softcap; dropout is not drawn). Reshaped to (B H, n, m), the layout of d2l's
+// attention.attention.attention_weights (its heads split by transpose_qkv, batch-major). One more
+// attention forward over the saved projections; the forward itself forms no weights.
+template <class T>
+void multi_head_attention_weights(TensorView<T> weights, const MultiHeadState<T>& state,
+                                  const MultiHeadConfig& config, const Mask<T>& mask = {},
+                                  const SdpaOptions& options = {});
+
 }  // namespace attn

@@ -47,6 +47,7 @@ struct Saved {
   std::optional<attn::Window> window;
   attn::Dropout dropout;
   std::variant<attn::MultiHeadState<float>, attn::MultiHeadState<double>> state;
+  py::object weights = py::none();  // attention_weights, formed when first read
 };
 
 class MultiHeadAttention : public LayerMode {
@@ -160,6 +161,29 @@ class MultiHeadAttention : public LayerMode {
     }));
   }
 
+  // The last call's heads' weights before dropout, (B, num_heads, n, m) (the d2l chapter's
+  // attention_weights per head; .reshape(-1, n, m) is d2l's (B num_heads, n, m)), formed from the saved
+  // projections when first read (the forward forms none). None before the first call.
+  py::object attention_weights() {
+    if (!saved_) return py::none();
+    Saved& s = *saved_;
+    if (!s.weights.is_none()) return s.weights;
+    Call call(name_ + ".attention_weights", {});
+    s.weights = dispatch(s.dtype, [&](auto tag) -> py::object {
+      using T = decltype(tag);
+      const auto& state = std::get<attn::MultiHeadState<T>>(s.state);
+      py::array_t<T> weights =
+          new_array<T>({state.q.dim(0), config_.num_heads, state.q.dim(1), state.k.dim(1)}, "the weights");
+      const auto w = view_of<T>(weights);
+      attn::Mask<T> mask = s.mask.mask<T>();
+      mask.window = s.window;
+      call.run([&] { attn::multi_head_attention_weights<T>(w, state, config_, mask); });
+      return weights;
+    });
+    if (s.half) s.weights = s.weights.attr("astype")("float16");
+    return s.weights;
+  }
+
   // A parameter: the array itself (in-place updates reach the layer), None before the layer is sized.
   py::object param(const std::string& name) const {
     const py::array& a = params_[index(name)];
@@ -236,7 +260,8 @@ and with bias=True b_q, b_k, b_v, b_o: nn.Linear's layout, initialised as it doe
 +-1/sqrt(fan_in)) from `seed`; sized by the first call (nn.LazyLinear) unless the three sizes are
 given. valid_lens (B,) or (B, n) apply to every head (d2l repeats them per head); causal and window
 as scaled_dot_product_attention. backward(grad_out) -> {"queries", "keys", "values", "W_q", "W_k",
-"W_v", "W_o"[, "b_q", "b_k", "b_v", "b_o"]}. A call computes in the dtype of its inputs (the
+"W_v", "W_o"[, "b_q", "b_k", "b_v", "b_o"]}. attention_weights: the last call's heads' weights before
+dropout, (B, num_heads, n, m), formed when first read. A call computes in the dtype of its inputs (the
 parameters are converted when theirs differs); float16 inputs compute in float32 (widened copies) and
 out and every gradient are rounded to float16.)");
   c.def(py::init<py::object, py::object, py::object, bool, py::object, py::object, py::object, py::object,
@@ -252,6 +277,8 @@ out and every gradient are rounded to float16.)");
   c.def("backward", &MultiHeadAttention::backward, arg("grad_out"),
         "The gradients, as a dict of arrays, of sum(output * grad_out) for the output of the last call")
       .def("__repr__", &MultiHeadAttention::repr)
+      .def_property_readonly("attention_weights", &MultiHeadAttention::attention_weights,
+                             "The last call's weights before dropout, (B, num_heads, n, m); None before a call.")
       .def_property_readonly("num_hiddens", &MultiHeadAttention::num_hiddens, "Width of the output and of W_q's rows.")
       .def_property_readonly("num_heads", &MultiHeadAttention::num_heads, "Query heads.")
       .def_property_readonly("num_kv_heads", &MultiHeadAttention::num_kv_heads,

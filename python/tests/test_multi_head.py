@@ -7,7 +7,7 @@ import pytest
 
 import attn
 import d2l_torch
-from helpers import assert_within_budget, grads, torch, torch_both
+from helpers import assert_within_budget, draw_lens, grads, torch, torch_both
 
 PARAMS = ["W_q", "W_k", "W_v", "W_o"]
 pytestmark = pytest.mark.filterwarnings("ignore:Lazy modules are a new feature")  # the textbook's nn.LazyLinear
@@ -57,6 +57,45 @@ def test_matches_the_textbook(rng, bias, heads, kv_heads, lens, dtype):
     for name, (r32, r64) in refs.items():
         assert got[name].dtype == dtype
         assert_within_budget(got[name], r32, r64, name)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias, heads, kv_heads, lens", [(False, 4, 4, None), (True, 6, 2, "query"), (False, 4, 1, "batch")])
+def test_attention_weights_are_the_textbooks(rng, bias, heads, kv_heads, lens, dtype):
+    # d2l's module keeps its heads' weights in attention.attention_weights, (B * heads, n, m).
+    B, n, m, D = 2, 5, 9, 24
+    arrays = {"queries": f32(rng, B, n, 3), "keys": f32(rng, B, m, 4), "values": f32(rng, B, m, 6),
+              "lens": draw_lens(rng, lens, B, n, m)}
+    layer = attn.MultiHeadAttention(D, heads, 0.5, bias=bias, num_kv_heads=kv_heads, seed=1)
+    assert layer.attention_weights is None
+    layer(*(arrays[x].astype(dtype) for x in ("queries", "keys", "values")), arrays["lens"])  # training: dropout on
+    got = layer.attention_weights
+    assert got.shape == (B, heads, n, m) and got.dtype == dtype
+    assert layer.attention_weights is got  # formed once a call
+    t = {x: torch.from_numpy(a.astype(np.float64)) for x, a in arrays.items() if x != "lens"}
+    t["lens"] = None if arrays["lens"] is None else torch.from_numpy(arrays["lens"])
+    module = textbook(layer, bias, heads, kv_heads, t)
+    with torch.no_grad():
+        module(t["queries"], t["keys"], t["values"], t["lens"])
+    want = module.attention.attention_weights.reshape(B, heads, n, m).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 if dtype == np.float32 else 1e-13)
+    layer(arrays["queries"][:1], arrays["keys"][:1], arrays["values"][:1])  # a new call, new weights
+    assert layer.attention_weights.shape == (1, heads, n, m)
+
+
+def test_attention_weights_under_causal_and_float16(rng):
+    layer = attn.MultiHeadAttention(8, 2, 0.0, query_size=3, key_size=3, value_size=3, dtype="float64").eval()
+    x = rng.standard_normal((1, 6, 3))
+    layer(x, x, x, causal=True)
+    w = layer.attention_weights
+    Q = (x @ layer.W_q.T).reshape(1, 6, 2, 4).transpose(0, 2, 1, 3)
+    K = (x @ layer.W_k.T).reshape(1, 6, 2, 4).transpose(0, 2, 1, 3)
+    scores = np.where(np.tril(np.ones((6, 6), bool)), Q @ K.transpose(0, 1, 3, 2) / 2.0, -np.inf)
+    want = np.exp(scores - scores.max(-1, keepdims=True))
+    np.testing.assert_allclose(w, want / want.sum(-1, keepdims=True), rtol=0, atol=1e-14)
+    layer(x.astype(np.float16), x.astype(np.float16), x.astype(np.float16))
+    assert layer.attention_weights.dtype == np.float16 and layer.attention_weights.shape == (1, 2, 6, 6)
+    np.testing.assert_allclose(layer.attention_weights.sum(-1), 1, atol=1e-2)
 
 
 def test_sizes_from_the_first_call_or_the_constructor(rng):

@@ -248,6 +248,32 @@ void multi_head_attention_backward(TensorView<T> dqueries, TensorView<T> dkeys, 
   ATTN_DISPATCH(linear_backward<T>, dv, dw_v, db_v, View4<const T>(rows(dvp, L.B, L.m, kv)), rows_view(values), L.w_v);
 }
 
+template <class T>
+void multi_head_attention_weights(TensorView<T> weights, const MultiHeadState<T>& state,
+                                  const MultiHeadConfig& config, const Mask<T>& mask, const SdpaOptions& options) {
+  const char* op = "multi_head_attention_weights";
+  const index_t H = config.num_heads, Hk = config.num_kv_heads == 0 ? H : config.num_kv_heads;
+  if (H < 1) detail::fail(op, ": num_heads is ", H, "; it must be at least 1");
+  if (Hk < 1 || H % Hk != 0) detail::fail(op, ": num_kv_heads is ", Hk, "; it must divide num_heads = ", H);
+  if (state.q.rank() != 3 || state.q.dim(2) % H != 0)
+    detail::fail(op, ": state.q has shape ", state.q.shape_string(), "; it must be the forward's (B, n, num_hiddens), ",
+                 "num_hiddens a multiple of num_heads = ", H);
+  const index_t B = state.q.dim(0), n = state.q.dim(1), dh = state.q.dim(2) / H;
+  if (state.k.rank() != 3) detail::fail(op, ": state.k has shape ", state.k.shape_string(), "; it must be (B, m, ", Hk * dh, ")");
+  const index_t m = state.k.dim(1);
+  const std::string why = "the state of a forward with the same config";
+  detail::require_shape(state.k.cview(), {B, m, Hk * dh}, op, "state.k", why);
+  detail::require_shape(state.v.cview(), {B, m, Hk * dh}, op, "state.v", why);
+  detail::require_tensor(weights, op, "weights", 4);
+  detail::require_shape(weights, {B, H, n, m}, op, "weights", "(B, num_heads, n, m)");
+  SdpaOptions no_dropout = options;
+  no_dropout.dropout = {};
+  Tensor<T> heads({B, H, n, dh});  // the heads' outputs again, not returned
+  sdpa_forward<T>(heads.view(), {}, weights, heads_view<const T>(state.q.data(), B, n, H, dh),
+                  heads_view<const T>(state.k.data(), B, m, Hk, dh), heads_view<const T>(state.v.data(), B, m, Hk, dh),
+                  mask, no_dropout);
+}
+
 #define ATTN_INSTANTIATE(T)                                                                                          \
   template struct MultiHeadWeights<T>;                                                                               \
   template void multi_head_attention_forward<T>(TensorView<T>, MultiHeadState<T>*, TensorView<const T>,              \
@@ -257,7 +283,9 @@ void multi_head_attention_backward(TensorView<T> dqueries, TensorView<T> dkeys, 
                                                  TensorView<const T>, TensorView<const T>, TensorView<const T>,      \
                                                  TensorView<const T>, const MultiHeadParams<T>&,                     \
                                                  const MultiHeadConfig&, const MultiHeadState<T>&, const Mask<T>&,   \
-                                                 const SdpaOptions&);
+                                                 const SdpaOptions&);                                \
+  template void multi_head_attention_weights<T>(TensorView<T>, const MultiHeadState<T>&, const MultiHeadConfig&,     \
+                                                const Mask<T>&, const SdpaOptions&);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 #undef ATTN_INSTANTIATE
