@@ -148,12 +148,12 @@ std::vector<float> stored(KvDtype type, const float* x, index_t count) {
   return out;
 }
 
-// Queries as attend over an int8 cache uses them, from the rule in kv_cache.hpp: each row rounded to
+// Queries as attend over an int8 or int4 cache uses them, from the rule in kv_cache.hpp: each row rounded to
 // integers of 16 bits times sigma = max|q| / 32767; a row whose largest magnitude is not finite or
 // below 2^-100 as given.
 Tensor<float> as_attended(KvDtype type, const Tensor<float>& q) {
   Tensor<float> out = q;
-  if (type != KvDtype::int8) return out;
+  if (type != KvDtype::int8 && type != KvDtype::int4) return out;
   const index_t d = q.shape().back();
   for (index_t row = 0; row < q.numel() / d; ++row) {
     float* x = out.data() + row * d;
@@ -679,6 +679,37 @@ TEST(KvCacheInt8, RoundsTiesToEvenAndHugeKeysStayFinite) {
         EXPECT_NEAR(out(0, 0, c), want(0, 0, 0, c), 1e-5) << "max|q| " << scale_of_q << ", n " << n;
       }
     }
+}
+
+// int4 keys (read with the query rounded to 16 bits, its products summed in integers on AVX512-VNNI)
+// so large (2^120) that a group's scale times its sum of r code, 32767 / max|q| times its share of
+// q . k, overflows float32 where q . k does not: such scores are taken again in float, and match
+// the float64 attention over the stored keys with the rounded query. Decode and prompt alike.
+TEST(KvCacheInt4, HugeKeysStayFinite) {
+  const index_t d = 128;
+  KvCache cache(1, 1, d, {.dtype = KvDtype::int4});
+  Tensor<float> k = random_tensor<float>({1, 3, d}, 650, -1, 1), v = random_tensor<float>({1, 3, d}, 651, -1, 1);
+  for (float& x : k.values()) x *= 0x1p120f;
+  cache.append(0, k.view(), v.view());
+  const Tensor<float> keys = cache.keys(0), values = cache.values(0);
+  for (const index_t n : {1, 5}) {
+    Tensor<float> q = random_tensor<float>({1, n, d}, 652, -1, 1), out({1, n, d});
+    for (float& x : q.values()) x *= 1e-36f;  // scores of a few units at scale 1
+    KvAttendOptions options;
+    options.causal = Causal::none, options.scale = 1.0;
+    cache.attend(out.view(), 0, q.view(), options);
+    const Tensor<double> q64 = convert<double>(as_attended(KvDtype::int4, q)), k64 = convert<double>(keys), v64 = convert<double>(values);
+    Tensor<double> want({1, 1, n, d});
+    SdpaOptions so;
+    so.scale = 1.0;
+    sdpa_forward<double>(want.view(), {}, {}, TensorView<const double>(q64.data(), {1, 1, n, d}),
+                         TensorView<const double>(k64.data(), {1, 1, 3, d}), TensorView<const double>(v64.data(), {1, 1, 3, d}), {}, so);
+    for (index_t i = 0; i < n; ++i)
+      for (index_t c = 0; c < d; ++c) {
+        ASSERT_TRUE(std::isfinite(out(0, i, c))) << "n " << n << ", row " << i;
+        EXPECT_NEAR(out(0, i, c), want(0, 0, i, c), 1e-5) << "n " << n << ", row " << i;
+      }
+  }
 }
 
 // 4-bit caches: every stored value within the stated bound of the one appended ((max - min) / 30 of

@@ -5,13 +5,17 @@
 // / 32767) and the rows it leaves as given. Registered for every SIMD target (round_query is
 // compiled once per target). The 4-bit format (cpu/quant/q4.hpp): codes, scale and minimum of a group
 // against float64 formulas, the nibble layout, and values at the group's ends, constant groups and
-// the largest magnitude a cache stores.
+// the largest magnitude a cache stores. The 4-bit keys' integer scores (cpu/int8/dot_q4.hpp) against
+// the float64 sums they stand for, where the CPU has AVX512-VNNI.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
+#include "cpu/int8/dot_int8.hpp"
+#include "cpu/int8/dot_q4.hpp"
 #include "cpu/quant/q4.hpp"
 #include "cpu/quant/q8_0.hpp"
 #include "cpu/simd/dispatch.hpp"
@@ -297,6 +301,60 @@ TEST(Q4, RowLayoutAndRoundTrip) {
       EXPECT_EQ(i < 16 ? byte & 0xF : byte >> 4, codes[static_cast<std::size_t>(i)]) << g << ", " << i;
       EXPECT_EQ(back[static_cast<std::size_t>(g * 32 + i)], cpu::quant::q4_value(codes[static_cast<std::size_t>(i)], scale, min));
     }
+  }
+}
+
+// q4_scores: for rows of every head size (whole chunks of 64 bytes, and a last chunk of 16, 32 or 48),
+// 1 to 4 queries and tiles of any length, each score against its float64 formula sum_g scale_g
+// sum r code + min_g sum r, within float32's rounding of the terms; and each query's scores the same
+// bits whatever queries share the call.
+TEST(Q4Scores, IntegerSumsMatchTheFormula) {
+  if (!cpu::int8::has_avx512_vnni()) GTEST_SKIP() << "this CPU has no AVX512-VNNI: the 4-bit keys' scores take the float path";
+  std::mt19937_64 gen(7);
+  for (const index_t dim : {32, 64, 96, 128, 160, 256, 288}) {
+    const index_t cnt = 19, groups = dim / 32, stride = dim / 2 + 16;  // rows apart by more than they hold
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(cnt * stride));
+    for (auto& b : codes) b = static_cast<std::uint8_t>(gen());
+    std::vector<float> scales(static_cast<std::size_t>(cnt * groups)), mins(scales.size());
+    for (std::size_t i = 0; i < scales.size(); ++i)
+      scales[i] = std::ldexp(static_cast<float>(gen() % 1000 + 1), -static_cast<int>(gen() % 20)),
+      mins[i] = static_cast<float>(static_cast<std::int64_t>(gen() % 2001) - 1000) / 7.0f;
+    std::vector<std::vector<std::int16_t>> r(4, std::vector<std::int16_t>(static_cast<std::size_t>(dim)));
+    std::vector<std::vector<std::uint8_t>> packed(4, std::vector<std::uint8_t>(static_cast<std::size_t>(cpu::int8::q4_query_bytes(dim))));
+    for (int q = 0; q < 4; ++q) {
+      for (auto& x : r[static_cast<std::size_t>(q)]) x = static_cast<std::int16_t>(static_cast<std::int64_t>(gen() % 65535) - 32767);
+      r[static_cast<std::size_t>(q)][0] = q % 2 == 0 ? 32767 : -32767;  // the extremes round_query gives
+      cpu::int8::q4_pack_query(r[static_cast<std::size_t>(q)].data(), dim, packed[static_cast<std::size_t>(q)].data());
+    }
+    const std::uint8_t* all[4] = {packed[0].data(), packed[1].data(), packed[2].data(), packed[3].data()};
+    std::vector<std::vector<float>> alone(4, std::vector<float>(static_cast<std::size_t>(cnt)));
+    for (int q = 0; q < 4; ++q) {
+      float* out = alone[static_cast<std::size_t>(q)].data();
+      cpu::int8::q4_scores(codes.data(), stride, scales.data(), mins.data(), groups, cnt, dim, 1, &all[q], &out);
+      for (index_t j = 0; j < cnt; ++j) {
+        double want = 0, size = 0;
+        for (index_t g = 0; g < groups; ++g) {
+          double dot = 0, sum = 0;
+          for (index_t c = 32 * g; c < 32 * g + 32; ++c) {
+            const double x = r[static_cast<std::size_t>(q)][static_cast<std::size_t>(c)];
+            dot += x * cpu::quant::q4_code(codes.data() + j * stride, c), sum += x;
+          }
+          const double s = scales[static_cast<std::size_t>(j * groups + g)], m = mins[static_cast<std::size_t>(j * groups + g)];
+          want += s * dot + m * sum, size += std::abs(s * dot) + std::abs(m * sum);
+        }
+        EXPECT_LE(std::abs(out[j] - want), 1e-6 * size) << "dim " << dim << ", query " << q << ", row " << j;
+      }
+    }
+    for (const int rows : {2, 3, 4})
+      for (const index_t length : {index_t{1}, index_t{4}, index_t{7}, cnt}) {
+        std::vector<std::vector<float>> together(4, std::vector<float>(static_cast<std::size_t>(length)));
+        float* outs[4] = {together[0].data(), together[1].data(), together[2].data(), together[3].data()};
+        cpu::int8::q4_scores(codes.data(), stride, scales.data(), mins.data(), groups, length, dim, rows, all, outs);
+        for (int q = 0; q < rows; ++q)
+          for (index_t j = 0; j < length; ++j)
+            ASSERT_EQ(together[static_cast<std::size_t>(q)][static_cast<std::size_t>(j)], alone[static_cast<std::size_t>(q)][static_cast<std::size_t>(j)])
+                << "dim " << dim << ", " << rows << " queries, query " << q << ", row " << j;
+      }
   }
 }
 

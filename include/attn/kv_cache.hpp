@@ -32,13 +32,15 @@
 // up to 2^126 (others are refused at append). Truncating an int4_kivi sequence inside a full group
 // keeps that group's first tokens as they read back (rounded to bfloat16, in the tail again), and
 // its commit_tree appends the accepted drafts again as they read back. Attention
-// computes in float32 over the values as stored (4-bit rows widened a tile at a time). Over int8 keys each query row is rounded to
-// integers of 16 bits, q ~ r sigma with sigma = max|q| / 32767 and r = round(q / sigma) (to nearest
-// even in the default rounding mode), and its products with the stored integers are summed in
-// integers (ggml rounds a query to 8 bits): a score q . k moves by at most sigma / 2 sum|k_c| (k as
+// computes in float32 over the values as stored (4-bit rows widened a tile at a time). Over int8 and
+// int4 keys (not int4_kivi's) each query row is rounded to integers of 16 bits, q ~ r sigma with
+// sigma = max|q| / 32767 and r = round(q / sigma) (to nearest even in the default rounding mode), and
+// its products with the stored integers are summed in integers (int4's by AVX512-VNNI where the CPU
+// has it; ggml rounds a query to 8 bits): a score q . k moves by at most sigma / 2 sum|k_c| (k as
 // stored; float32's rounding of q / sigma adds under sigma 2^-7 an element), a 65534th of max|q|
-// sum|k_c|, where the keys' own rounding moves it by up to sum|q_c| max|k| / 254. A row whose
-// largest magnitude is not finite or below 2^-100 is used as given.
+// sum|k_c|, where the keys' own rounding moves it by up to sum|q_c| max|k| / 254 (int8) or
+// sum|q_c| (max - min) / 30 (int4). A row whose largest magnitude is not finite or below 2^-100 is
+// used as given.
 //
 // attend runs attention of n new queries over the sequence's keys (n >= 1; heads a multiple of
 // kv_heads, grouped-query attention). The queries are the sequence's last n tokens: query i sits at

@@ -64,26 +64,32 @@ KvType kv_type(KvDtype t) {
   return KvType::f32;
 }
 
-// Queries (1, heads, n, head_dim) as attend over an int8 cache uses them (kv_cache.hpp): each row
-// rounded as the decode path rounds it (quant::rounded_query). For the queries of a prompt, whose
-// keys are gathered into float32.
+// Queries (B, heads, n, head_dim) as attention over int8 or int4 keys uses them (kv_cache.hpp): each
+// row rounded as the decode path rounds it (quant::rounded_query). For the paths that compute in
+// float over those keys: int8's prompts (their keys widened to float32), every int4 call, and the
+// reference backend.
 Tensor<float> rounded_queries(TensorView<const float> q) {
   Tensor<float> out(q.shape());
   const index_t d = q.dim(3);
   std::vector<float> row(static_cast<std::size_t>(d));
   std::vector<std::int16_t> r(static_cast<std::size_t>(d));
   float* to = out.data();
-  for (index_t h = 0; h < q.dim(1); ++h)
-    for (index_t i = 0; i < q.dim(2); ++i, to += d) {
-      const float* from = &q(0, h, i, 0);
-      if (q.stride(3) != 1) {  // a strided row gathered first
-        for (index_t c = 0; c < d; ++c) row[static_cast<std::size_t>(c)] = from[c * q.stride(3)];
-        from = row.data();
+  for (index_t b = 0; b < q.dim(0); ++b)
+    for (index_t h = 0; h < q.dim(1); ++h)
+      for (index_t i = 0; i < q.dim(2); ++i, to += d) {
+        const float* from = &q(b, h, i, 0);
+        if (q.stride(3) != 1) {  // a strided row gathered first
+          for (index_t c = 0; c < d; ++c) row[static_cast<std::size_t>(c)] = from[c * q.stride(3)];
+          from = row.data();
+        }
+        cpu::quant::rounded_query(cpu::simd::current(), from, d, r.data(), to);
       }
-      cpu::quant::rounded_query(cpu::simd::current(), from, d, r.data(), to);
-    }
   return out;
 }
+
+// Whether attention over a cache of this type rounds its queries to 16 bits (kv_cache.hpp): int8's
+// keys and int4's (not int4_kivi's, quantized per channel), whose products are summed in integers.
+bool rounds_queries(KvDtype t) { return t == KvDtype::int8 || t == KvDtype::int4; }
 
 // One block: keys and values (kv_heads, block_size, head_dim) in the storage type, for int8 one
 // scale per 32 of them, for the 4-bit types one scale and one minimum per group of 32 (cpu/quant/q4.hpp).
@@ -685,8 +691,9 @@ void KvCache::State::decode_batch(TensorView<float> out, TensorView<const float>
   sdpa.scale = how.scale, sdpa.softcap = how.softcap;
   static const float never_read = 0;  // the keys' and values' shapes for the checks
   const TensorView<const float> shape(&never_read, {G, kv_heads, m, head_dim}, {0, 0, 0, 1});
-  Tensor<float> scaled_q;
+  Tensor<float> scaled_q;  // float8: the keys' folded scale; int4: the queries rounded (int8's: by the decode itself)
   const SdpaOptions used = with_key_scale(q, sdpa, scaled_q);
+  if (options.dtype == KvDtype::int4) scaled_q = rounded_queries(q);
   detail::sdpa_decode_rows(out, {}, scaled_q.numel() > 0 ? scaled_q.view() : q, shape, shape, rows.keys, rows.values, mask, used, op);
   scale_values(out);
 }
@@ -767,11 +774,12 @@ void KvCache::State::run(TensorView<float> out, TensorView<const float> q, index
     static const float never_read = 0;
     const TensorView<const float> shape(&never_read, {1, kv_heads, L, head_dim}, {0, 0, 0, 1});
     const bool decode = n <= cpu::fused::kDecodeRows;
-    // The decode path rounds int8 keys' queries itself; a prompt's are rounded alike here. float8:
-    // the keys' folded k_scale in the scale or the queries (and out times the values' below).
+    // The decode path rounds int8 keys' queries itself; a prompt's are rounded alike here, and int4's
+    // always (the decode's float products read them). float8: the keys' folded k_scale in the scale
+    // or the queries (and out times the values' below).
     Tensor<float> given;
     SdpaOptions how = sdpa;
-    if (!decode && options.dtype == KvDtype::int8) {
+    if ((!decode && options.dtype == KvDtype::int8) || options.dtype == KvDtype::int4) {
       given = rounded_queries(q);
     } else {
       how = with_key_scale(q, sdpa, given);
@@ -784,7 +792,7 @@ void KvCache::State::run(TensorView<float> out, TensorView<const float> q, index
   }
   // Other backends (the reference): over the keys and values widened to float32 (float8's scales applied).
   const Tensor<float> keys = gather(seq, false), values = gather(seq, true);
-  const Tensor<float> rounded = options.dtype == KvDtype::int8 ? rounded_queries(q) : Tensor<float>();
+  const Tensor<float> rounded = rounds_queries(options.dtype) ? rounded_queries(q) : Tensor<float>();
   sdpa_forward<float>(out, {}, {}, rounded.numel() > 0 ? rounded.view() : q, detail::with_batch_of_one(keys.view()),
                       detail::with_batch_of_one(values.view()), mask, sdpa);
 }

@@ -16,6 +16,7 @@
 #include "cpu/bias_classes.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/int8/dot_int8.hpp"
+#include "cpu/int8/dot_q4.hpp"
 #include "cpu/key_padding.hpp"
 #include "cpu/quant/int8_rows.hpp"
 #include "cpu/quant/q8_0.hpp"
@@ -61,14 +62,22 @@ void decode(const fused::SdpaForward<T>& f, const fused::KvRows* keys = nullptr,
   while (heads > 1 && heads % 2 == 0 && tasks_with(heads) < 16) heads /= 2;
   const index_t groups = Hk / heads;
   const bool int8 = keys != nullptr && keys->type == fused::KvType::i8;
+  // 4-bit keys (an int4 cache's; not KIVI's, quantized per channel) where AVX512-VNNI runs: scored in
+  // integers too (int8/dot_q4.hpp), each rounded row followed by its bytes in q4_scores' layout.
+  const bool q4 = std::is_same_v<T, float> && keys != nullptr && keys->type == fused::KvType::i4 &&
+                  f.simd.bit == HWY_AVX3 && int8::has_avx512_vnni();
+  const index_t rounded_stride = a.q.C + (q4 ? int8::q4_query_bytes(a.q.C) / 2 : 0);
   const auto rows = static_cast<std::size_t>(B * H * n);
-  Scratch<DecodeBuffers<T>> buf(rows * static_cast<std::size_t>(chunks), dv, int8 ? rows : 0, a.q.C);
+  Scratch<DecodeBuffers<T>> buf(rows * static_cast<std::size_t>(chunks), dv, int8 || q4 ? rows : 0, rounded_stride);
   fused::SdpaDecode<T> p{f, chunk_keys, chunks, buf->part_out, buf->part_max, buf->part_sum, keys, values};
   if constexpr (std::is_same_v<T, float>) {
-    if (int8) {  // each query row rounded once, before the threads share it
-      for (index_t r = 0; r < B * H * n; ++r)
-        buf->sigma[r] = quant::round_query(f.simd, a.q.row(r / n / H, r / n % H, r % n), a.q.C, buf->rounded + r * a.q.C);
-      p.rounded = buf->rounded, p.sigma = buf->sigma;
+    if (int8 || q4) {  // each query row rounded once, before the threads share it
+      for (index_t r = 0; r < B * H * n; ++r) {
+        std::int16_t* rounded = buf->rounded + r * rounded_stride;
+        buf->sigma[r] = quant::round_query(f.simd, a.q.row(r / n / H, r / n % H, r % n), a.q.C, rounded);
+        if (q4) int8::q4_pack_query(rounded, a.q.C, reinterpret_cast<std::uint8_t*>(rounded + a.q.C));
+      }
+      p.rounded = buf->rounded, p.sigma = buf->sigma, p.rounded_stride = rounded_stride;
     }
   }
 #pragma omp parallel for schedule(dynamic, 1) if (B * groups * chunks > 1)

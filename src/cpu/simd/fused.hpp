@@ -311,10 +311,12 @@ struct SdpaDecode {
   double* part_sum;    // (B, H, n, chunks)
   const KvRows* keys = nullptr;    // when given (float only), read instead of the plan's k and v data
   const KvRows* values = nullptr;
-  // int8 keys: each query row rounded (B, H, n, d) and its sigma (B, H, n), 0 for a row used as given
-  // (cpu/quant/q8_0.hpp: round_query).
+  // int8 keys, and 4-bit keys scored in integers (cpu/int8/dot_q4.hpp): each query row rounded, at
+  // rounded + row rounded_stride (d values, then for 4-bit keys the row's bytes in q4_scores' layout),
+  // and its sigma (B, H, n), 0 for a row used as given (cpu/quant/q8_0.hpp: round_query).
   const std::int16_t* rounded = nullptr;
   const float* sigma = nullptr;
+  index_t rounded_stride = 0;
 };
 
 // Keys of chunk `chunk` of key heads [hk, hk + heads) of batch b for every query row of the heads

@@ -22,6 +22,7 @@
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
+#include "cpu/int8/dot_q4.hpp"
 #include "cpu/simd/fused.hpp"
 #include "cpu/simd/gemm-inl.h"
 #include "cpu/simd/half-inl.h"
@@ -250,11 +251,12 @@ struct NextRows {
   }
 };
 
-// s[0, cnt) times sigma: the scores of a query rounded to integers (quant::round_query) over int8
-// keys. A sum of up to 32767 / max|q| times q . k can overflow where q . k does not (keys near 1e34
-// max|q|): such a score again with the query q as given.
-template <class D>
-void ScaleBySigma(D d, const float* q, float sigma, const TileRows<std::int8_t>& k, index_t dim, index_t cnt, float* s) {
+// s[0, cnt) times sigma: the scores of a query rounded to integers (quant::round_query) over int8 or
+// 4-bit keys, summed in integers. A sum of up to 32767 / max|q| times q . k can overflow where q . k
+// does not (int8 keys near 1e34 max|q|, 4-bit ones near 2^126): such a score is taken again in
+// float, again(j).
+template <class D, class Again>
+void ScaleBySigma(D d, float sigma, index_t cnt, float* s, const Again& again) {
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   const auto vsigma = hn::Set(d, sigma);
   auto poison = hn::Zero(d);  // NaN where a score is not finite
@@ -268,7 +270,13 @@ void ScaleBySigma(D d, const float* q, float sigma, const TileRows<std::int8_t>&
   for (; j < cnt; ++j) s[j] *= sigma, overflow = overflow || !std::isfinite(s[j]);
   if (overflow)
     for (j = 0; j < cnt; ++j)
-      if (!std::isfinite(s[j])) s[j] = hn::GetLane(hn::SumOfLanes(d, DotScaledLanes(d, q, k.row(j), k.scale(j), dim)));
+      if (!std::isfinite(s[j])) s[j] = again(j);
+}
+
+// The score of a query q as given over int8 key row j (ScaleBySigma's again).
+template <class D>
+HWY_INLINE float ScoreInt8(D d, const float* q, const TileRows<std::int8_t>& k, index_t dim, index_t j) {
+  return hn::GetLane(hn::SumOfLanes(d, DotScaledLanes(d, q, k.row(j), k.scale(j), dim)));
 }
 
 // s[0, cnt) = q . k_j for the tile's keys, d elements each; `then`: the rows read next. Rows one
@@ -308,7 +316,7 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
         DotRoundedLanes<1>(d, &rounded, &row, &scale, dim, lanes);
         s[j] = hn::GetLane(hn::SumOfLanes(d, lanes[0]));
       }
-      ScaleBySigma(d, q, sigma, k, dim, cnt, s);
+      ScaleBySigma(d, sigma, cnt, s, [&](index_t j) HWY_ATTR { return ScoreInt8(d, q, k, dim, j); });
       return;
     }
   }
@@ -526,14 +534,51 @@ void DotsRowsInt8(D d, const float* const* q, const std::int16_t* const* rounded
     for (int r = 0; r < R; ++r) scales[r] = k.scale(j);
     DotRoundedLanes<R, true>(d, rounded, &row, scales, dim, lanes);
   });
-  for (int r = 0; r < R; ++r) ScaleBySigma(d, q[r], sigma[r], k, dim, cnt, s[r]);
+  for (int r = 0; r < R; ++r)
+    ScaleBySigma(d, sigma[r], cnt, s[r], [&](index_t j) HWY_ATTR { return ScoreInt8(d, q[r], k, dim, j); });
+}
+
+// s[r][0, cnt) = the scores of R query rows over 4-bit keys (an int4 cache's), each query rounded to
+// integers (rounded[r], sigma[r] not 0) and followed by its bytes in int8/dot_q4.hpp's layout
+// (cpu::decode): the sums in integers by AVX512-VNNI, sixteen key rows at a time, each read once for
+// the R rows; then times sigma. A score that overflows there (keys near 2^126) is taken again from
+// the float path. A row's scores are the same bits for any R (dot_q4.hpp).
+template <int R, class D>
+void DotsRowsQ4Rounded(D d, const float* const* q, const std::int16_t* const* rounded, const float* sigma,
+                       const TileRows<Q4Byte>& k, index_t dim, index_t cnt, float* const* s, const NextRows<Q4Byte>& then) {
+  const std::uint8_t* packed[R];
+  for (int r = 0; r < R; ++r) packed[r] = reinterpret_cast<const std::uint8_t*>(rounded[r] + dim);
+  const index_t ahead = RowsAhead<Q4Byte>(dim);
+  for (index_t j = 0; j < cnt; j += 16) {
+    const index_t rows = std::min<index_t>(16, cnt - j);
+    for (index_t i = j; i < j + rows; ++i) {
+      if (i + ahead < cnt) PrefetchRow(k, i + ahead, dim);
+      else then.prefetch(i + ahead - cnt);
+    }
+    float* at[R];
+    for (int r = 0; r < R; ++r) at[r] = s[r] + j;
+    int8::q4_scores(reinterpret_cast<const std::uint8_t*>(k.row(j)), k.stride, k.scale(j), k.min(j), k.scale_stride, rows,
+                    dim, R, packed, at);
+  }
+  for (int r = 0; r < R; ++r)
+    ScaleBySigma(d, sigma[r], cnt, s[r], [&](index_t j) HWY_ATTR {
+      hn::Vec<D> lanes[1];
+      DotQ4LanesRows<1>(d, &q[r], k, j, dim, lanes);
+      return hn::GetLane(hn::SumOfLanes(d, lanes[0]));
+    });
 }
 
 // The same over 4-bit keys (dim a multiple of 32): one row's pack (DotsRows), each group of a key row
-// dequantized in registers.
+// dequantized in registers; or, where the decode rounded the query for them (an int4 cache's keys on
+// AVX512-VNNI: cpu::decode), summed in integers (DotsRowsQ4Rounded).
 template <class D>
-void Dots(D d, const float* q, const std::int16_t*, float, const TileRows<Q4Byte>& k, index_t dim, index_t cnt, float* s,
-          const NextRows<Q4Byte>& then) {
+void Dots(D d, const float* q, const std::int16_t* rounded, float sigma, const TileRows<Q4Byte>& k, index_t dim,
+          index_t cnt, float* s, const NextRows<Q4Byte>& then) {
+#if HWY_TARGET == HWY_AVX3
+  if (rounded != nullptr && sigma != 0 && !k.per_channel) return DotsRowsQ4Rounded<1>(d, &q, &rounded, &sigma, k, dim, cnt, &s, then);
+#else
+  (void)rounded, (void)sigma;
+#endif
   DotsRows<1>(d, &q, k, dim, cnt, &s, then);
 }
 
@@ -867,6 +912,11 @@ void DecodeTileRows(D d, const SdpaPlan<float>& a, const RowMask<float>* rm, con
                     const index_t* i, float* const* s, float* const* o, float* const* mx, double* const* sum) {
   if constexpr (std::is_same_v<E, std::int8_t>) {
     DotsRowsInt8<R>(d, q, rounded, sigma, keys, a.q.C, cnt, s, NextRows<E>{vals, cnt, a.v.C});
+#if HWY_TARGET == HWY_AVX3
+  } else if (std::is_same_v<E, Q4Byte> && rounded[0] != nullptr && !keys.per_channel) {  // sigma not 0: run_pack
+    if constexpr (std::is_same_v<E, Q4Byte>)
+      DotsRowsQ4Rounded<R>(d, q, rounded, sigma, keys, a.q.C, cnt, s, NextRows<E>{vals, cnt, a.v.C});
+#endif
   } else {
     DotsRows<R>(d, q, keys, a.q.C, cnt, s, NextRows<E>{vals, cnt, a.v.C});
   }
@@ -1007,8 +1057,9 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t hea
       int count = 0;
       auto run_pack = [&] {
         if constexpr (kPackable && kPack >= 2) {
-          // int8 keys: a query rounded to 0 (sigma 0) takes the float products, row by row.
-          const bool rounded_all = !std::is_same_v<E, std::int8_t> || std::all_of(sigma, sigma + count, [](float x) { return x != 0; });
+          // Keys met by rounded queries (int8's; an int4 cache's on AVX512-VNNI): a query rounded to 0
+          // (sigma 0) takes the float products, row by row.
+          const bool rounded_all = p.rounded == nullptr || std::all_of(sigma, sigma + count, [](float x) { return x != 0; });
           if (rounded_all) {
             if (count == kPack)
               return DecodeTileRows<kPack>(d, a, rm, q, rounded, sigma, keys, vals, next_keys, j0, cnt, bh, is, sp, o, mx, sum);
@@ -1031,7 +1082,7 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t hea
           const index_t r = slot(h, i);
           rm[count] = row_mask, is[count] = i, bh[count] = b * H + h, q[count] = a.q.row(b, h, i);
           const index_t row = (b * H + h) * n + i;  // its rounding, for int8 keys
-          rounded[count] = p.rounded == nullptr ? nullptr : p.rounded + row * a.q.C;
+          rounded[count] = p.rounded == nullptr ? nullptr : p.rounded + row * p.rounded_stride;
           sigma[count] = p.sigma == nullptr ? 0.0f : p.sigma[row];
           o[count] = p.part_out + r * dv, mx[count] = p.part_max + r, sum[count] = p.part_sum + r, sp[count] = s[count];
           if (++count == (packs ? kPack : 1)) run_pack(), count = 0;
