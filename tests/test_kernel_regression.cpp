@@ -680,10 +680,23 @@ TEST(KernelRegression, QueriesWhoseDistancesOverflowTakeTheNearestPoint) {
       EXPECT_EQ(far.empty, 2);
       EXPECT_EQ(far.mean[0], s.y[top]);
       EXPECT_EQ(far.mean[1], s.y[bottom]);
+      // Distances that overflow to inf on both sides of the window's start (the Gaussian's walk
+      // outwards once read before the first point).
+      const KernelFit farthest = kr.fit(std::vector<double>{0.5}, Tensor<double>({2}, {1e308, -1e308}));
+      EXPECT_EQ(farthest.empty, 2);
+      EXPECT_EQ(farthest.mean[0], s.y[top]);
+      EXPECT_EQ(farthest.mean[1], s.y[bottom]);
       const Tensor<double> at({1}, {s.x[top] - 1e-9});
       const KernelFit tiny = kr.fit(std::vector<double>{1e-300}, at);
       EXPECT_EQ(tiny.mean[0], s.y[top]);
     }
+  // A data point that far from the rest, fit at the data.
+  Tensor<double> x = s.x;
+  x[bottom] = -1e308;
+  const KernelRegression outlier(x, s.y, options("c", 1, ContinuousKernel::gaussian));
+  const KernelFit at_data = outlier.fit(std::vector<double>{0.5}, x);
+  EXPECT_EQ(at_data.mean[bottom], s.y[bottom]);
+  for (index_t i = 0; i < 40; ++i) EXPECT_TRUE(std::isfinite(at_data.mean[i])) << i;
   const Sample two = sample("cc", 30, 242);
   const KernelRegression kr(two.x, two.y, options("cc", 0, ContinuousKernel::gaussian));
   const KernelFit fit = kr.fit(std::vector<double>{1e-300, 1e-300}, Tensor<double>({1, 2}, {two.x[2 * 7], two.x[2 * 7 + 1] + 1e-12}));
@@ -706,6 +719,52 @@ TEST(KernelRegression, BandwidthsFollowTheDataAtAnyScale) {
     const BandwidthSelection got = kr.select_bandwidth(BandwidthMethod::cv_ls);
     EXPECT_NEAR(got.bandwidths[0] / scale, want.bandwidths[0], 1e-9 * want.bandwidths[0]) << got.how;
     EXPECT_NEAR(got.objective, want.objective, 1e-9 * want.objective);
+  }
+}
+
+// Responses at any scale: y times 2^600 (exact) gives the same bandwidths bit for bit, the criteria
+// times 2^1200 (cv_ls; aicc plus its log), the same R^2 and the bands times 2^600; y times 1e160, whose
+// squared residuals pass float64's range, the same bandwidth and R^2 within rounding and finite bands.
+// (Squared as given, y of 1e150 moved the cv_ls bandwidth and gave R^2 NaN; y of 1e160 gave cv_ls inf
+// everywhere and a band of -inf to inf.)
+TEST(KernelRegression, ResponsesAtAnyScale) {
+  const Sample s = sample("c", 30, 244);
+  const KernelRegression unit(s.x, s.y, options("c", 1, ContinuousKernel::gaussian));
+  const BandwidthSelection want = unit.select_bandwidth(BandwidthMethod::cv_ls);
+  const BandwidthSelection want_aicc = unit.select_bandwidth(BandwidthMethod::aicc);
+  const ConfidenceBand band = unit.confidence_band(want.bandwidths);
+  const ConfidenceBand wild = unit.confidence_band(want.bandwidths, {}, 0.9, BandMethod::bootstrap, 3, 99);
+  for (const double scale : {0x1p600, 1e160}) {
+    SCOPED_TRACE(::testing::Message() << "y times " << scale);
+    const bool exact = scale == 0x1p600;
+    Tensor<double> y = s.y;
+    for (double& v : y.values()) v *= scale;
+    const KernelRegression kr(s.x, y, options("c", 1, ContinuousKernel::gaussian));
+    const BandwidthSelection got = kr.select_bandwidth(BandwidthMethod::cv_ls);
+    const BandwidthSelection got_aicc = kr.select_bandwidth(BandwidthMethod::aicc);
+    const double r2 = kr.r_squared(got.bandwidths);
+    const ConfidenceBand b = kr.confidence_band(got.bandwidths);
+    const ConfidenceBand w = kr.confidence_band(got.bandwidths, {}, 0.9, BandMethod::bootstrap, 3, 99);
+    if (exact) {
+      EXPECT_EQ(got.bandwidths, want.bandwidths);
+      EXPECT_EQ(got.objective, want.objective * 0x1p1200);
+      EXPECT_EQ(got_aicc.bandwidths, want_aicc.bandwidths);
+      EXPECT_NEAR(got_aicc.objective, want_aicc.objective + 2 * std::log(scale), 1e-12 * std::log(scale));
+      EXPECT_EQ(r2, unit.r_squared(want.bandwidths));
+      for (index_t i = 0; i < 30; ++i) {
+        EXPECT_EQ(b.low[i], band.low[i] * scale) << i;
+        EXPECT_EQ(b.high[i], band.high[i] * scale) << i;
+        EXPECT_EQ(w.low[i], wild.low[i] * scale) << i;
+      }
+      continue;
+    }
+    EXPECT_NEAR(got.bandwidths[0], want.bandwidths[0], 1e-6 * want.bandwidths[0]) << got.how;
+    EXPECT_NEAR(got_aicc.bandwidths[0], want_aicc.bandwidths[0], 1e-6 * want_aicc.bandwidths[0]) << got_aicc.how;
+    EXPECT_NEAR(r2, unit.r_squared(want.bandwidths), 1e-9);
+    for (index_t i = 0; i < 30; ++i) {
+      ASSERT_TRUE(std::isfinite(b.low[i]) && std::isfinite(b.high[i]) && std::isfinite(w.low[i])) << i;
+      EXPECT_NEAR(b.high[i] / scale, band.high[i], 1e-6 * std::abs(band.high[i]) + 1e-9) << i;
+    }
   }
 }
 

@@ -164,6 +164,11 @@ class KernelRegression {
   std::vector<index_t> rank_;    // (n,) point i's position in that order
   int sort_column_ = -1;         // the first continuous regressor, -1 when none
   std::vector<int> levels_;      // per column: distinct values (unordered), 0 otherwise
+  // A power of two near max|y|: residuals are squared in its units, so the criteria, R^2 and the
+  // bands hold at any scale of y (squared as given, y of 1e160 overflowed).
+  double y_unit_ = 1;
+  double cv_ls_in_units(std::span<const double> bandwidths, std::vector<double>* gradient) const;
+  double aicc_in_units(std::span<const double> bandwidths, std::vector<double>* gradient) const;
 };
 
 // Ruppert, Sheather and Wand's (1995) direct plug-in bandwidth for local linear regression with the

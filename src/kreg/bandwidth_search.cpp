@@ -52,7 +52,9 @@ struct Search {
     for (std::size_t c = 0; c < h.size(); ++c)  // a bandwidth that overflowed or reached a limit
       if (!(h[c] > 0 && std::isfinite(h[c])) || (limits[c] != 0 && !(h[c] < limits[c])))
         return std::numeric_limits<double>::infinity();
-    const double f = method == BandwidthMethod::cv_ls ? model.cv_ls(h, gradient) : model.aicc(h, gradient);
+    // With y in units of its scale (the same minimum, found alike at any scale; finite for any finite y).
+    const double f = method == BandwidthMethod::cv_ls ? KernelRegressionAccess::cv_ls_in_units(model, h, gradient)
+                                                      : KernelRegressionAccess::aicc_in_units(model, h, gradient);
     if (gradient)
       for (std::size_t c = 0; c < h.size(); ++c)
         (*gradient)[c] *= limits[c] == 0 ? h[c] : h[c] * (1 - h[c] / limits[c]);
@@ -207,6 +209,11 @@ BandwidthSelection KernelRegression::select_bandwidth(BandwidthMethod method,
     if (std::isnan(at_start)) at_start = f(theta, nullptr);
     if (r.value < best.value || best.theta.empty()) best = r;
   }
+  // The criterion as the user's y gives it, back from the search's units.
+  const auto in_y = [&](double value) {
+    return method == BandwidthMethod::cv_ls ? value * (y_unit_ * y_unit_) : value + 2 * std::log(y_unit_);
+  };
+  at_start = in_y(at_start), best.value = in_y(best.value);
   BandwidthSelection out;
   out.bandwidths = f.bandwidths(best.theta);
   out.objective = best.value;

@@ -84,6 +84,9 @@ KernelRegression::KernelRegression(TensorView<const double> x, TensorView<const 
     y_[i] = y(i);
     if (!std::isfinite(y_[i])) detail::fail(op, ": y[", i, "] is ", y_[i], "; every value must be finite");
   }
+  double top = 0;
+  for (const double v : y_) top = std::max(top, std::abs(v));
+  if (top > 0) y_unit_ = std::ldexp(1.0, std::ilogb(top));  // |y| / y_unit_ < 2
   levels_.assign(k_, 0);
   for (index_t c = 0; c < k_; ++c) {
     if (types_[c] == RegressorType::continuous) {
@@ -196,41 +199,52 @@ KernelFit KernelRegression::fit(std::span<const double> bandwidths, TensorView<c
   return out;
 }
 
-double KernelRegression::cv_ls(std::span<const double> bandwidths, std::vector<double>* gradient) const {
+double KernelRegression::cv_ls_in_units(std::span<const double> bandwidths, std::vector<double>* gradient) const {
   kreg::check_bandwidths(*this, bandwidths, "KernelRegression::cv_ls");
   const PointResults r = fit_data_points(*this, bandwidths, true, gradient != nullptr, false);
   double sum = 0;
   if (gradient) gradient->assign(k_, 0.0);
   for (index_t i = 0; i < n_; ++i) {
-    const double e = y_[i] - r.mean[i];
+    const double e = y_[i] / y_unit_ - r.mean[i] / y_unit_;
     sum += e * e;
     if (gradient)
-      for (index_t c = 0; c < k_; ++c) (*gradient)[c] -= 2 * e * r.gradient[i * k_ + c] / n_;
+      for (index_t c = 0; c < k_; ++c) (*gradient)[c] -= 2 * e * (r.gradient[i * k_ + c] / y_unit_) / n_;
   }
   return sum / n_;
 }
 
+double KernelRegression::cv_ls(std::span<const double> bandwidths, std::vector<double>* gradient) const {
+  const double unit2 = y_unit_ * y_unit_;  // inf where the criterion itself passes float64's range
+  const double value = cv_ls_in_units(bandwidths, gradient);
+  if (gradient)
+    for (double& g : *gradient) g *= unit2;
+  return value * unit2;
+}
+
 double KernelRegression::aicc(std::span<const double> bandwidths, std::vector<double>* gradient) const {
+  return aicc_in_units(bandwidths, gradient) + 2 * std::log(y_unit_);  // log(sigma^2) with sigma in y's units
+}
+
+double KernelRegression::aicc_in_units(std::span<const double> bandwidths, std::vector<double>* gradient) const {
   kreg::check_bandwidths(*this, bandwidths, "KernelRegression::aicc");
   const PointResults r = fit_data_points(*this, bandwidths, false, gradient != nullptr, true);
   const double n = static_cast<double>(n_);
   double rss = 0, trace = 0;
   std::vector<double> drss(k_, 0.0), dtrace(k_, 0.0);
-  for (index_t i = 0; i < n_; ++i) {
-    const double e = y_[i] - r.mean[i];
+  for (index_t i = 0; i < n_; ++i) {  // rss and its gradient in units of y_unit_ squared
+    const double e = y_[i] / y_unit_ - r.mean[i] / y_unit_;
     rss += e * e;
     trace += r.hat[i];
     if (gradient)
       for (index_t c = 0; c < k_; ++c) {
-        drss[c] -= 2 * e * r.gradient[i * k_ + c];
+        drss[c] -= 2 * e * (r.gradient[i * k_ + c] / y_unit_);
         dtrace[c] += r.hat_gradient[i * k_ + c];
       }
   }
   if (gradient) gradient->assign(k_, 0.0);
   const double denominator = 1 - (trace + 2) / n;
   if (!(denominator > 0)) return std::numeric_limits<double>::infinity();
-  const double sigma2 = rss / n;
-  const double value = std::log(sigma2) + (1 + trace / n) / denominator;
+  const double value = std::log(rss / n) + (1 + trace / n) / denominator;
   if (gradient) {
     const double dfrac = 2 / n * (1 - 1 / n) / (denominator * denominator);
     for (index_t c = 0; c < k_; ++c) (*gradient)[c] = drss[c] / rss + dfrac * dtrace[c];
@@ -242,11 +256,11 @@ double KernelRegression::r_squared(std::span<const double> bandwidths) const {
   const KernelFit f = fit(bandwidths);
   const double mean_fit = std::accumulate(f.mean.begin(), f.mean.end(), 0.0) / n_;
   double cross = 0, yy = 0, ff = 0;
-  for (index_t i = 0; i < n_; ++i) {
-    const double dy = y_[i] - mean_fit, df = f.mean[i] - mean_fit;
+  for (index_t i = 0; i < n_; ++i) {  // in units of y_unit_: the same ratio at any scale
+    const double dy = y_[i] / y_unit_ - mean_fit / y_unit_, df = f.mean[i] / y_unit_ - mean_fit / y_unit_;
     cross += dy * df, yy += dy * dy, ff += df * df;
   }
-  return cross * cross / (yy * ff);
+  return cross / yy * (cross / ff);
 }
 
 ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwidths, TensorView<const double> queries,
@@ -278,9 +292,11 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
       hat[i] = own, row_squares[i] = squares;
     }
   }
-  double rss = 0, trace = 0, trace_hh = 0;
-  for (index_t i = 0; i < n_; ++i)
-    rss += (y_[i] - fitted[i]) * (y_[i] - fitted[i]), trace += hat[i], trace_hh += row_squares[i];
+  double rss = 0, trace = 0, trace_hh = 0;  // rss in units of y_unit_ squared, as sigma2 below
+  for (index_t i = 0; i < n_; ++i) {
+    const double e = y_[i] / y_unit_ - fitted[i] / y_unit_;
+    rss += e * e, trace += hat[i], trace_hh += row_squares[i];
+  }
   const double dof = static_cast<double>(n_) - 2 * trace + trace_hh;
   if (!(dof > 0))
     detail::fail(op, ": the bandwidths interpolate the data (n - 2 tr(H) + tr(H'H) = ", dof,
@@ -304,7 +320,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
       if (method == BandMethod::asymptotic) {
         double squares = 0;
         for (const auto& w : l) squares += w.l * w.l;
-        const double se = std::sqrt(sigma2 * squares);
+        const double se = std::sqrt(sigma2 * squares) * y_unit_;
         band.standard_error[i] = se, band.low[i] = m - z * se, band.high[i] = m + z * se;
         continue;
       }
@@ -317,7 +333,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
           {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)}};
       r123::Philox4x32 philox;
       for (const auto& w : l) {
-        const double e = w.l * (y_[w.point] - fitted[w.point]);
+        const double e = w.l * (y_[w.point] / y_unit_ - fitted[w.point] / y_unit_);  // draws in units of y_unit_
         for (int b0 = 0; b0 < replicates; b0 += 128) {
           const r123::Philox4x32::ctr_type ctr = {{static_cast<std::uint32_t>(w.point),
                                                    static_cast<std::uint32_t>(w.point >> 32),
@@ -330,7 +346,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
       double sum = 0, sum2 = 0;
       for (double d : draws) sum += d, sum2 += d * d;
       const double mean_draw = sum / replicates;
-      band.standard_error[i] = std::sqrt(std::max(0.0, sum2 / replicates - mean_draw * mean_draw));
+      band.standard_error[i] = std::sqrt(std::max(0.0, sum2 / replicates - mean_draw * mean_draw)) * y_unit_;
       std::sort(draws.begin(), draws.end());
       auto quantile = [&](double p) {  // linear interpolation between order statistics (R's type 7)
         const double at = p * (replicates - 1);
@@ -338,7 +354,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
         const std::size_t hi = std::min<std::size_t>(lo + 1, draws.size() - 1);
         return draws[lo] + (at - lo) * (draws[hi] - draws[lo]);
       };
-      band.low[i] = m + quantile(alpha), band.high[i] = m + quantile(1 - alpha);
+      band.low[i] = m + quantile(alpha) * y_unit_, band.high[i] = m + quantile(1 - alpha) * y_unit_;
     }
   }
   return band;

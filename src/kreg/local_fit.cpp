@@ -246,7 +246,9 @@ void LocalFitter::visit_window(const double* x0, index_t leave_out, bool with_gr
   while (left >= 0 || right < n) {
     const double ul = left >= 0 ? (at - sorted[left]) / h : std::numeric_limits<double>::infinity();
     const double ur = right < n ? (sorted[right] - at) / h : std::numeric_limits<double>::infinity();
-    const bool take_left = ul <= ur;
+    // (Both sides can be infinitely far, a point x0 - x_j that overflows: then the side that has a
+    // point left.)
+    const bool take_left = left >= 0 && (right >= n || ul <= ur);
     const double u = take_left ? ul : ur;
     if (u * u > cut) break;  // the nearer side is negligible, so is the other
     const double weight = add(take_left ? left-- : right++);

@@ -25,6 +25,15 @@ struct KernelRegressionAccess {
   static const std::vector<index_t>& rank(const KernelRegression& m) { return m.rank_; }
   static int sort_column(const KernelRegression& m) { return m.sort_column_; }
   static const std::vector<int>& levels(const KernelRegression& m) { return m.levels_; }
+  // cv_ls and aicc with y in units of y_unit_ (what the bandwidth search minimises: cv_ls over
+  // y_unit_ squared, aicc less 2 log y_unit_), and that unit.
+  static double cv_ls_in_units(const KernelRegression& m, std::span<const double> h, std::vector<double>* gradient) {
+    return m.cv_ls_in_units(h, gradient);
+  }
+  static double aicc_in_units(const KernelRegression& m, std::span<const double> h, std::vector<double>* gradient) {
+    return m.aicc_in_units(h, gradient);
+  }
+  static double y_unit(const KernelRegression& m) { return m.y_unit_; }
 };
 
 namespace kreg {
