@@ -283,6 +283,12 @@ TEST(Sdpa, AScaleThatOverflowsTheComputationsTypeIsRefused) {
   Tensor<double> out64({1, 2, 3});
   const Tensor<double> q64 = random_tensor<double>({1, 2, 3}, 40);
   sdpa_forward<double>(out64.view(), {}, {}, q64.view(), q64.view(), q64.view(), {}, options);  // fine in float64
+  // A soft-cap positive as a double but 0 in float32 (it read as none: the scores uncapped).
+  SdpaOptions tiny;
+  tiny.softcap = 1e-50;
+  testing::expect_error([&] { sdpa_forward<float>(out.view(), {}, {}, q.view(), q.view(), q.view(), {}, tiny); },
+                        {"sdpa_forward: softcap is 1e-50", "positive and finite in the computation's type (32-bit float)"});
+  sdpa_forward<double>(out64.view(), {}, {}, q64.view(), q64.view(), q64.view(), {}, tiny);  // fine in float64
 }
 
 // Window bounds near 2^63 mean "unbounded" (found by fuzzing: p(i) + right + 1 overflowed).

@@ -543,5 +543,9 @@ def test_scalar_arguments_are_named_not_truncated():
     with pytest.raises(ValueError, match=r"^flash_attn_func: softcap is 1e\+39; it must be positive and finite in the "
                                          r"computation's type \(32-bit float\)"):
         flash_attn_func(q, k, v, softcap=1e39)
+    # Positive, but 0 in float32: it read as no soft-capping at all.
+    with pytest.raises(ValueError, match=r"^flash_attn_func: softcap is 1e-46; it must be positive and finite in the "
+                                         r"computation's type \(32-bit float\)"):
+        flash_attn_func(q, k, v, softcap=1e-46)
     with pytest.raises(ValueError, match=r"^flash_attn_func: q has shape \(1, 3, 2, 0\) .*headdim and headdim_v must be"):
         flash_attn_func(q[..., :0], k[..., :0], v)

@@ -276,6 +276,7 @@ def _setup(batch=2, seqlen=8, nheads_k=1, d=16, nheads=2):
     (dict(sinks=torch.zeros(3)), ValueError, ["sinks has shape (3,)", "(nheads,) = (2,)"]),
     (dict(sinks=torch.tensor([0.0, float("nan")])), ValueError, ["sinks[1] is nan"]),
     (dict(alibi_slopes=torch.tensor([0.5, float("nan")])), ValueError, ["alibi_slopes holds nan"]),
+    (dict(softcap=1e-46), ValueError, ["softcap is 1e-46", "positive and finite in float32"]),
     (dict(cache_seqlens=torch.tensor([3, 7], dtype=torch.int64)), RuntimeError, ["cache_seqlens", "int32"]),
     (dict(alibi_slopes=torch.zeros(2, dtype=torch.float64)), RuntimeError, ["alibi_slopes", "float32"]),
     (dict(k=torch.ones(2, 1, 1, 16, dtype=torch.float64)), RuntimeError, ["k has dtype torch.float64"]),

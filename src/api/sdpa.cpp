@@ -60,7 +60,9 @@ SdpaCall<T> check_inputs(const TensorView<const T>& queries, const TensorView<co
     const double cap = *options.softcap;
     if (!(cap > 0) || !std::isfinite(cap))
       detail::fail(op, ": softcap is ", cap, "; it must be positive and finite (scores become softcap tanh(score / softcap))");
-    if (!std::isfinite(static_cast<T>(cap)))  // 1e39 is finite as a double, not in float32
+    // 1e39 is finite as a double, not in float32; 1e-46 is positive as a double, 0 in float32 (which
+    // read as no soft-capping at all).
+    if (!std::isfinite(static_cast<T>(cap)) || !(static_cast<T>(cap) > 0))
       detail::fail(op, ": softcap is ", cap, "; it must be positive and finite in the computation's type (", sizeof(T) * 8,
                    "-bit float)");
     p.softcap = static_cast<T>(cap);
