@@ -606,6 +606,9 @@ def apply_rotary(x, cos, sin, *, interleaved=False, offsets=0, cu_seqlens=None, 
     """
     function = "apply_rotary"
     _floating(x, "x", function)
+    if x.dim() > 4:
+        raise ValueError(f"{function}: x has shape {tuple(x.shape)} with {x.dim()} dimensions; it must be (batch, seqlen, "
+                         f"nheads, headdim), or (total, nheads, headdim) with cu_seqlens")
     wide = torch.float32 if x.dtype in _SIXTEEN_BITS else x.dtype
     tables = []
     for name, t in (("cos", cos), ("sin", sin)):
@@ -616,7 +619,7 @@ def apply_rotary(x, cos, sin, *, interleaved=False, offsets=0, cu_seqlens=None, 
     if isinstance(offsets, torch.Tensor):
         offset_tensor = _index_tensor(offsets, "offsets", function)
     else:
-        offset = int(offsets)
+        offset = _integer(offsets, "offsets", function)  # a float is refused, not truncated
     if cu_seqlens is not None:
         cu_seqlens = _index_tensor(torch.as_tensor(cu_seqlens), "cu_seqlens", function)
     if inplace and x.dim() > 0 and x.shape[-1] > 1 and x.stride(-1) != 1:

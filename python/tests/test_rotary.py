@@ -119,6 +119,19 @@ def test_torch_errors():
         attn_torch.apply_rotary(torch.randn(6, 2, 8), cos, sin, cu_seqlens=torch.tensor([0, 2, 5], dtype=torch.int32))
     with pytest.raises(ValueError, match=r"cu_seqlens\[0\] is 1"):
         attn_torch.apply_rotary(torch.randn(6, 2, 8), cos, sin, cu_seqlens=torch.tensor([1, 6], dtype=torch.int32))
+    # A scalar offset is an integer, as NumPy's apply_rotary takes it: not truncated, not None.
+    with pytest.raises(TypeError, match="apply_rotary: offsets must be an integer; got 1.7"):
+        attn_torch.apply_rotary(x, cos, sin, offsets=1.7)
+    with pytest.raises(TypeError, match="apply_rotary: offsets must be an integer; got None"):
+        attn_torch.apply_rotary(x, cos, sin, offsets=None)
+    with pytest.raises(ValueError, match="apply_rotary: offsets is 18446744073709551616; it must fit in a signed 64-bit"):
+        attn_torch.apply_rotary(x, cos, sin, offsets=2**64)
+    # An offset near 2^63: the message states the last position without overflowing.
+    with pytest.raises(ValueError, match="starts at offset 9223372036854775807 and holds 4 tokens, so its last position "
+                                         "is 9223372036854775810"):
+        attn_torch.apply_rotary(x, cos, sin, offsets=2**63 - 1)
+    with pytest.raises(ValueError, match=r"apply_rotary: x has shape \(1, 1, 4, 2, 8\) with 5 dimensions"):
+        attn_torch.apply_rotary(torch.randn(1, 1, 4, 2, 8), cos, sin)
     with pytest.raises(ValueError, match="cos requires grad"):
         attn_torch.apply_rotary(x, cos.requires_grad_(), sin)
 

@@ -3,6 +3,7 @@
 #include "api/rotary.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,9 @@ Sequences sequences_of(const char* op, const RotaryPositions& pos, index_t x_bat
     const index_t len = varlen ? s.starts[static_cast<std::size_t>(b + 1)] - s.starts[static_cast<std::size_t>(b)] : seqlen;
     if (len > 0 && off > seqlen_ro - len)
       detail::fail(op, ": sequence ", b, " (batch index ", b, ") starts at offset ", off, " and holds ", len,
-                   " tokens, so its last position is ", off + len - 1, ", but cos and sin have ", seqlen_ro,
+                   " tokens, so its last position is ",
+                   static_cast<std::uint64_t>(off) + static_cast<std::uint64_t>(len - 1),  // both >= 0: no overflow
+                   ", but cos and sin have ", seqlen_ro,
                    " rows (seqlen_ro): every position must be less than seqlen_ro");
     s.first[static_cast<std::size_t>(b)] = off;
   }
