@@ -113,6 +113,13 @@ TEST_F(CliErrors, CommandLineMistakesAreBadUsage) {
   expect({"nw", "--x-train", "X.npy", "--y-train", "Y.npy", "--x-query", "XQ.npy", "--kernel", "triangle", "--width",
           "1", "--out", "Y.npy"},
          2, {"--kernel", "triangle", "gaussian,boxcar,epanechnikov,constant"});
+  // An empty value is malformed: it was read as 0 (a scale of 0, dropout p = 0) or as no file (the
+  // valid lengths or the lse silently left out).
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--scale", ""}, 2, {"--scale: the value is empty"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--dropout", "", "--seed", "1"}, 2, {"--dropout: the value is empty"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--valid-lens", ""}, 2, {"--valid-lens: the value is empty"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--lse", ""}, 2, {"--lse: the value is empty"});
+  expect({"softmax", "--scores", "S.npy", "--out", ""}, 2, {"--out: the value is empty"});
 }
 
 TEST_F(CliErrors, MissingAndCorruptFilesAreBadUsageNamingFlagAndFile) {

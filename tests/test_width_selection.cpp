@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "attn/config.hpp"
+#include "attn/nadaraya_watson.hpp"
 #include "support/testing.hpp"
 
 namespace attn {
@@ -223,6 +224,22 @@ TEST(SelectWidth, WidthsFollowTheDataAtAnyScale) {
     EXPECT_NEAR(s.widths[0] / scale, unit.widths[0], 1e-12 * unit.widths[0]) << s.how;
     EXPECT_NEAR(s.loo_error, unit.loo_error, 1e-12 * unit.loo_error);
   }
+}
+
+// x spread so far that the grid (up to 100 times its largest multiple of the spread) passes the
+// type's range: every width searched, and the one chosen, stays finite in the data's type (they
+// reached inf in float64 and 7e38 in float32, which the forward then refused).
+TEST(SelectWidth, WidthsStayWithinTheDataType) {
+  const Tensor<double> x({4, 1}, {1e306, -1e306, 0, 5e305}), y({4, 1}, {1, 2, 3, 4});
+  const WidthSelection wide = select_width<double>(x, y, Kernel::gaussian);
+  EXPECT_TRUE(std::isfinite(wide.widths[0]) && std::isfinite(wide.loo_error)) << wide.how;
+  const Tensor<float> x32({4, 1}, {1e36f, -1e36f, 0, 5e35f}), y32({4, 1}, {1, 2, 3, 4});
+  const WidthSelection wide32 = select_width<float>(x32, y32, Kernel::gaussian);
+  EXPECT_TRUE(std::isfinite(static_cast<float>(wide32.widths[0])) && std::isfinite(wide32.loo_error)) << wide32.how;
+  Tensor<float> out({1, 4, 1});
+  const TensorView<const float> points(x32.data(), {1, 4, 1}), targets(y32.data(), {1, 4, 1});
+  nadaraya_watson_forward<float>(out.view(), {}, points, points, targets, Kernel::gaussian, static_cast<float>(wide32.widths[0]));
+  for (const float v : out.values()) EXPECT_TRUE(std::isfinite(v));
 }
 
 TEST(SelectWidth, ConstantKernelAndGridOnly) {

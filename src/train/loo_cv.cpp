@@ -119,6 +119,8 @@ LooProblem make_loo_problem(const char* op, TensorView<const T> x, TensorView<co
     });
     P.spread[c] = spread > 0 && std::isfinite(spread) ? spread : 1.0;  // a constant feature: any width is the same
   }
+  P.narrowest = static_cast<double>(std::numeric_limits<T>::min());
+  P.widest = static_cast<double>(std::numeric_limits<T>::max()) * (1 - 1e-6);  // exp(log(w)) within it
   return P;
 }
 

@@ -15,6 +15,9 @@ namespace attn::train {
 struct LooProblem {
   index_t G = 0, N = 0, p = 0, v = 0;
   std::vector<double> x, y, spread;
+  // The widths the data's type holds: the search stays within them (x of 1e306 has a spread whose
+  // grid passed float64's range; x of 1e36 in float32, float32's).
+  double narrowest = 0, widest = 0;
 };
 
 // Validates x, y and the kernel for `op` (the messages of attn/width_selection.hpp) and copies the

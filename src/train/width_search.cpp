@@ -61,9 +61,11 @@ class Search {
       for (const double s : P_.spread) ms += s * s / static_cast<double>(P_.p);
       scale_.assign(1, std::sqrt(ms));
     }
+    // Within the widths the data's type holds (LooProblem::narrowest, widest).
+    const double floor = std::log(P_.narrowest), ceiling = std::log(P_.widest);
     for (const double s : scale_) {
-      lo_.push_back(std::log(s * o_.grid_low / 10));
-      hi_.push_back(std::log(s * o_.grid_high * 100));
+      lo_.push_back(std::clamp(std::log(s) + std::log(o_.grid_low / 10), floor, ceiling));
+      hi_.push_back(std::clamp(std::log(s) + std::log(o_.grid_high * 100), floor, ceiling));
     }
     grid_step_ = std::log(o_.grid_high / o_.grid_low) / static_cast<double>(o_.grid_points - 1);
   }
@@ -152,7 +154,7 @@ class Search {
     for (index_t k = 0; k < o_.grid_points; ++k) {
       const double f = std::log(o_.grid_low) + grid_step_ * static_cast<double>(k);
       std::vector<double> theta = log_of(scale_);
-      for (double& t : theta) t += f;
+      for (std::size_t c = 0; c < theta.size(); ++c) theta[c] = std::clamp(theta[c] + f, lo_[c], hi_[c]);
       points.emplace_back(evaluate(theta, nullptr), theta);
     }
     std::vector<std::pair<double, std::vector<double>>> minima;

@@ -41,6 +41,12 @@ int run(int argc, char** argv) {
   add_kreg_command(app);
   add_demo_command(app);
   add_bench_command(app);
+  // An empty value ('--scale ""', '--valid-lens ""') is malformed: CLI11 reads it as 0 or as no file.
+  const CLI::Validator non_empty([](std::string& value) { return value.empty() ? std::string("the value is empty") : std::string(); },
+                                 "", "NONEMPTY");
+  for (CLI::App* command : app.get_subcommands([](CLI::App*) { return true; }))
+    for (CLI::Option* option : command->get_options())
+      if (option->get_items_expected_max() > 0) option->check(non_empty);
   // Set after the subcommands: CLI11 copies a parent's footer into subcommands created after it.
   app.footer(
       "Run attn COMMAND --help for a command's flags and an example.\n"
