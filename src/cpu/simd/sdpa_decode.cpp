@@ -913,7 +913,8 @@ void DecodeTileRows(D d, const SdpaPlan<float>& a, const RowMask<float>* rm, con
   if constexpr (std::is_same_v<E, std::int8_t>) {
     DotsRowsInt8<R>(d, q, rounded, sigma, keys, a.q.C, cnt, s, NextRows<E>{vals, cnt, a.v.C});
 #if HWY_TARGET == HWY_AVX3
-  } else if (std::is_same_v<E, Q4Byte> && rounded[0] != nullptr && !keys.per_channel) {  // sigma not 0: run_pack
+  } else if (std::is_same_v<E, Q4Byte> && rounded[0] != nullptr && !keys.per_channel) {
+    // (Every row's sigma is not 0 here: run_pack sends a pack with a row rounded to 0 row by row.)
     if constexpr (std::is_same_v<E, Q4Byte>)
       DotsRowsQ4Rounded<R>(d, q, rounded, sigma, keys, a.q.C, cnt, s, NextRows<E>{vals, cnt, a.v.C});
 #endif
@@ -1081,7 +1082,7 @@ void DecodeChunkFrom(const SdpaDecode<T>& p, index_t b, index_t hk0, index_t hea
           if (!a.mask.d2l_fill && (j0 >= row_mask.end || j0 + cnt <= row_mask.begin)) continue;
           const index_t r = slot(h, i);
           rm[count] = row_mask, is[count] = i, bh[count] = b * H + h, q[count] = a.q.row(b, h, i);
-          const index_t row = (b * H + h) * n + i;  // its rounding, for int8 keys
+          const index_t row = (b * H + h) * n + i;  // its rounding, for int8 and int4 keys
           rounded[count] = p.rounded == nullptr ? nullptr : p.rounded + row * p.rounded_stride;
           sigma[count] = p.sigma == nullptr ? 0.0f : p.sigma[row];
           o[count] = p.part_out + r * dv, mx[count] = p.part_max + r, sum[count] = p.part_sum + r, sp[count] = s[count];
