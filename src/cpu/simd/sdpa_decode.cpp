@@ -548,13 +548,23 @@ void DotsRowsQ4Rounded(D d, const float* const* q, const std::int16_t* const* ro
                        const TileRows<Q4Byte>& k, index_t dim, index_t cnt, float* const* s, const NextRows<Q4Byte>& then) {
   const std::uint8_t* packed[R];
   for (int r = 0; r < R; ++r) packed[r] = reinterpret_cast<const std::uint8_t*>(rounded[r] + dim);
-  const index_t ahead = RowsAhead<Q4Byte>(dim);
+  const index_t ahead = RowsAhead<Q4Byte>(dim), row_bytes = RowBytes<Q4Byte>(dim);
+  // Rows one after another (a KV cache's block), their scales and minima too: the rows asked for as
+  // three ranges a step, not row by row (row by row took 1.02x-1.05x the int4 decode's time, one
+  // process, avx3).
+  const bool adjacent = k.stride == row_bytes && k.scale_stride == dim / 32;
+  const auto ask = [](const void* from, index_t bytes) {
+    for (index_t off = 0; off < bytes; off += 64) __builtin_prefetch(static_cast<const char*>(from) + off, 0, 2);
+  };
   for (index_t j = 0; j < cnt; j += 16) {
-    const index_t rows = std::min<index_t>(16, cnt - j);
-    for (index_t i = j; i < j + rows; ++i) {
-      if (i + ahead < cnt) PrefetchRow(k, i + ahead, dim);
-      else then.prefetch(i + ahead - cnt);
+    const index_t rows = std::min<index_t>(16, cnt - j), first = j + ahead, end = std::min(j + rows + ahead, cnt);
+    if (adjacent && first < end) {
+      const index_t scale_bytes = (end - first) * k.scale_stride * static_cast<index_t>(sizeof(float));
+      ask(k.row(first), (end - first) * row_bytes), ask(k.scale(first), scale_bytes), ask(k.min(first), scale_bytes);
+    } else {
+      for (index_t i = first; i < end; ++i) PrefetchRow(k, i, dim);
     }
+    for (index_t i = std::max(first, cnt); i < j + rows + ahead; ++i) then.prefetch(i - cnt);
     float* at[R];
     for (int r = 0; r < R; ++r) at[r] = s[r] + j;
     int8::q4_scores(reinterpret_cast<const std::uint8_t*>(k.row(j)), k.stride, k.scale(j), k.min(j), k.scale_stride, rows,
