@@ -212,14 +212,17 @@ TEST_F(CliErrors, AttentionVariantFlagsAreChecked) {
 }
 
 TEST_F(CliErrors, OutputsThatCannotBeWrittenAreAFailedRun) {
+  // Each names its flag and path.
   expect({"softmax", "--scores", "S.npy", "--valid-lens", "L.npy", "--out", "/nonexistent-dir/W.npy"}, 1,
-         {"attn softmax: error: /nonexistent-dir/W.npy: cannot open for writing"});
-  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--weights", "/nonexistent-dir/W.npy"}, 1, {"/nonexistent-dir/W.npy"});
+         {"attn softmax: error: --out /nonexistent-dir/W.npy: cannot open for writing"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--weights", "/nonexistent-dir/W.npy"}, 1,
+         {"--weights /nonexistent-dir/W.npy"});
+  expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--lse", "/nonexistent-dir/L.npy"}, 1, {"--lse /nonexistent-dir/L.npy"});
   expect(kSdpa + std::vector<std::string>{"--out", "O.npy", "--heatmap", "/nonexistent-dir/W.png"}, 1,
-         {"attn sdpa: error: /nonexistent-dir/W.png: cannot write the PNG"});
+         {"attn sdpa: error: --heatmap /nonexistent-dir/W.png: cannot write the PNG"});
   expect({"nw", "--x-train", "X.npy", "--y-train", "Y.npy", "--x-query", "XQ.npy", "--kernel", "gaussian", "--width",
           "1", "--out", "YH.npy", "--plot", "/nonexistent-dir/fit.svg"},
-         1, {"/nonexistent-dir/fit.svg: cannot open for writing"});
+         1, {"--plot /nonexistent-dir/fit.svg: cannot open for writing"});
   // The demo's directory cannot be created under a regular file.
   expect({"demo", "--out-dir", dir_.file("S.npy") + "/pictures"}, 1, {"attn demo: error: ", "cannot create the directory"});
 }

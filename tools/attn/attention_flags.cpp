@@ -75,10 +75,10 @@ template <class T>
 void OutputFlags::write(const attn::Tensor<T>& out_tensor, const attn::Tensor<T>& weight_tensor,
                         Progress& progress) const {
   progress.stage("writing " + out);
-  write_output(out, out_tensor);
+  write_output("--out", out, out_tensor);
   if (!weights.empty()) {
     progress.stage("writing " + weights);
-    write_output(weights, weight_tensor);
+    write_output("--weights", weights, weight_tensor);
   }
   if (heatmap.empty()) return;
   progress.stage("drawing " + heatmap);
@@ -91,8 +91,10 @@ void OutputFlags::write(const attn::Tensor<T>& out_tensor, const attn::Tensor<T>
     for (attn::index_t b = 0; b < batch; ++b)
       for (attn::index_t h = 0; h < heads; ++h)
         options.titles.push_back("batch " + std::to_string(b) + (heads > 1 ? ", head " + std::to_string(h) : ""));
-  attn::io::write_heatmaps<T>(
-      heatmap, attn::TensorView<const T>(weight_tensor.data(), {batch, heads, s[s.size() - 2], s[s.size() - 1]}), options);
+  naming_flag("--heatmap", [&] {
+    attn::io::write_heatmaps<T>(
+        heatmap, attn::TensorView<const T>(weight_tensor.data(), {batch, heads, s[s.size() - 2], s[s.size() - 1]}), options);
+  });
 }
 
 template void OutputFlags::write<float>(const attn::Tensor<float>&, const attn::Tensor<float>&, Progress&) const;

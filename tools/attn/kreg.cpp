@@ -84,14 +84,16 @@ const char* degree_name(int degree) {
 }
 
 // Writes (rows,) or (rows, cols) of float64 values as `dtype` (the inputs' float type).
-void write_values(const std::string& path, attn::io::DType dtype, std::span<const index_t> shape,
+void write_values(const char* flag, const std::string& path, attn::io::DType dtype, std::span<const index_t> shape,
                   const std::vector<double>& values) {
-  if (dtype == attn::io::DType::float64) {
-    attn::io::write_npy(path, dtype, shape, values.data());
-  } else {
-    const std::vector<float> narrow(values.begin(), values.end());
-    attn::io::write_npy(path, dtype, shape, narrow.data());
-  }
+  naming_flag(flag, [&] {
+    if (dtype == attn::io::DType::float64) {
+      attn::io::write_npy(path, dtype, shape, values.data());
+    } else {
+      const std::vector<float> narrow(values.begin(), values.end());
+      attn::io::write_npy(path, dtype, shape, narrow.data());
+    }
+  });
 }
 
 // Runs `work` (a library call), turning its argument errors into UsageError with `prefix` (the flags
@@ -286,17 +288,17 @@ void run_kreg(const KregArgs& args) {
   std::fflush(stdout);
 
   progress.stage("writing " + args.out);
-  write_values(args.out, dtype, std::vector<index_t>{nq}, fit.mean);
+  write_values("--out", args.out, dtype, std::vector<index_t>{nq}, fit.mean);
   if (!args.slopes.empty()) {
     progress.stage("writing " + args.slopes);
     // (nq,) when x is (n,), else (nq, k): the slopes keep the layout of x.
     const std::vector<index_t> shape = x.shape.size() == 1 ? std::vector<index_t>{nq} : std::vector<index_t>{nq, k};
-    write_values(args.slopes, dtype, shape, fit.slopes);
+    write_values("--slopes", args.slopes, dtype, shape, fit.slopes);
   }
   if (!args.band.empty()) {
     progress.stage("writing " + args.band[0] + " and " + args.band[1]);
-    write_values(args.band[0], dtype, std::vector<index_t>{nq}, band.low);
-    write_values(args.band[1], dtype, std::vector<index_t>{nq}, band.high);
+    write_values("--band", args.band[0], dtype, std::vector<index_t>{nq}, band.low);
+    write_values("--band", args.band[1], dtype, std::vector<index_t>{nq}, band.high);
   }
   if (!args.plot.empty()) {
     progress.stage("drawing " + args.plot);
@@ -324,7 +326,7 @@ void run_kreg(const KregArgs& args) {
         curve.mean = as_usage([&] { return reg.fit(bw.h, grid).mean; });
       }
     }
-    draw(args, bw, x.values, y.values, curve);
+    naming_flag("--plot", [&] { draw(args, bw, x.values, y.values, curve); });
   }
   progress.done();
 }

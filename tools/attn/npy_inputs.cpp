@@ -1,6 +1,11 @@
 // Reading the command line's .npy inputs by role (see npy_inputs.hpp).
 #include "npy_inputs.hpp"
 
+#include <functional>
+#include <new>
+#include <stdexcept>
+#include <string>
+
 #include "exit_codes.hpp"
 
 namespace attn_cli {
@@ -81,16 +86,30 @@ MaskInputs MaskInputs::read(const std::string& valid_lens_path, const std::strin
   return inputs;
 }
 
-template <class T>
-void write_output(const std::string& path, const attn::Tensor<T>& tensor, std::span<const attn::index_t> shape) {
-  if (shape.empty())
-    attn::io::write_npy(path, tensor);
-  else
-    attn::io::write_npy(path, attn::io::dtype_of<T>(), shape, tensor.data());
+void naming_flag(const char* flag, const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {  // the message starts with the path
+    throw std::runtime_error(std::string(flag) + " " + e.what());
+  }
 }
 
-template void write_output<float>(const std::string&, const attn::Tensor<float>&, std::span<const attn::index_t>);
-template void write_output<double>(const std::string&, const attn::Tensor<double>&, std::span<const attn::index_t>);
-template void write_output<attn::float16>(const std::string&, const attn::Tensor<attn::float16>&, std::span<const attn::index_t>);
+template <class T>
+void write_output(const char* flag, const std::string& path, const attn::Tensor<T>& tensor,
+                  std::span<const attn::index_t> shape) {
+  naming_flag(flag, [&] {
+    if (shape.empty())
+      attn::io::write_npy(path, tensor);
+    else
+      attn::io::write_npy(path, attn::io::dtype_of<T>(), shape, tensor.data());
+  });
+}
+
+template void write_output<float>(const char*, const std::string&, const attn::Tensor<float>&, std::span<const attn::index_t>);
+template void write_output<double>(const char*, const std::string&, const attn::Tensor<double>&, std::span<const attn::index_t>);
+template void write_output<attn::float16>(const char*, const std::string&, const attn::Tensor<attn::float16>&,
+                                          std::span<const attn::index_t>);
 
 }  // namespace attn_cli

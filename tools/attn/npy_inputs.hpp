@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -66,9 +67,13 @@ struct MaskInputs {
   }
 };
 
-// Writes `tensor` to `path` as .npy, with `shape` when not empty (a reshape of the same elements).
-// Failures are attn::Error naming the path: a failed run (exit code 1).
+// Writes `tensor` to `path`, the value of `flag`, as .npy, with `shape` when not empty (a reshape of
+// the same elements). Failures name the flag and the path ("--out /tmp: cannot open for writing:
+// Is a directory"): a failed run (exit code 1).
 template <class T>
-void write_output(const std::string& path, const attn::Tensor<T>& tensor, std::span<const attn::index_t> shape = {});
+void write_output(const char* flag, const std::string& path, const attn::Tensor<T>& tensor,
+                  std::span<const attn::index_t> shape = {});
+// The same for any writing of `path`: write() run with its failures named by the flag.
+void naming_flag(const char* flag, const std::function<void()>& write);
 
 }  // namespace attn_cli

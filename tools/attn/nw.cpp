@@ -124,14 +124,14 @@ void run_nw(const NwArgs& args) {
         attn::nadaraya_watson_forward<T>(out.view(), weights.view(), q, k, v, kernel, std::span<const double>(widths));
     });
     progress.stage("writing " + args.out);
-    write_output(args.out, out, std::vector<index_t>{n_query});
+    write_output("--out", args.out, out, std::vector<index_t>{n_query});
     if (!args.weights.empty()) {
       progress.stage("writing " + args.weights);
-      write_output(args.weights, weights, std::vector<index_t>{n_query, n_train});
+      write_output("--weights", args.weights, weights, std::vector<index_t>{n_query, n_train});
     }
     if (!args.plot.empty()) {
       progress.stage("drawing " + args.plot);
-      draw_fit(args, widths, keys, values, queries, out);
+      naming_flag("--plot", [&] { draw_fit(args, widths, keys, values, queries, out); });
     }
   });
   progress.done();

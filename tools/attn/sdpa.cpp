@@ -124,7 +124,7 @@ void run_sdpa(const SdpaArgs& args) {
   auto write_lse = [&](const auto& lse) {
     if (args.lse.empty()) return;
     progress.stage("writing " + args.lse);
-    write_output(args.lse, lse);
+    write_output("--lse", args.lse, lse);
   };
 
   // 16-bit: float16 files, or float32 files through the bfloat16 kernels (--compute bf16); int8
@@ -159,20 +159,20 @@ void run_sdpa(const SdpaArgs& args) {
       attn::Tensor<attn::float16> out(out_shape);
       as_usage([&] { attn::sdpa_forward<attn::float16>(out.view(), lse_view, q.cview(), k.cview(), v.cview(), mask, options); });
       progress.stage("writing " + args.output.out);
-      write_output(args.output.out, out);
+      write_output("--out", args.output.out, out);
     } else if (args.compute == "int8") {
       const auto q = to_tensor<float>(in.queries), k = to_tensor<float>(in.keys), v = to_tensor<float>(in.values);
       attn::Tensor<float> out(out_shape);
       as_usage([&] { attn::sdpa_forward_int8(out.view(), lse_view, q.cview(), k.cview(), v.cview(), mask, options); });
       progress.stage("writing " + args.output.out);
-      write_output(args.output.out, out);
+      write_output("--out", args.output.out, out);
     } else {
       const auto q = rounded_to_bf16(to_tensor<float>(in.queries)), k = rounded_to_bf16(to_tensor<float>(in.keys));
       const auto v = rounded_to_bf16(to_tensor<float>(in.values));
       attn::Tensor<float> out(out_shape);  // the float32 result, not rounded to bfloat16
       as_usage([&] { attn::sdpa_forward<attn::bfloat16>(out.view(), lse_view, q.cview(), k.cview(), v.cview(), mask, options); });
       progress.stage("writing " + args.output.out);
-      write_output(args.output.out, out);
+      write_output("--out", args.output.out, out);
     }
     write_lse(lse);
     progress.done();

@@ -28,7 +28,7 @@ void run_softmax(const SoftmaxArgs& args) {
     progress.stage("computing");
     const attn::Tensor<T> weights = as_usage([&] { return attn::masked_softmax<T>(x.cview(), masks.mask<T>()); });
     progress.stage("writing " + args.out);
-    write_output(args.out, weights);
+    write_output("--out", args.out, weights);
   });
   progress.done();
 }
