@@ -768,6 +768,20 @@ TEST(KernelRegression, ResponsesAtAnyScale) {
   }
 }
 
+// Responses near 2^520 whose residuals are small: the criterion (about 1e293) is finite and that of
+// the residuals alone (the fit reproduces a constant), where the square of the unit overflowed.
+TEST(KernelRegression, LargeResponsesWithSmallResidualsKeepAFiniteCriterion) {
+  const Sample s = sample("c", 30, 245);
+  Tensor<double> big = s.y, small = s.y;
+  for (index_t i = 0; i < 30; ++i) small[i] = s.y[i] * 0x1p520 * 1e-10, big[i] = 0x1p520 + small[i];
+  const KernelRegression a(s.x, big, options("c", 1, ContinuousKernel::gaussian)),
+      b(s.x, small, options("c", 1, ContinuousKernel::gaussian));
+  const std::vector<double> h{0.2};
+  const double got = a.cv_ls(h), want = b.cv_ls(h);
+  ASSERT_TRUE(std::isfinite(got)) << got;
+  EXPECT_NEAR(got, want, 1e-3 * want);
+}
+
 // A point 2 away from the rest: its leave-one-out window is empty and cv_ls predicts it by its
 // nearest other point's response, as the reference does.
 TEST(KernelRegression, CvLsPredictsAnIsolatedPointByItsNearestNeighbour) {

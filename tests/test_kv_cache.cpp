@@ -693,15 +693,17 @@ TEST(KvCacheInt4, HugeKeysStayFinite) {
   cache.append(0, k.view(), v.view());
   const Tensor<float> keys = cache.keys(0), values = cache.values(0);
   for (const index_t n : {1, 5}) {
+    // max|q| 2^-90, above round_query's floor of 2^-100 (so the integer path runs), and a scale of
+    // 2^-30: scores of a few units, q . k about 2^30.
     Tensor<float> q = random_tensor<float>({1, n, d}, 652, -1, 1), out({1, n, d});
-    for (float& x : q.values()) x *= 1e-36f;  // scores of a few units at scale 1
+    for (float& x : q.values()) x *= 0x1p-90f;
     KvAttendOptions options;
-    options.causal = Causal::none, options.scale = 1.0;
+    options.causal = Causal::none, options.scale = 0x1p-30;
     cache.attend(out.view(), 0, q.view(), options);
     const Tensor<double> q64 = convert<double>(as_attended(KvDtype::int4, q)), k64 = convert<double>(keys), v64 = convert<double>(values);
     Tensor<double> want({1, 1, n, d});
     SdpaOptions so;
-    so.scale = 1.0;
+    so.scale = 0x1p-30;
     sdpa_forward<double>(want.view(), {}, {}, TensorView<const double>(q64.data(), {1, 1, n, d}),
                          TensorView<const double>(k64.data(), {1, 1, 3, d}), TensorView<const double>(v64.data(), {1, 1, 3, d}), {}, so);
     for (index_t i = 0; i < n; ++i)

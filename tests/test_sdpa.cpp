@@ -289,6 +289,12 @@ TEST(Sdpa, AScaleThatOverflowsTheComputationsTypeIsRefused) {
   testing::expect_error([&] { sdpa_forward<float>(out.view(), {}, {}, q.view(), q.view(), q.view(), {}, tiny); },
                         {"sdpa_forward: softcap is 1e-50", "positive and finite in the computation's type (32-bit float)"});
   sdpa_forward<double>(out64.view(), {}, {}, q64.view(), q64.view(), q64.view(), {}, tiny);  // fine in float64
+  // One whose inverse overflows float32 (1 / 1e-40): a score of 0 became 0 inf = NaN.
+  tiny.softcap = 1e-40;
+  testing::expect_error([&] { sdpa_forward<float>(out.view(), {}, {}, q.view(), q.view(), q.view(), {}, tiny); },
+                        {"sdpa_forward: softcap is 1e-40", "and so must its inverse"});
+  sdpa_forward<double>(out64.view(), {}, {}, q64.view(), q64.view(), q64.view(), {}, tiny);
+  for (const double x : out64.values()) EXPECT_TRUE(std::isfinite(x));
 }
 
 // Window bounds near 2^63 mean "unbounded" (found by fuzzing: p(i) + right + 1 overflowed).

@@ -36,7 +36,8 @@
 // int4 keys (not int4_kivi's) each query row is rounded to integers of 16 bits, q ~ r sigma with
 // sigma = max|q| / 32767 and r = round(q / sigma) (to nearest even in the default rounding mode), and
 // its products with the stored integers are summed in integers (int4's by AVX512-VNNI where the CPU
-// has it; ggml rounds a query to 8 bits): a score q . k moves by at most sigma / 2 sum|k_c| (k as
+// has it and the AVX-512 target runs, else in float over the rounded query; ggml rounds a query to 8
+// bits): a score q . k moves by at most sigma / 2 sum|k_c| (k as
 // stored; float32's rounding of q / sigma adds under sigma 2^-7 an element), a 65534th of max|q|
 // sum|k_c|, where the keys' own rounding moves it by up to sum|q_c| max|k| / 254 (int8) or
 // sum|q_c| (max - min) / 30 (int4). A row whose largest magnitude is not finite or below 2^-100 is

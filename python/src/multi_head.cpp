@@ -3,8 +3,8 @@
 // heads. Its parameters W_q, W_k, W_v, W_o (and b_q, b_k, b_v, b_o) are NumPy arrays in
 // nn.Linear's layout, created at the first call from its inputs' sizes (as d2l's nn.LazyLinear) unless
 // the sizes are given, readable and assignable. Modes and dropout seeds: layer.hpp. A call keeps
-// references to its inputs and parameters (as the other layers) and the projections it computed, for
-// backward.
+// copies of its inputs, parameters and valid lengths (unlike the other layers, which keep references)
+// and the projections it computed, for backward and attention_weights.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -105,6 +105,7 @@ class MultiHeadAttention : public LayerMode {
     // call saves, so it differentiates the values the call saw; an array changed in place before it
     // would otherwise mix old and new values in the gradients.
     for (py::array* a : {&s.queries, &s.keys, &s.values}) *a = a->attr("copy")();
+    if (s.mask.valid_lens) s.mask.valid_lens = s.mask.valid_lens.attr("copy")();  // read again by backward and the weights
     for (py::array& a : s.params)
       if (a) a = a.attr("copy")();
     s.dropout = call_dropout();

@@ -79,6 +79,10 @@ def test_attention_weights_are_the_textbooks(rng, bias, heads, kv_heads, lens, d
         module(t["queries"], t["keys"], t["values"], t["lens"])
     want = module.attention.attention_weights.reshape(B, heads, n, m).numpy()
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 if dtype == np.float32 else 1e-13)
+    if arrays["lens"] is not None:  # the call's lengths, even changed in place before the weights are read
+        layer(*(arrays[x].astype(dtype) for x in ("queries", "keys", "values")), arrays["lens"])
+        arrays["lens"][...] = m
+        np.testing.assert_allclose(layer.attention_weights, want, rtol=0, atol=2e-6 if dtype == np.float32 else 1e-13)
     layer(arrays["queries"][:1], arrays["keys"][:1], arrays["values"][:1])  # a new call, new weights
     assert layer.attention_weights.shape == (1, heads, n, m)
 

@@ -131,6 +131,9 @@ def test_dropout_is_attn_flash_pattern(rng):
     (dict(q=np.zeros((5, 2, 8), np.int32)), TypeError, "q has dtype int32"),
     (dict(q=np.zeros((5, 2, 8), np.float32), k=np.zeros((6, 2, 8), np.float32), v=np.zeros((6, 2, 8), np.float32),
           softcap=1e-46), ValueError, "softcap is 1e-46; it must be positive and finite in the computation's type"),
+    (dict(q=np.zeros((5, 2, 8), np.float32), k=np.zeros((6, 2, 8), np.float32), v=np.zeros((6, 2, 8), np.float32),
+          softcap=1e-40), ValueError, "softcap is 1e-40; it must be positive and finite in the computation's type, and so "
+                                     "must its inverse"),
 ])
 def test_bad_input_is_named(change, error, words):
     args = dict(q=np.zeros((5, 2, 8)), k=np.zeros((6, 2, 8)), v=np.zeros((6, 2, 8)),

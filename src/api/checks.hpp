@@ -2,6 +2,7 @@
 // with a message of the form "<op>: <argument> has shape (..) but must be (..): <why>".
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <initializer_list>
 #include <string>
@@ -108,6 +109,15 @@ void require_no_aliasing(const char* op, std::initializer_list<Named<T>> outputs
 template <class T>
 View4<T> require_tensor_of_rank(const TensorView<T>& t, const char* op, const char* name, int rank) {
   return to_view4(t, op, name, rank, rank);
+}
+
+// Whether a soft-cap c serves a computation in T: positive and finite as given, and c and 1 / c
+// finite and positive in T (the kernels compute c tanh(s / c) as c tanh(s (1 / c)): 1e-46 is 0 in
+// float32, which read as no soft-capping, and 1e-40's inverse overflows, which made a score of 0 NaN).
+template <class T>
+bool softcap_fits(double cap) {
+  const T narrow = static_cast<T>(cap);
+  return cap > 0 && std::isfinite(cap) && std::isfinite(narrow) && narrow > 0 && std::isfinite(T(1) / narrow);
 }
 
 // Operations whose scores take no attention sinks (Mask::sinks) refuse them rather than drop them.

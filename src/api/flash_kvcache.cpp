@@ -87,10 +87,9 @@ void check_attend(const char* op, const FlashAttendOptions& o, index_t B, index_
     for (index_t h = 0; h < H; ++h)
       if (!std::isfinite(s(h))) detail::fail(op, ": sinks[", h, "] is ", s(h), "; sinks must be finite");
   }
-  // (Positive but 0 in float32, 1e-46, would read as off.)
-  if (!(o.softcap >= 0) || !std::isfinite(o.softcap) || !std::isfinite(static_cast<float>(o.softcap)) ||
-      (o.softcap > 0 && !(static_cast<float>(o.softcap) > 0)))
-    detail::fail(op, ": softcap is ", o.softcap, "; it must be 0 (off) or positive and finite in float32");
+  if (o.softcap != 0 && !detail::softcap_fits<float>(o.softcap))
+    detail::fail(op, ": softcap is ", o.softcap, "; it must be 0 (off) or positive and finite in float32, and so must its "
+                 "inverse");
   if (o.softmax_scale) {
     const double sc = *o.softmax_scale;
     if (!std::isfinite(sc) || !std::isfinite(static_cast<float>(sc)))

@@ -60,11 +60,10 @@ SdpaCall<T> check_inputs(const TensorView<const T>& queries, const TensorView<co
     const double cap = *options.softcap;
     if (!(cap > 0) || !std::isfinite(cap))
       detail::fail(op, ": softcap is ", cap, "; it must be positive and finite (scores become softcap tanh(score / softcap))");
-    // 1e39 is finite as a double, not in float32; 1e-46 is positive as a double, 0 in float32 (which
-    // read as no soft-capping at all).
-    if (!std::isfinite(static_cast<T>(cap)) || !(static_cast<T>(cap) > 0))
+    // 1e39 is finite as a double, not in float32; 1e-46 is 0 in float32; 1e-40's inverse is not finite.
+    if (!detail::softcap_fits<T>(cap))
       detail::fail(op, ": softcap is ", cap, "; it must be positive and finite in the computation's type (", sizeof(T) * 8,
-                   "-bit float)");
+                   "-bit float), and so must its inverse");
     p.softcap = static_cast<T>(cap);
   }
   p.mask = plan_mask(mask, c.B, c.H, c.n, c.m, c.rank, op);

@@ -133,9 +133,9 @@ Packed check_packed(const char* op, const TensorView<const E>& q, const TensorVi
     detail::fail(op, ": queries has shape ", q.shape_string(), " with d = 0; the default scale 1/sqrt(d) needs d >= 1");
   if (o.scale && !std::isfinite(static_cast<Wide<E>>(*o.scale)))
     detail::fail(op, ": scale is ", *o.scale, "; it must be finite in the computation's type");
-  if (o.softcap && (!(*o.softcap > 0) || !std::isfinite(static_cast<Wide<E>>(*o.softcap)) ||
-                    !(static_cast<Wide<E>>(*o.softcap) > 0)))  // 1e-46 is 0 in float32
-    detail::fail(op, ": softcap is ", *o.softcap, "; it must be positive and finite in the computation's type");
+  if (o.softcap && !detail::softcap_fits<Wide<E>>(*o.softcap))
+    detail::fail(op, ": softcap is ", *o.softcap, "; it must be positive and finite in the computation's type, and so must "
+                 "its inverse");
   plan_dropout(o.dropout, op, p.H, /*offsets=*/true);
   return p;
 }

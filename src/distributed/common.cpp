@@ -189,8 +189,9 @@ Problem agree(const Comm& comm, const char* op, ShardLayout layout, const Tensor
     if (!(options.dropout.p >= 0 && options.dropout.p < 1))
       detail::fail(op, ": dropout p is ", options.dropout.p, "; it must lie in [0, 1)");
     if (options.scale && !std::isfinite(*options.scale)) detail::fail(op, ": scale is ", *options.scale, "; it must be finite");
-    if (options.softcap && !(std::isfinite(*options.softcap) && *options.softcap > 0))
-      detail::fail(op, ": softcap is ", *options.softcap, "; it must be positive and finite");
+    if (options.softcap && !detail::softcap_fits<T>(*options.softcap))  // before the ring, as every check here
+      detail::fail(op, ": softcap is ", *options.softcap, "; it must be positive and finite in the computation's type, and "
+                   "so must its inverse");
     // The slopes here, before any message between the ranks (the block kernels' own check would come
     // after the ring's first exchange was posted).
     if (const TensorView<const T>& a = mask.alibi_slopes; !a.empty()) {

@@ -211,7 +211,7 @@ BandwidthSelection KernelRegression::select_bandwidth(BandwidthMethod method,
   }
   // The criterion as the user's y gives it, back from the search's units.
   const auto in_y = [&](double value) {
-    return method == BandwidthMethod::cv_ls ? value * (y_unit_ * y_unit_) : value + 2 * std::log(y_unit_);
+    return method == BandwidthMethod::cv_ls ? value * y_unit_ * y_unit_ : value + 2 * std::log(y_unit_);
   };
   at_start = in_y(at_start), best.value = in_y(best.value);
   BandwidthSelection out;

@@ -214,11 +214,12 @@ double KernelRegression::cv_ls_in_units(std::span<const double> bandwidths, std:
 }
 
 double KernelRegression::cv_ls(std::span<const double> bandwidths, std::vector<double>* gradient) const {
-  const double unit2 = y_unit_ * y_unit_;  // inf where the criterion itself passes float64's range
+  // Times the unit twice, not its square: y_unit_^2 alone overflows from 2^512 on, where a criterion
+  // of small residuals still fits (inf only where the criterion itself passes float64's range).
   const double value = cv_ls_in_units(bandwidths, gradient);
   if (gradient)
-    for (double& g : *gradient) g *= unit2;
-  return value * unit2;
+    for (double& g : *gradient) g = g * y_unit_ * y_unit_;
+  return value * y_unit_ * y_unit_;
 }
 
 double KernelRegression::aicc(std::span<const double> bandwidths, std::vector<double>* gradient) const {
