@@ -93,6 +93,24 @@ TEST(PlugInBandwidth, ScalesWithX) {
   }
 }
 
+TEST(PlugInBandwidth, InvariantToTheScaleOfY) {
+  // sigma^2 and theta_22 both scale with y^2: y times a power of two gives the same bits, and y of
+  // 1e150 or 1e-160 (whose squares pass float64's range) the same bandwidth. (Squared as given, they
+  // gave NaN pilot bandwidths or an infinite sigma^2.)
+  for (const Golden& g : goldens()) {
+    const double h = plug_in_bandwidth(g.data.x, g.data.y);
+    for (double c : {0x1p500, 0x1p-500, 1e150, 1e-160, 3.0}) {
+      std::vector<double> ys = g.data.y;
+      for (double& v : ys) v *= c;
+      const double got = plug_in_bandwidth(g.data.x, ys);
+      if (c == 0x1p500 || c == 0x1p-500)
+        EXPECT_EQ(got, h) << "y times " << c << ", n = " << ys.size();
+      else
+        EXPECT_LT(rel(got, h), 1e-9) << "y times " << c << ", n = " << ys.size();
+    }
+  }
+}
+
 TEST(PlugInBandwidth, InvariantToShifts) {
   // The quartic blocks are fitted about their own centre and y is centred, so a shift far from the
   // data's spread costs no digits (R's raw powers of x lose 1e-5 relative at x + 100 on [0, 1]).
