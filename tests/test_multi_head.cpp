@@ -33,20 +33,33 @@ std::vector<Tensor<double>> inputs_of(const MhaCase& c) {
   return in;
 }
 
+// A case's inputs and parameters in precision T (inputs_of's order), its valid lengths, mask and options.
+template <class T>
+struct Prepared {
+  std::vector<Tensor<T>> in;
+  MultiHeadParams<T> p;
+  Tensor<std::int64_t> lens;
+  Mask<T> mask;
+  SdpaOptions options;
+  Prepared(const MhaCase& c, const std::vector<Tensor<double>>& in64) : lens({c.B}) {
+    for (const auto& t : in64) in.push_back(convert<T>(t));
+    p = {in[3].view(), in[4].view(), in[5].view(), in[6].view(), {}, {}, {}, {}};
+    if (c.bias) p.b_q = in[7].view(), p.b_k = in[8].view(), p.b_v = in[9].view(), p.b_o = in[10].view();
+    for (index_t b = 0; b < c.B; ++b) lens[b] = b == 0 ? c.m : c.m / 2 + 1;
+    if (c.lens) mask.valid_lens = lens.view();
+    mask.causal = c.causal;
+    options.dropout = {c.dropout, 13};
+  }
+};
+
 // out, then the gradient of every input and parameter (in inputs_of's order), in precision T.
 template <class T>
 std::vector<Tensor<T>> run(const MhaCase& c, const std::vector<Tensor<double>>& in64, const Tensor<double>& dout64) {
-  std::vector<Tensor<T>> in;
-  for (const auto& t : in64) in.push_back(convert<T>(t));
-  MultiHeadParams<T> p{in[3].view(), in[4].view(), in[5].view(), in[6].view(), {}, {}, {}, {}};
-  if (c.bias) p.b_q = in[7].view(), p.b_k = in[8].view(), p.b_v = in[9].view(), p.b_o = in[10].view();
-  Tensor<std::int64_t> lens({c.B});
-  for (index_t b = 0; b < c.B; ++b) lens[b] = b == 0 ? c.m : c.m / 2 + 1;
-  Mask<T> mask;
-  if (c.lens) mask.valid_lens = lens.view();
-  mask.causal = c.causal;
-  SdpaOptions options;
-  options.dropout = {c.dropout, 13};
+  const Prepared<T> call(c, in64);
+  const std::vector<Tensor<T>>& in = call.in;
+  const MultiHeadParams<T>& p = call.p;
+  const Mask<T>& mask = call.mask;
+  const SdpaOptions& options = call.options;
   const MultiHeadConfig config{c.H, c.Hk};
   Tensor<T> out({c.B, c.n, c.D});
   MultiHeadState<T> state;
@@ -95,21 +108,12 @@ TEST_P(MultiHead, BackwardMatchesFiniteDifferences) {
 // The heads' weights (B, H, n, m) after a forward, then the state's V (B, m, Hk dh) and heads (B, n, H dh).
 template <class T>
 std::vector<Tensor<T>> weights_of(const MhaCase& c, const std::vector<Tensor<double>>& in64) {
-  std::vector<Tensor<T>> in;
-  for (const auto& t : in64) in.push_back(convert<T>(t));
-  MultiHeadParams<T> p{in[3].view(), in[4].view(), in[5].view(), in[6].view(), {}, {}, {}, {}};
-  if (c.bias) p.b_q = in[7].view(), p.b_k = in[8].view(), p.b_v = in[9].view(), p.b_o = in[10].view();
-  Tensor<std::int64_t> lens({c.B});
-  for (index_t b = 0; b < c.B; ++b) lens[b] = b == 0 ? c.m : c.m / 2 + 1;
-  Mask<T> mask;
-  if (c.lens) mask.valid_lens = lens.view();
-  mask.causal = c.causal;
-  SdpaOptions options;
-  options.dropout = {c.dropout, 13};
+  const Prepared<T> call(c, in64);
   Tensor<T> out({c.B, c.n, c.D}), weights({c.B, c.H, c.n, c.m});
   MultiHeadState<T> state;
-  multi_head_attention_forward<T>(out.view(), &state, in[0].view(), in[1].view(), in[2].view(), p, {c.H, c.Hk}, mask, options);
-  multi_head_attention_weights<T>(weights.view(), state, {c.H, c.Hk}, mask, options);
+  multi_head_attention_forward<T>(out.view(), &state, call.in[0].view(), call.in[1].view(), call.in[2].view(), call.p,
+                                  {c.H, c.Hk}, call.mask, call.options);
+  multi_head_attention_weights<T>(weights.view(), state, {c.H, c.Hk}, call.mask, call.options);
   return {weights, state.v, state.heads};
 }
 
