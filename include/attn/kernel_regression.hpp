@@ -167,6 +167,8 @@ class KernelRegression {
   // A power of two near max|y|: residuals are squared in its units, so the criteria, R^2 and the
   // bands hold at any scale of y (squared as given, y of 1e160 overflowed).
   double y_unit_ = 1;
+  // y_i - fit in units of y_unit_ (each divided first, so that the difference cannot overflow).
+  double residual_in_units(index_t i, double fit) const { return y_[i] / y_unit_ - fit / y_unit_; }
   double cv_ls_in_units(std::span<const double> bandwidths, std::vector<double>* gradient) const;
   double aicc_in_units(std::span<const double> bandwidths, std::vector<double>* gradient) const;
 };

@@ -87,9 +87,12 @@ Tensor<float> rounded_queries(TensorView<const float> q) {
   return out;
 }
 
-// Whether attention over a cache of this type rounds its queries to 16 bits (kv_cache.hpp): int8's
-// keys and int4's (not int4_kivi's, quantized per channel), whose products are summed in integers.
-bool rounds_queries(KvDtype t) { return t == KvDtype::int8 || t == KvDtype::int4; }
+// Whether a call over a cache of this type takes its queries rounded to 16 bits here (kv_cache.hpp's
+// rule for int8 and int4 keys; not int4_kivi's, quantized per channel): int4's always (the decode's
+// float products read them), int8's unless the decode reads its rows in place (it rounds them itself).
+bool rounds_queries_here(KvDtype t, bool decode_in_place) {
+  return t == KvDtype::int4 || (t == KvDtype::int8 && !decode_in_place);
+}
 
 // One block: keys and values (kv_heads, block_size, head_dim) in the storage type, for int8 one
 // scale per 32 of them, for the 4-bit types one scale and one minimum per group of 32 (cpu/quant/q4.hpp).
@@ -693,7 +696,7 @@ void KvCache::State::decode_batch(TensorView<float> out, TensorView<const float>
   const TensorView<const float> shape(&never_read, {G, kv_heads, m, head_dim}, {0, 0, 0, 1});
   Tensor<float> scaled_q;  // float8: the keys' folded scale; int4: the queries rounded (int8's: by the decode itself)
   const SdpaOptions used = with_key_scale(q, sdpa, scaled_q);
-  if (options.dtype == KvDtype::int4) scaled_q = rounded_queries(q);
+  if (rounds_queries_here(options.dtype, true)) scaled_q = rounded_queries(q);
   detail::sdpa_decode_rows(out, {}, scaled_q.numel() > 0 ? scaled_q.view() : q, shape, shape, rows.keys, rows.values, mask, used, op);
   scale_values(out);
 }
@@ -774,12 +777,11 @@ void KvCache::State::run(TensorView<float> out, TensorView<const float> q, index
     static const float never_read = 0;
     const TensorView<const float> shape(&never_read, {1, kv_heads, L, head_dim}, {0, 0, 0, 1});
     const bool decode = n <= cpu::fused::kDecodeRows;
-    // The decode path rounds int8 keys' queries itself; a prompt's are rounded alike here, and int4's
-    // always (the decode's float products read them). float8: the keys' folded k_scale in the scale
-    // or the queries (and out times the values' below).
+    // int8 and int4 queries rounded where rounds_queries_here says; float8: the keys' folded k_scale in
+    // the scale or the queries (and out times the values' below).
     Tensor<float> given;
     SdpaOptions how = sdpa;
-    if ((!decode && options.dtype == KvDtype::int8) || options.dtype == KvDtype::int4) {
+    if (rounds_queries_here(options.dtype, decode)) {
       given = rounded_queries(q);
     } else {
       how = with_key_scale(q, sdpa, given);
@@ -792,7 +794,7 @@ void KvCache::State::run(TensorView<float> out, TensorView<const float> q, index
   }
   // Other backends (the reference): over the keys and values widened to float32 (float8's scales applied).
   const Tensor<float> keys = gather(seq, false), values = gather(seq, true);
-  const Tensor<float> rounded = rounds_queries(options.dtype) ? rounded_queries(q) : Tensor<float>();
+  const Tensor<float> rounded = rounds_queries_here(options.dtype, false) ? rounded_queries(q) : Tensor<float>();
   sdpa_forward<float>(out, {}, {}, rounded.numel() > 0 ? rounded.view() : q, detail::with_batch_of_one(keys.view()),
                       detail::with_batch_of_one(values.view()), mask, sdpa);
 }

@@ -5,6 +5,7 @@
 // none.) 0 for constant values; not finite only where a deviation itself overflows (values of
 // opposite signs near the largest double). The scale of the bandwidth searches (kreg's rule of
 // thumb, select_width's grid), so that data in other units get the same widths in those units.
+// And power_of_two_unit, below.
 #pragma once
 
 #include <algorithm>
@@ -23,6 +24,16 @@ double standard_deviation(index_t count, const X& x) {
   if (!(largest > 0)) return largest == 0 ? 0.0 : largest;  // constant, or NaN
   for (index_t i = 0; i < count; ++i) squares += std::pow((x(i) - mean) / largest, 2);
   return largest * std::sqrt(squares / n);
+}
+
+// A power of two near the largest |v| (|v| / unit < 2), 1 when every v is 0: the unit in which
+// kernel regression squares its responses, so that its criteria and bands hold at any scale of y
+// (a power of two: y in other units by one gives the same bits).
+template <class Range>
+double power_of_two_unit(const Range& values) {
+  double top = 0;
+  for (const double v : values) top = std::max(top, std::abs(v));
+  return top > 0 ? std::ldexp(1.0, std::ilogb(top)) : 1.0;
 }
 
 }  // namespace attn::detail

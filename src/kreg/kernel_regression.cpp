@@ -12,6 +12,7 @@
 #include <set>
 
 #include "attn/error.hpp"
+#include "core/spread.hpp"
 #include "kreg/local_fit.hpp"
 
 namespace attn {
@@ -84,9 +85,7 @@ KernelRegression::KernelRegression(TensorView<const double> x, TensorView<const 
     y_[i] = y(i);
     if (!std::isfinite(y_[i])) detail::fail(op, ": y[", i, "] is ", y_[i], "; every value must be finite");
   }
-  double top = 0;
-  for (const double v : y_) top = std::max(top, std::abs(v));
-  if (top > 0) y_unit_ = std::ldexp(1.0, std::ilogb(top));  // |y| / y_unit_ < 2
+  y_unit_ = detail::power_of_two_unit(y_);
   levels_.assign(k_, 0);
   for (index_t c = 0; c < k_; ++c) {
     if (types_[c] == RegressorType::continuous) {
@@ -205,7 +204,7 @@ double KernelRegression::cv_ls_in_units(std::span<const double> bandwidths, std:
   double sum = 0;
   if (gradient) gradient->assign(k_, 0.0);
   for (index_t i = 0; i < n_; ++i) {
-    const double e = y_[i] / y_unit_ - r.mean[i] / y_unit_;
+    const double e = residual_in_units(i, r.mean[i]);
     sum += e * e;
     if (gradient)
       for (index_t c = 0; c < k_; ++c) (*gradient)[c] -= 2 * e * (r.gradient[i * k_ + c] / y_unit_) / n_;
@@ -233,7 +232,7 @@ double KernelRegression::aicc_in_units(std::span<const double> bandwidths, std::
   double rss = 0, trace = 0;
   std::vector<double> drss(k_, 0.0), dtrace(k_, 0.0);
   for (index_t i = 0; i < n_; ++i) {  // rss and its gradient in units of y_unit_ squared
-    const double e = y_[i] / y_unit_ - r.mean[i] / y_unit_;
+    const double e = residual_in_units(i, r.mean[i]);
     rss += e * e;
     trace += r.hat[i];
     if (gradient)
@@ -258,7 +257,7 @@ double KernelRegression::r_squared(std::span<const double> bandwidths) const {
   const double mean_fit = std::accumulate(f.mean.begin(), f.mean.end(), 0.0) / n_;
   double cross = 0, yy = 0, ff = 0;
   for (index_t i = 0; i < n_; ++i) {  // in units of y_unit_: the same ratio at any scale
-    const double dy = y_[i] / y_unit_ - mean_fit / y_unit_, df = f.mean[i] / y_unit_ - mean_fit / y_unit_;
+    const double dy = residual_in_units(i, mean_fit), df = f.mean[i] / y_unit_ - mean_fit / y_unit_;
     cross += dy * df, yy += dy * dy, ff += df * df;
   }
   return cross / yy * (cross / ff);
@@ -295,7 +294,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
   }
   double rss = 0, trace = 0, trace_hh = 0;  // rss in units of y_unit_ squared, as sigma2 below
   for (index_t i = 0; i < n_; ++i) {
-    const double e = y_[i] / y_unit_ - fitted[i] / y_unit_;
+    const double e = residual_in_units(i, fitted[i]);
     rss += e * e, trace += hat[i], trace_hh += row_squares[i];
   }
   const double dof = static_cast<double>(n_) - 2 * trace + trace_hh;
@@ -334,7 +333,7 @@ ConfidenceBand KernelRegression::confidence_band(std::span<const double> bandwid
           {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)}};
       r123::Philox4x32 philox;
       for (const auto& w : l) {
-        const double e = w.l * (y_[w.point] / y_unit_ - fitted[w.point] / y_unit_);  // draws in units of y_unit_
+        const double e = w.l * residual_in_units(w.point, fitted[w.point]);  // draws in units of y_unit_
         for (int b0 = 0; b0 < replicates; b0 += 128) {
           const r123::Philox4x32::ctr_type ctr = {{static_cast<std::uint32_t>(w.point),
                                                    static_cast<std::uint32_t>(w.point >> 32),

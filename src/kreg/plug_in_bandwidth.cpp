@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "attn/error.hpp"
+#include "core/spread.hpp"
 #include "attn/kernel_regression.hpp"
 
 namespace attn {
@@ -289,10 +290,8 @@ double plug_in_bandwidth(std::span<const double> x, std::span<const double> y) {
   for (index_t i = 0; i < n; ++i) xs[i] = x[order[cut + i]], ys[i] = y[order[cut + i]];
   // y in units of a power of two near max|y|: h is the same at any scale of y (sigma^2 and theta_22
   // both scale with y^2), and their sums neither overflow (y of 1e150) nor underflow (1e-160).
-  double top = 0;
-  for (const double v : ys) top = std::max(top, std::abs(v));
-  if (top > 0)
-    for (double& v : ys) v /= std::ldexp(1.0, std::ilogb(top));
+  const double unit = detail::power_of_two_unit(ys);
+  for (double& v : ys) v /= unit;
   const double a = xs.front(), b = xs.back();
   if (!(b > a))
     detail::fail(kFn, ": x has zero spread", cut > 0 ? " after trimming 1% at each end" : "", " (all ", n,

@@ -19,8 +19,6 @@ namespace {
 
 constexpr index_t kLanes = 64;  // queries of a block: four vectors of 16 int32 lanes
 
-#define ATTN_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
-
 // A key's scores for 16 queries from their int32 sums (each already less 128 times the key's byte
 // sum): converted, times the query's scale times the key's, plus the query's mean term. Both units
 // end here, so that their scores are the same floats.

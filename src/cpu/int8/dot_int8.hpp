@@ -19,6 +19,10 @@
 #include "attn/config.hpp"
 #include "attn/tensor.hpp"
 
+// The target attribute of the functions that use AVX512-VNNI (here and in dot_q4.cpp): none runs
+// unless has_avx512_vnni().
+#define ATTN_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
 namespace attn::cpu::int8 {
 
 // Whether this CPU runs AVX512-VNNI (and the AVX-512 it builds on).

@@ -2,6 +2,8 @@
 // the target attribute; none is called unless has_avx512_vnni().
 #include "cpu/int8/dot_q4.hpp"
 
+#include "cpu/int8/dot_int8.hpp"
+
 #if defined(__GNUC__) && !defined(__clang__)  // GCC 12 on the intrinsics' undefined-value idiom
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -18,11 +20,11 @@ namespace {
 constexpr index_t kChunkBytes = 64;                           // codes of four groups of 32
 constexpr index_t kPackedChunk = 4 * kChunkBytes + 16 * 4;    // hL, hH, lL, lH, then 16 floats
 
-#define ATTN_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define ATTN_VNNI_INLINE ATTN_VNNI_TARGET __attribute__((always_inline)) inline
 
 // Sums the 16 lanes of each of v[0, 4) into out[0, 4). Each output adds its own lanes only, in the
 // same tree whatever the other three hold, so a row gets the same bits in any group of four.
-ATTN_VNNI_TARGET __attribute__((always_inline)) inline void sum_of_lanes4(const __m512* v, float* out) {
+ATTN_VNNI_INLINE void sum_of_lanes4(const __m512* v, float* out) {
   const __m512 a = _mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1]));
   const __m512 b = _mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3]));
   const __m512d ad = _mm512_castps_pd(a), bd = _mm512_castps_pd(b);
@@ -30,8 +32,6 @@ ATTN_VNNI_TARGET __attribute__((always_inline)) inline void sum_of_lanes4(const 
   const __m256 y = _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1));
   _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1)));
 }
-
-#define ATTN_VNNI_INLINE ATTN_VNNI_TARGET __attribute__((always_inline)) inline
 
 // One chunk of a key row (64 bytes of codes, four groups): its codes split into low and high
 // nibbles, and its groups' scales and minima spread over the lanes, lane 4 g + i holding group g's.
