@@ -3,13 +3,8 @@
 #include "cpu/int8/dot_int8.hpp"
 
 #include "attn/config.hpp"
+#include "cpu/int8/vnni.hpp"
 #include "cpu/tiles/tiles.hpp"
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
 
 #include <cstring>
 #include <vector>
@@ -46,10 +41,10 @@ ATTN_VNNI_TARGET void score_rows(const std::int8_t* k, index_t ks, const std::in
       std::int32_t word;
       std::memcpy(&word, k + r * ks + 4 * c, sizeof word);
       const __m512i kb = _mm512_set1_epi32(word);
-      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], q0, kb);
-      acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], q1, kb);
-      acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], q2, kb);
-      acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], q3, kb);
+      acc[r][0] = dpbusd(acc[r][0], q0, kb);
+      acc[r][1] = dpbusd(acc[r][1], q1, kb);
+      acc[r][2] = dpbusd(acc[r][2], q2, kb);
+      acc[r][3] = dpbusd(acc[r][3], q3, kb);
     }
   }
   for (int v = 0; v < 4; ++v) {

@@ -2,13 +2,7 @@
 // the target attribute; none is called unless has_avx512_vnni().
 #include "cpu/int8/dot_q4.hpp"
 
-#include "cpu/int8/dot_int8.hpp"
-
-#if defined(__GNUC__) && !defined(__clang__)  // GCC 12 on the intrinsics' undefined-value idiom
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/int8/vnni.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -19,8 +13,6 @@ namespace {
 
 constexpr index_t kChunkBytes = 64;                           // codes of four groups of 32
 constexpr index_t kPackedChunk = 4 * kChunkBytes + 16 * 4;    // hL, hH, lL, lH, then 16 floats
-
-#define ATTN_VNNI_INLINE ATTN_VNNI_TARGET __attribute__((always_inline)) inline
 
 // Sums the 16 lanes of each of v[0, 4) into out[0, 4). Each output adds its own lanes only, in the
 // same tree whatever the other three hold, so a row gets the same bits in any group of four.
@@ -50,10 +42,10 @@ ATTN_VNNI_INLINE Chunk chunk_of(__m512i bytes, __m128 scale4, __m128 min4) {
 // lanes + the chunk's products with one query's chunk (packed): each group's sum of r code in
 // integers, times its scale, plus its minimum times the group's sum of r.
 ATTN_VNNI_INLINE __m512 add_chunk(__m512 lanes, const Chunk& k, const std::uint8_t* packed) {
-  __m512i high = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k.lo, _mm512_loadu_si512(packed));
-  high = _mm512_dpbusd_epi32(high, k.hi, _mm512_loadu_si512(packed + kChunkBytes));
-  __m512i low = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(packed + 2 * kChunkBytes), k.lo);
-  low = _mm512_dpbusd_epi32(low, _mm512_loadu_si512(packed + 3 * kChunkBytes), k.hi);
+  __m512i high = dpbusd(_mm512_setzero_si512(), k.lo, _mm512_loadu_si512(packed));
+  high = dpbusd(high, k.hi, _mm512_loadu_si512(packed + kChunkBytes));
+  __m512i low = dpbusd(_mm512_setzero_si512(), _mm512_loadu_si512(packed + 2 * kChunkBytes), k.lo);
+  low = dpbusd(low, _mm512_loadu_si512(packed + 3 * kChunkBytes), k.hi);
   const __m512i sums = _mm512_add_epi32(_mm512_slli_epi32(high, 8), low);
   const __m512 quarter_sums = _mm512_loadu_ps(reinterpret_cast<const float*>(packed + 4 * kChunkBytes));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), k.scale, _mm512_fmadd_ps(k.min, quarter_sums, lanes));
