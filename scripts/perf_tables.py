@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
-"""Regenerates docs/performance.md's tables from one `attn bench --json` output.
+"""Regenerates docs/performance.md's tables from `attn bench --json` outputs, one run per machine.
 
-  scripts/perf_tables.py BENCH.json docs/performance.md README.md --machine "2-core Intel Xeon ..." \\
-      --command "OMP_WAIT_POLICY=passive build/release/attn bench --json --seconds 0.5" \\
-      [--save docs/performance.json]
-      rewrites each page between `<!-- perf_tables: begin -->` and `<!-- perf_tables: end -->`
-      (every case) and between `<!-- perf_tables: summary begin -->` and `... summary end -->`
-      (a few cases: SUMMARY); --save keeps the run (its JSON with the machine and the command)
-  scripts/perf_tables.py --check docs/performance.json docs/performance.md README.md
-      exits 1, printing the difference, when a page's tables are not those of the saved run
-      (the docs.perf_tables test)
+  scripts/perf_tables.py BENCH.json docs/performance.md README.md --name zen5 \\
+      --machine "2-core AMD EPYC ..." --command "OMP_WAIT_POLICY=passive build/release/attn bench --json --seconds 0.5" \\
+      [--save docs/performance-zen5.json]
+      rewrites each page between `<!-- perf_tables: begin NAME -->` and `<!-- perf_tables: end NAME -->`
+      (every case) and between `<!-- perf_tables: summary begin NAME -->` and `... summary end NAME -->`
+      (a few cases: SUMMARY), NAME the run's; --save keeps the run (its JSON with the name, the
+      machine and the command)
+  scripts/perf_tables.py --check docs/performance-zen5.json docs/performance.md README.md
+      exits 1, printing the difference, when a page's tables of that run are not those of the saved
+      run (the docs.perf_tables test, once per saved run)
 
-BENCH.json is either `attn bench --json`'s output (then --machine and --command say where and how it
-ran) or a saved run: {"machine": ..., "command": ..., "bench": <attn bench --json output>}.
+BENCH.json is either `attn bench --json`'s output (then --name, --machine and --command say which
+run it is, where and how it ran) or a saved run: {"name": ..., "machine": ..., "command": ...,
+"bench": <attn bench --json output>}. Each run's markers must be in at least one of the pages.
 """
 import argparse
 import difflib
@@ -20,10 +22,13 @@ import json
 import pathlib
 import sys
 
-BEGIN = "<!-- perf_tables: begin -->"
-END = "<!-- perf_tables: end -->"
-SUMMARY_BEGIN = "<!-- perf_tables: summary begin -->"
-SUMMARY_END = "<!-- perf_tables: summary end -->"
+
+
+def markers(name):
+    """The four markers of run `name`: the tables' begin and end, the summary's begin and end."""
+    return (f"<!-- perf_tables: begin {name} -->", f"<!-- perf_tables: end {name} -->",
+            f"<!-- perf_tables: summary begin {name} -->", f"<!-- perf_tables: summary end {name} -->")
+
 # The cases of the summary (README.md's "Speed"), those the run has.
 SUMMARY = ("sdpa forward (1,4096,4096,128)", "sdpa forward+backward (4,1024,1024,64)", "sdpa decode (32,1,8192,128)",
            "sdpa forward bf16 (1,4096,4096,128)", "sdpa forward+backward bf16 (4,1024,1024,64)",
@@ -107,40 +112,45 @@ def replace(text, begin, end, body):
 
 
 def render(page_text, run):
-    """The page with its tables (BEGIN .. END) and its summary (SUMMARY_BEGIN .. SUMMARY_END) redone."""
-    if BEGIN not in page_text and SUMMARY_BEGIN not in page_text:
-        raise SystemExit(f"the page holds neither {BEGIN} nor {SUMMARY_BEGIN}")
-    if BEGIN in page_text:
-        page_text = replace(page_text, BEGIN, END, tables(run))
-    if SUMMARY_BEGIN in page_text:
-        page_text = replace(page_text, SUMMARY_BEGIN, SUMMARY_END, summary(run))
-    return page_text
+    """The page with the run's tables (begin .. end) and summary (summary begin .. end) redone, and
+    whether it holds either."""
+    begin, end, summary_begin, summary_end = markers(run["name"])
+    if begin in page_text:
+        page_text = replace(page_text, begin, end, tables(run))
+    if summary_begin in page_text:
+        page_text = replace(page_text, summary_begin, summary_end, summary(run))
+    return page_text, begin in page_text or summary_begin in page_text
 
 
-def load(path, machine, command):
+def load(path, name, machine, command):
     data = json.loads(pathlib.Path(path).read_text())
     if "bench" in data:
         return data
-    if not machine or not command:
-        raise SystemExit("a raw `attn bench --json` output needs --machine and --command")
-    return {"machine": machine, "command": command, "bench": data}
+    if not name or not machine or not command:
+        raise SystemExit("a raw `attn bench --json` output needs --name, --machine and --command")
+    return {"name": name, "machine": machine, "command": command, "bench": data}
 
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("json")
     p.add_argument("pages", nargs="+", help="docs/performance.md, README.md, ...")
+    p.add_argument("--name", help="the run's name in the pages' markers (a machine's short name: zen5)")
     p.add_argument("--machine")
     p.add_argument("--command")
     p.add_argument("--save", help="write the run, with its machine and command, to this JSON file")
     p.add_argument("--check", action="store_true", help="compare, do not write")
     a = p.parse_args(argv)
-    run = load(a.json, a.machine, a.command)
+    run = load(a.json, a.name, a.machine, a.command)
     failed = 0
+    found = False
     for name in a.pages:
         page = pathlib.Path(name)
         old = page.read_text()
-        new = render(old, run)
+        new, holds = render(old, run)
+        found = found or holds
+        if not holds:
+            continue
         if not a.check:
             page.write_text(new)
         elif new != old:
@@ -150,6 +160,8 @@ def main(argv):
             failed += 1
         else:
             print(f"{name}: the tables of {a.json} ({len(run['bench']['cases'])} cases)")
+    if not found:
+        raise SystemExit(f"no page holds the markers of run {run['name']!r}: {markers(run['name'])[0]}")
     if a.save and not a.check:
         pathlib.Path(a.save).write_text(json.dumps(run, indent=1) + "\n")
     return 1 if failed else 0

@@ -5,9 +5,9 @@
 #   docs.sh             every ```sh block runs with this build's `attn` first on PATH
 #   docs.cpp.N          every ```cpp block, extracted at configure time into build/tests/doc_examples
 #                       (a page's edit re-runs the extraction), compiled against attn and run
-#   docs.perf_tables    scripts/perf_tables.py reproduces the tables of docs/performance.md and the
-#                       summary in README.md from the `attn bench --json` run kept in
-#                       docs/performance.json
+#   docs.perf_tables.M  scripts/perf_tables.py reproduces machine M's tables in docs/performance.md
+#                       (and the summary in README.md) from the `attn bench --json` run kept in
+#                       docs/performance-M.json
 #   docs.undocumented   Doxygen over include/attn/*.hpp: no public function without a doc comment
 #   docs.python_docstrings  every public name of the Python package, and its classes' members, has a docstring
 # The `docs` target builds the API reference: Doxygen's HTML (build/docs/cpp/html) and pydoc's pages
@@ -56,11 +56,13 @@ foreach(entry ${attn_doc_cpp})
 endforeach()
 
 # docs/performance.md's tables, regenerated from the JSON they were made from.
-add_test(NAME docs.perf_tables
-         COMMAND ${attn_doc_python} ${PROJECT_SOURCE_DIR}/scripts/perf_tables.py --check
-                 ${PROJECT_SOURCE_DIR}/docs/performance.json ${PROJECT_SOURCE_DIR}/docs/performance.md
-                 ${PROJECT_SOURCE_DIR}/README.md)
-set_tests_properties(docs.perf_tables PROPERTIES LABELS docs TIMEOUT 60)
+foreach(machine IN ITEMS zen5 xeon)
+  add_test(NAME docs.perf_tables.${machine}
+           COMMAND ${attn_doc_python} ${PROJECT_SOURCE_DIR}/scripts/perf_tables.py --check
+                   ${PROJECT_SOURCE_DIR}/docs/performance-${machine}.json ${PROJECT_SOURCE_DIR}/docs/performance.md
+                   ${PROJECT_SOURCE_DIR}/README.md)
+  set_tests_properties(docs.perf_tables.${machine} PROPERTIES LABELS docs TIMEOUT 60)
+endforeach()
 
 # The API reference and its completeness check.
 find_program(ATTN_DOXYGEN doxygen)
