@@ -469,7 +469,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
     sdpa_forward<T>(o, l, {}, plan);
     p.out = o, p.lse = l;
   }
-  const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv, chunk_keys, p.bf16_products);
+  const std::size_t work = fused::sdpa_backward_work_bytes<T>(d, dv, chunk_keys, p.bf16_products, p.bf16_tiles);
   const auto stats = [&](index_t t, void* w) {
     fused::sdpa_backward_stats<T>(p, t / blocks / H, t / blocks % H, (t % blocks) * fused::kBlockQ, w);
   };

@@ -393,13 +393,14 @@ void sum_chunk_partials(T* out, index_t out_stride, const T* partials, index_t b
 }
 
 // Whether pass 2 keeps the chunk's dK and dV key-major, in panels of kBlockQ columns (see
-// SdpaChunkArrays): for the float products when the query and value sizes are whole panels. dV =
-// W^T dout and dK = dS^T Q then take W^T and dS^T as the tile already holds them, key-major, and
-// the block's output gradients and queries packed once per block, where the transposed layout
-// (sizes that are not whole panels, whose padding would cost more products than it saves, and the
-// bfloat16 products) transposes W and dS on every tile. Both give the same sums in the same order.
-inline bool backward_grads_key_major(index_t d, index_t v, bool bf16_products) {
-  return !bf16_products && d % kBlockQ == 0 && v % kBlockQ == 0;
+// SdpaChunkArrays): when the query and value sizes are whole panels, for the float products and the
+// bfloat16 vectors. dV = W^T dout and dK = dS^T Q then take W^T and dS^T as the tile already holds
+// them, key-major, and the block's output gradients and queries packed once per block, where the
+// transposed layout (sizes that are not whole panels, whose padding would cost more products than
+// it saves, and AMX's tiles, bf16_tiles) transposes W and dS on every tile. Both give the same sums
+// in the same order.
+inline bool backward_grads_key_major(index_t d, index_t v, bool bf16_tiles) {
+  return !bf16_tiles && d % kBlockQ == 0 && v % kBlockQ == 0;
 }
 
 // Pass 2's work space for query size d, value size v and chunks of chunk_keys keys: a block's
@@ -424,19 +425,22 @@ struct SdpaChunkArrays {
   T* o_panels;
 
   // With bf16_products, the operands as bfloat16 pairs (bf16/dot_bf16.hpp): of a query block (q_b,
-  // o_b: Q^T and dout^T in pairs of their rows; q_a, o_a: in pairs along the queries), of the chunk's
-  // key tiles, packed once per chunk (k_a, v_a: the rows in pairs along d and v, a tile's at its first
-  // row; k_t: kBlockK / 2 d words a tile, its key rows in pairs (vectors) or K^T in pairs along the
-  // keys (tiles)), and of a tile's W, dS and dS^T in pairs of rows (w_b, ds_b, dst_b). Empty otherwise.
+  // o_b: Q^T and dout^T in pairs of their rows; q_a, o_a: Q and dout in pairs of their rows, in the
+  // key-major layout a panel of kBlockQ columns at a time ((d / kBlockQ) x (kBlockQ / 2, kBlockQ)),
+  // else Q^T and dout^T in pairs along the queries), of the chunk's key tiles, packed once per chunk
+  // (k_a, v_a: the rows in pairs along d and v, a tile's at its first row; k_t: kBlockK / 2 d words a
+  // tile, its key rows in pairs (vectors) or K^T in pairs along the keys (tiles)), and of a tile's W
+  // and dS (w_b, ds_b: W^T and dS^T rows in pairs along the queries, key-major; else W and dS in pairs
+  // of rows) and dS^T in pairs of rows (dst_b). Empty otherwise.
   std::uint32_t *q_b, *o_b, *q_a, *o_a, *k_a, *v_a, *k_t, *w_b, *ds_b, *dst_b;
 
-  SdpaChunkArrays(Carve& c, index_t d, index_t v, index_t chunk_keys, bool bf16 = false)
+  SdpaChunkArrays(Carve& c, index_t d, index_t v, index_t chunk_keys, bool bf16 = false, bool bf16_tiles = false)
       : block(c, d, v), row_dot(c.take<double>(kBlockQ)), pm(c.take<T>(kBlockQ * kBlockK)),
         dst(c.take<T>(kBlockK * kBlockQ)), dsm(c.take<T>(kBlockQ * kBlockK)), softcap_tanh(c.take<T>(kBlockK * kBlockQ)), raw(c.take<T>(kBlockK * kBlockQ)),
         dk_chunk(c.take<T>(static_cast<std::size_t>(d * chunk_keys))),
         dv_chunk(c.take<T>(static_cast<std::size_t>(v * chunk_keys))),
-        q_panels(c.take<T>(backward_grads_key_major(d, v, bf16) ? static_cast<std::size_t>(d * kBlockQ) : 0)),
-        o_panels(c.take<T>(backward_grads_key_major(d, v, bf16) ? static_cast<std::size_t>(v * kBlockQ) : 0)),
+        q_panels(c.take<T>(backward_grads_key_major(d, v, bf16_tiles) ? static_cast<std::size_t>(d * kBlockQ) : 0)),
+        o_panels(c.take<T>(backward_grads_key_major(d, v, bf16_tiles) ? static_cast<std::size_t>(v * kBlockQ) : 0)),
         q_b(words(c, bf16, (d + 1) / 2 * kBlockQ)), o_b(words(c, bf16, (v + 1) / 2 * kBlockQ)),
         q_a(words(c, bf16, d * kBlockQ / 2)), o_a(words(c, bf16, v * kBlockQ / 2)),
         k_a(words(c, bf16, chunk_keys * ((d + 1) / 2))), v_a(words(c, bf16, chunk_keys * ((v + 1) / 2))),
@@ -451,8 +455,10 @@ struct SdpaChunkArrays {
 // Work space of pass 1 (a block's arrays without an output) and of pass 2 for query size d, value
 // size v and chunks of chunk_keys keys.
 template <class T>
-std::size_t sdpa_backward_work_bytes(index_t d, index_t v, index_t chunk_keys, bool bf16_products = false) {
-  return std::max(layout_bytes<BlockArrays<T>>(d, 0), layout_bytes<SdpaChunkArrays<T>>(d, v, chunk_keys, bf16_products));
+std::size_t sdpa_backward_work_bytes(index_t d, index_t v, index_t chunk_keys, bool bf16_products = false,
+                                     bool bf16_tiles = false) {
+  return std::max(layout_bytes<BlockArrays<T>>(d, 0),
+                  layout_bytes<SdpaChunkArrays<T>>(d, v, chunk_keys, bf16_products, bf16_tiles));
 }
 
 // Pass 1 for rows [i0, i0 + kBlockQ) of (b, h).

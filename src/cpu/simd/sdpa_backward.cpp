@@ -337,21 +337,56 @@ void TileProductsBf16(const std::uint32_t* packed, index_t cnt, index_t cols, co
   }
 }
 
-// The tile's shares of the gradients: dV^T += dout^T W and dK^T += Q^T dS over the block's `rows`
-// queries, W and dS rounded to bfloat16 (pm and dsm, query-major); and, unless skip_dq (a masked
-// tile whose keys are not all finite: the caller adds them skipping zeros, in float), the partial
-// dQ^T += K_tile^T dS^T over the tile's cnt keys (k_t: the tile's keys packed by PackChunkTilesBf16).
+// The block's queries and output gradients as the products of dK and dV take them (q_a, o_a):
+// key-major, Q and dout in pairs of rows a panel of kBlockQ columns at a time, from the panels
+// (the rows past `rows` 0, not what the panels hold there); else Q^T and dout^T in pairs along the
+// queries.
 template <class T>
-void AccumulateGradsBf16(const SdpaChunkArrays<T>& arrays, const std::uint32_t* k_t, index_t cnt, index_t rows,
-                         index_t dq, index_t dv, bool skip_dq, bool tiles, T* dvt, T* dkt, T* part_blk) {
+void PackBlockPairsBf16(const SdpaChunkArrays<T>& arrays, const BlockState<T>& st, index_t rows, index_t dq,
+                        index_t dv, bool key_major) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!key_major) {
+      bf16::pack_pairs_in_rows(st.qt, kBlockQ, dq, kBlockQ, arrays.q_a);
+      bf16::pack_pairs_in_rows(st.ot, kBlockQ, dv, kBlockQ, arrays.o_a);
+      return;
+    }
+    for (index_t c0 = 0; c0 < dq; c0 += kBlockQ)
+      bf16::pack_row_pairs(arrays.q_panels + c0 * kBlockQ, kBlockQ, rows, kBlockQ, arrays.q_a + c0 * kBlockQ / 2);
+    for (index_t c0 = 0; c0 < dv; c0 += kBlockQ)
+      bf16::pack_row_pairs(arrays.o_panels + c0 * kBlockQ, kBlockQ, rows, kBlockQ, arrays.o_a + c0 * kBlockQ / 2);
+  }
+}
+
+// The tile's shares of the gradients over the block's `rows` queries, W and dS rounded to bfloat16:
+// key-major, dV += W^T dout and dK += dS^T Q, a panel of kBlockQ columns at a time (W^T in st.s and
+// dS^T in dst, as the tile holds them; `panel` floats apart in dvt and dkt); else dV^T += dout^T W
+// and dK^T += Q^T dS (pm and dsm, query-major). Then, unless skip_dq (a masked tile whose keys are
+// not all finite: the caller adds them skipping zeros, in float), the partial dQ^T += K_tile^T dS^T
+// over the tile's cnt keys (k_t: the tile's keys packed by PackChunkTilesBf16). Both layouts give
+// the same sums: the same pairs, in the same order.
+template <class T>
+void AccumulateGradsBf16(const SdpaChunkArrays<T>& arrays, const BlockState<T>& st, const std::uint32_t* k_t,
+                         index_t cnt, index_t rows, index_t dq, index_t dv, bool key_major, index_t panel, bool skip_dq,
+                         bool tiles, T* dvt, T* dkt, T* part_blk) {
   if constexpr (std::is_same_v<T, float>) {
     // Pairs of the block's rows; an odd count's last pair takes a 0 for the row past it (whose W may
     // be NaN where a masked key is; Q^T and dout^T are 0 there).
     const index_t query_pairs = (rows + 1) / 2;
-    bf16::pack_row_pairs(arrays.pm, kBlockK, rows, kBlockK, arrays.w_b);
-    bf16::products(arrays.o_a, kBlockQ / 2, 1, dv, query_pairs, arrays.w_b, dvt, true, tiles);
-    bf16::pack_row_pairs(arrays.dsm, kBlockK, rows, kBlockK, arrays.ds_b);
-    bf16::products(arrays.q_a, kBlockQ / 2, 1, dq, query_pairs, arrays.ds_b, dkt, true, tiles);
+    if (key_major) {  // A: the tile's key rows in pairs along the queries; B: a panel of Q or dout pairs
+      bf16::pack_pairs_in_rows(st.s, kBlockQ, cnt, rows, arrays.w_b);
+      for (index_t c0 = 0; c0 < dv; c0 += kBlockQ)
+        bf16::products(arrays.w_b, query_pairs, 1, cnt, query_pairs, arrays.o_a + c0 * kBlockQ / 2,
+                       dvt + c0 / kBlockQ * panel, true, tiles);
+      bf16::pack_pairs_in_rows(arrays.dst, kBlockQ, cnt, rows, arrays.ds_b);
+      for (index_t c0 = 0; c0 < dq; c0 += kBlockQ)
+        bf16::products(arrays.ds_b, query_pairs, 1, cnt, query_pairs, arrays.q_a + c0 * kBlockQ / 2,
+                       dkt + c0 / kBlockQ * panel, true, tiles);
+    } else {
+      bf16::pack_row_pairs(arrays.pm, kBlockK, rows, kBlockK, arrays.w_b);
+      bf16::products(arrays.o_a, kBlockQ / 2, 1, dv, query_pairs, arrays.w_b, dvt, true, tiles);
+      bf16::pack_row_pairs(arrays.dsm, kBlockK, rows, kBlockK, arrays.ds_b);
+      bf16::products(arrays.q_a, kBlockQ / 2, 1, dq, query_pairs, arrays.ds_b, dkt, true, tiles);
+    }
     if (skip_dq) return;
     bf16::pack_row_pairs(arrays.dst, kBlockQ, cnt, kBlockQ, arrays.dst_b);  // (ceil(cnt / 2), kBlockQ)
     if (tiles) {  // A = K^T in pairs along the keys: rows of kBlockK / 2 words
@@ -371,9 +406,10 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
   const index_t n = a.q.R, m = a.k.R, dq = a.q.C, dv = a.v.C, H = a.q.H;
   const index_t blocks = (n + kBlockQ - 1) / kBlockQ;
   Carve carve(work);
-  const SdpaChunkArrays<T> arrays(carve, dq, dv, p.chunk_keys, p.bf16_products);
+  const SdpaChunkArrays<T> arrays(carve, dq, dv, p.chunk_keys, p.bf16_products, p.bf16_tiles);
   const bool bf16 = std::is_same_v<T, float> && p.bf16_products;
-  const bool key_major = backward_grads_key_major(dq, dv, bf16);
+  const bool key_major = backward_grads_key_major(dq, dv, bf16 && p.bf16_tiles);
+  const index_t panel = p.chunk_keys * kBlockQ;  // key-major: the floats of a panel of dK or dV
   BlockState<T> st(arrays.block);
   const tiles::Scope tile_registers(bf16 && p.bf16_tiles);
   st.hook = a.hook;
@@ -403,11 +439,10 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         PackPanels(arrays.o_panels, p.dout, b, h, i0, rows, st.alpha, false);
       }
       if constexpr (std::is_same_v<T, float>) {
-        if (bf16) {  // the block's Q^T and dout^T as bfloat16 pairs, both ways
+        if (bf16) {  // the block's Q^T and dout^T as bfloat16 pairs, for each product
           bf16::pack_row_pairs(st.qt, kBlockQ, dq, kBlockQ, arrays.q_b);
           bf16::pack_row_pairs(st.ot, kBlockQ, dv, kBlockQ, arrays.o_b);
-          bf16::pack_pairs_in_rows(st.qt, kBlockQ, dq, kBlockQ, arrays.q_a);
-          bf16::pack_pairs_in_rows(st.ot, kBlockQ, dv, kBlockQ, arrays.o_a);
+          PackBlockPairsBf16(arrays, st, rows, dq, dv, key_major);
         }
       }
       T* part_blk = part + blk * dq * kBlockQ;
@@ -449,13 +484,12 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
         // dQ^T += K_tile^T dS^T.
         const bool keys_not_finite = partial && !rows_finite(k_tile, a.k.sR, cnt, dq);
         if (bf16) {
-          AccumulateGradsBf16(arrays, arrays.k_t + (j0 - k0) / 2 * dq, cnt, rows, dq, dv, keys_not_finite, p.bf16_tiles, dvt,
-                              dkt, part_blk);
+          AccumulateGradsBf16(arrays, st, arrays.k_t + (j0 - k0) / 2 * dq, cnt, rows, dq, dv, key_major, panel,
+                              keys_not_finite, p.bf16_tiles, dvt, dkt, part_blk);
           if (keys_not_finite) AccumulateSkippingZeros(part_blk, k_tile, a.k.sR, dst, cnt, dq, rows);
           continue;
         }
         if (key_major) {  // each panel of kBlockQ columns: (cnt, kBlockQ) += (cnt, rows) (rows, kBlockQ)
-          const index_t panel = p.chunk_keys * kBlockQ;
           for (index_t c0 = 0; c0 < dv; c0 += kBlockQ)
             BlockGemm<true>(d, st.s, kBlockQ, 1, arrays.o_panels + c0 * kBlockQ, dvt + c0 / kBlockQ * panel, cnt, rows);
           for (index_t c0 = 0; c0 < dq; c0 += kBlockQ)
