@@ -14,7 +14,7 @@
 
 BENCH.json is either `attn bench --json`'s output (then --name, --machine and --command say which
 run it is, where and how it ran) or a saved run: {"name": ..., "machine": ..., "command": ...,
-"bench": <attn bench --json output>}. Each run's markers must be in at least one of the pages.
+"bench": <attn bench --json output>}. Each page must hold the run's tables or its summary.
 """
 import argparse
 import difflib
@@ -111,20 +111,29 @@ def replace(text, begin, end, body):
     return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
-def render(page_text, run):
-    """The page with the run's tables (begin .. end) and summary (summary begin .. end) redone, and
-    whether it holds either."""
+def render(page_text, run, page_name):
+    """The page with the run's tables (begin .. end) and summary (summary begin .. end) redone; the
+    page must hold one of the two, each with its end."""
     begin, end, summary_begin, summary_end = markers(run["name"])
+    for first, last in ((begin, end), (summary_begin, summary_end)):
+        if (first in page_text) != (last in page_text):
+            raise SystemExit(f"{page_name}: holds one of {first} and {last} without the other")
+    if begin not in page_text and summary_begin not in page_text:
+        raise SystemExit(f"{page_name}: holds neither {begin} nor {summary_begin}")
     if begin in page_text:
         page_text = replace(page_text, begin, end, tables(run))
     if summary_begin in page_text:
         page_text = replace(page_text, summary_begin, summary_end, summary(run))
-    return page_text, begin in page_text or summary_begin in page_text
+    return page_text
 
 
 def load(path, name, machine, command):
     data = json.loads(pathlib.Path(path).read_text())
     if "bench" in data:
+        if not data.get("name"):
+            raise SystemExit(f"{path}: a saved run needs its name (\"name\": the name of its pages' markers)")
+        if name and name != data["name"]:
+            raise SystemExit(f"{path} is run {data['name']!r}, not {name!r}")
         return data
     if not name or not machine or not command:
         raise SystemExit("a raw `attn bench --json` output needs --name, --machine and --command")
@@ -143,14 +152,10 @@ def main(argv):
     a = p.parse_args(argv)
     run = load(a.json, a.name, a.machine, a.command)
     failed = 0
-    found = False
     for name in a.pages:
         page = pathlib.Path(name)
         old = page.read_text()
-        new, holds = render(old, run)
-        found = found or holds
-        if not holds:
-            continue
+        new = render(old, run, name)
         if not a.check:
             page.write_text(new)
         elif new != old:
@@ -160,8 +165,6 @@ def main(argv):
             failed += 1
         else:
             print(f"{name}: the tables of {a.json} ({len(run['bench']['cases'])} cases)")
-    if not found:
-        raise SystemExit(f"no page holds the markers of run {run['name']!r}: {markers(run['name'])[0]}")
     if a.save and not a.check:
         pathlib.Path(a.save).write_text(json.dumps(run, indent=1) + "\n")
     return 1 if failed else 0

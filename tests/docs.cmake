@@ -56,13 +56,15 @@ foreach(entry ${attn_doc_cpp})
 endforeach()
 
 # docs/performance.md's tables, regenerated from the JSON they were made from.
-foreach(machine IN ITEMS zen5 xeon)
-  add_test(NAME docs.perf_tables.${machine}
-           COMMAND ${attn_doc_python} ${PROJECT_SOURCE_DIR}/scripts/perf_tables.py --check
-                   ${PROJECT_SOURCE_DIR}/docs/performance-${machine}.json ${PROJECT_SOURCE_DIR}/docs/performance.md
-                   ${PROJECT_SOURCE_DIR}/README.md)
-  set_tests_properties(docs.perf_tables.${machine} PROPERTIES LABELS docs TIMEOUT 60)
-endforeach()
+# One test a machine; README.md holds the Zen 5's summary.
+add_test(NAME docs.perf_tables.zen5
+         COMMAND ${attn_doc_python} ${PROJECT_SOURCE_DIR}/scripts/perf_tables.py --check
+                 ${PROJECT_SOURCE_DIR}/docs/performance-zen5.json ${PROJECT_SOURCE_DIR}/docs/performance.md
+                 ${PROJECT_SOURCE_DIR}/README.md)
+add_test(NAME docs.perf_tables.xeon
+         COMMAND ${attn_doc_python} ${PROJECT_SOURCE_DIR}/scripts/perf_tables.py --check
+                 ${PROJECT_SOURCE_DIR}/docs/performance-xeon.json ${PROJECT_SOURCE_DIR}/docs/performance.md)
+set_tests_properties(docs.perf_tables.zen5 docs.perf_tables.xeon PROPERTIES LABELS docs TIMEOUT 60)
 
 # The API reference and its completeness check.
 find_program(ATTN_DOXYGEN doxygen)

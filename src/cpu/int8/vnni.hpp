@@ -12,11 +12,11 @@
 namespace attn::cpu::int8 {
 
 // acc + the products of a's unsigned and b's signed bytes, four into each int32 lane: what
-// _mm512_dpbusd_epi32(acc, a, b) computes. GCC 12 puts the intrinsic's accumulator in one of the
-// first 16 vector registers only (as its code shows), so a kernel holding more than about a dozen accumulators (the
-// int8 forward's 24) copied them to the upper registers and stored them on the stack at every
-// step: 2.4x slower on a Zen 5 core (scores of 64 queries by 64 keys, d = 128, one thread: 170 and
-// 440 G multiply-adds a second). The instruction written out takes any of the 32 registers.
+// _mm512_dpbusd_epi32(acc, a, b) computes. GCC 12 put the intrinsic's accumulators mostly in the
+// first 16 vector registers, so a kernel holding more than about a dozen of them (the int8 forward's
+// 24) copied them to and from the upper registers and stored them on the stack at every step:
+// 2.4x slower on a Zen 5 core (scores of 64 queries by 64 keys, d = 128, one thread: 170 and 440 G
+// multiply-adds a second). The instruction written out takes any of the 32 registers.
 #define ATTN_VNNI_INLINE ATTN_VNNI_TARGET __attribute__((always_inline)) inline
 ATTN_VNNI_INLINE __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
   __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
