@@ -175,8 +175,8 @@ bool RebuildWeights(D d, const SdpaPlan<T>& a, BlockState<T>& st, index_t j0, in
 // single: in T with D rounded to T, for the bfloat16 products, as FlashAttention's 16-bit backward:
 // there dP is a float sum of bfloat16 products (and D comes from the forward's out rounded to
 // bfloat16, when the caller passes it), and dS is rounded to bfloat16 for its products, each far
-// coarser than float's rounding of P (dP - D) (the
-// forward+backward (4,1024,1024,64) 1.04x faster on one thread, 1.02x on two, on a Zen 5).
+// coarser than float's rounding of P (dP - D) (the forward+backward (4,1024,1024,64) 1.04x faster
+// on one thread, 1.02x on two, on a Zen 5).
 template <class D, class T>
 void RangeScoreGrads(D d, BlockState<T>& st, T* dst, T* pm, const double* row_dot, index_t j0, index_t cnt,
                      bool single) {
