@@ -249,7 +249,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"dropout", 1, 2, 1, 90, 110, 32, 32, Causal::none, false, false, false, false, false,
                            std::nullopt, 0, 0.25},
                       // four query heads on one key head over 700 keys (a last tile of 60), d 128
-                      Case{"gqa_long_keys", 1, 4, 1, 70, 700, 128, 32, Causal::bottom_right}),
+                      Case{"gqa_long_keys", 1, 4, 1, 70, 700, 128, 32, Causal::bottom_right},
+                      // sizes of whole panels of 64: the vectors' backward keeps dK and dV key-major;
+                      // odd last blocks (35 and 3 rows), masks element by element, dropout
+                      Case{"key_major_masks", 2, 2, 2, 99, 140, 64, 64, Causal::bottom_right, true, true, true},
+                      Case{"key_major_gqa_window_alibi_softcap_dropout", 1, 4, 2, 131, 131, 64, 128, Causal::top_left,
+                           false, false, false, true, true, Window{40, 3}, 4.0, 0.2}),
                        ::testing::Values(Bf16Kernel::on, Bf16Kernel::tiles)),
     [](const auto& info) { return std::string(std::get<0>(info.param).name) + "_" + unit_name(std::get<1>(info.param)); });
 
