@@ -63,8 +63,9 @@ void sdpa_backward(TensorView<T> dqueries, TensorView<T> dkeys, TensorView<T> dv
 // through the float kernels, keys and values widened exactly once per call and queries a block at a
 // time; the backward widens the tensors to float32 and makes the float32 call, whose fused kernel,
 // for bfloat16 where bf16_kernel_chosen(), computes its five products by vdpbf16ps (or AMX's tiles)
-// with P and dS rounded to bfloat16, dS = P (dP - D) formed in float32 (as FlashAttention's 16-bit
-// backward; the float32 call forms it in float64). Shapes and errors as above.
+// with P and dS rounded to bfloat16 (as FlashAttention's 16-bit backward, and like it forming
+// dS = P (dP - D) in float32 where a tile's masks are key ranges; the float32 call forms it in
+// float64). Shapes and errors as above.
 template <class H>
 concept Half16 = std::is_same_v<H, bfloat16> || std::is_same_v<H, float16>;
 
