@@ -150,7 +150,7 @@ void additive_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View
   const auto sum_dqp = [&](index_t t, void*) {
     const index_t bh = t / blocks, blk = t % blocks, i0 = blk * fused::kBlockQ;
     fused::sum_chunk_partials<T>(dqp + (bh * n + i0) * h, h, dqp_partial, bh, blk, std::min(fused::kBlockQ, n - i0),
-                                 chunks, blocks, h, T(1));
+                                 chunks, blocks, h, T(1), simd);
   };
   run_phases(work, threads && tasks > 1, dynamic_phase(tasks, chunk), static_phase(B * H * blocks, sum_dqp));
   // dw_v: every (b, h)'s chunks in order.

@@ -479,7 +479,7 @@ void sdpa_backward(View4<T> dqueries, View4<T> dkeys, View4<T> dvalues, View4<co
   const auto sum_dq = [&](index_t t, void*) {
     const index_t bh = t / blocks, blk = t % blocks, i0 = blk * fused::kBlockQ;
     fused::sum_chunk_partials<T>(dqueries.row(bh / H, bh % H, i0), dqueries.sR, p.dq_partial, bh, blk,
-                                 std::min(fused::kBlockQ, n - i0), chunks, blocks, d, plan.scale);
+                                 std::min(fused::kBlockQ, n - i0), chunks, blocks, d, plan.scale, p.simd);
   };
   run_phases(work, true, dynamic_phase(B * H * blocks, stats), dynamic_phase(B * Hk * chunks, chunk),
              static_phase(dqueries.empty() ? 0 : B * H * blocks, sum_dq));

@@ -515,10 +515,44 @@ void ChunkBlock(const SdpaBackward<T>& p, index_t b, index_t hk, index_t chunk, 
   StoreChunkGrads(p, b, hk, k0, k1, dk_chunk, dv_chunk, key_major);
 }
 
+// sum_chunk_partials (fused.hpp): the sums of a panel of columns at a time, (panel, kBlockQ),
+// scaled in vectors, then transposed into rows of out; each element the same sum, in chunk order
+// from 0, times scale, as lane by lane.
+template <class T>
+void SumChunkPartials(T* out, index_t out_stride, const T* partials, index_t bh, index_t blk, index_t rows,
+                      index_t chunks, index_t blocks, index_t cols, T scale) {
+  const hn::ScalableTag<T> d;
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  constexpr index_t kPanel = 64;
+  const T* part = partials + (bh * chunks * blocks + blk) * cols * kBlockQ;
+  const index_t chunk_stride = blocks * cols * kBlockQ;
+  HWY_ALIGN T sums[kPanel * kBlockQ];
+  const auto factor = hn::Set(d, scale);
+  for (index_t c0 = 0; c0 < cols; c0 += kPanel) {
+    const index_t panel = std::min(kPanel, cols - c0);
+    for (index_t c = 0; c < panel; ++c)
+      for (index_t i = 0; i < kBlockQ; i += L) {
+        const T* lanes = part + (c0 + c) * kBlockQ + i;
+        auto sum = hn::Zero(d);
+        for (index_t ch = 0; ch < chunks; ++ch) sum = hn::Add(sum, hn::Load(d, lanes + ch * chunk_stride));
+        hn::Store(hn::Mul(factor, sum), d, sums + c * kBlockQ + i);
+      }
+    TransposeInto(out + c0, out_stride, sums, kBlockQ, panel, rows);
+  }
+}
+
 void StatsBlockF32(const SdpaBackward<float>& p, index_t b, index_t h, index_t i0, void* w) { StatsBlock(p, b, h, i0, w); }
 void StatsBlockF64(const SdpaBackward<double>& p, index_t b, index_t h, index_t i0, void* w) { StatsBlock(p, b, h, i0, w); }
 void ChunkBlockF32(const SdpaBackward<float>& p, index_t b, index_t h, index_t c, void* w) { ChunkBlock(p, b, h, c, w); }
 void ChunkBlockF64(const SdpaBackward<double>& p, index_t b, index_t h, index_t c, void* w) { ChunkBlock(p, b, h, c, w); }
+void SumChunkPartialsF32(float* out, index_t out_stride, const float* partials, index_t bh, index_t blk, index_t rows,
+                         index_t chunks, index_t blocks, index_t cols, float scale) {
+  SumChunkPartials(out, out_stride, partials, bh, blk, rows, chunks, blocks, cols, scale);
+}
+void SumChunkPartialsF64(double* out, index_t out_stride, const double* partials, index_t bh, index_t blk, index_t rows,
+                         index_t chunks, index_t blocks, index_t cols, double scale) {
+  SumChunkPartials(out, out_stride, partials, bh, blk, rows, chunks, blocks, cols, scale);
+}
 
 }  // namespace attn::cpu::fused::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -530,6 +564,8 @@ HWY_EXPORT(StatsBlockF32);
 HWY_EXPORT(StatsBlockF64);
 HWY_EXPORT(ChunkBlockF32);
 HWY_EXPORT(ChunkBlockF64);
+HWY_EXPORT(SumChunkPartialsF32);
+HWY_EXPORT(SumChunkPartialsF64);
 
 template <>
 void sdpa_backward_stats(const SdpaBackward<float>& p, index_t b, index_t h, index_t i0, void* work) {
@@ -546,6 +582,17 @@ void sdpa_backward_chunk(const SdpaBackward<float>& p, index_t b, index_t hk, in
 template <>
 void sdpa_backward_chunk(const SdpaBackward<double>& p, index_t b, index_t hk, index_t chunk, void* work) {
   ATTN_SIMD_CALL(p.simd, ChunkBlockF64)(p, b, hk, chunk, work);
+}
+
+template <>
+void sum_chunk_partials(float* out, index_t out_stride, const float* partials, index_t bh, index_t blk, index_t rows,
+                        index_t chunks, index_t blocks, index_t cols, float scale, simd::Target simd) {
+  ATTN_SIMD_CALL(simd, SumChunkPartialsF32)(out, out_stride, partials, bh, blk, rows, chunks, blocks, cols, scale);
+}
+template <>
+void sum_chunk_partials(double* out, index_t out_stride, const double* partials, index_t bh, index_t blk, index_t rows,
+                        index_t chunks, index_t blocks, index_t cols, double scale, simd::Target simd) {
+  ATTN_SIMD_CALL(simd, SumChunkPartialsF64)(out, out_stride, partials, bh, blk, rows, chunks, blocks, cols, scale);
 }
 
 }  // namespace attn::cpu::fused
