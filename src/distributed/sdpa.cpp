@@ -4,7 +4,6 @@
 // (sdpa_forward, sdpa_merge, sdpa_backward_block), exactly as one process would over the whole
 // sequences.
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <climits>
 #include <limits>
@@ -14,7 +13,6 @@
 #include "api/checks.hpp"
 #include "api/sinks.hpp"
 #include "attn/distributed.hpp"
-#include "cpu/scratch.hpp"
 #include "distributed/common.hpp"
 
 namespace attn {
@@ -91,20 +89,6 @@ View4<T> rows4(const View4<T>& x, index_t r0, index_t r1) {
   return v;
 }
 
-// N arrays of a call, counts[i] elements each, uninitialised, in a frame of the calling thread's
-// scratch arena (cpu/scratch.hpp) rather than fresh allocations: repeated calls touch no new page
-// and zero nothing they overwrite anyway. (Allocated and zeroed per call, the ring's blocks in
-// flight and its pieces' results cost about a tenth of a rank's time in the ring's calls, zeroing
-// and first touches, on a Zen 5 virtual machine with two ranks, where a first touch costs about 10
-// us a page; the ring's efficiency against one process rose 2 to 4 points.)
-template <class T, std::size_t N>
-struct CallArrays {
-  std::array<T*, N> at{};
-  CallArrays(cpu::Carve& carve, const std::array<std::size_t, N>& counts) {
-    for (std::size_t i = 0; i < N; ++i) at[i] = carve.take<T>(counts[i]);
-  }
-};
-
 // Non-blocking requests waited for together (MPI_REQUEST_NULL entries are ignored by MPI).
 class Requests {
  public:
@@ -135,13 +119,12 @@ void forward_block(const Problem& p, const Mask<T>& mask, const SdpaOptions& opt
       std::vector<std::int64_t> lens;
       const Mask<T> bm = block_mask(p, mask, qp, kp, lens);
       const index_t nq = qp.size();
-      cpu::Scratch<CallArrays<T, 2>> part(std::array<std::size_t, 2>{static_cast<std::size_t>(p.B * p.H * nq * p.dv),
-                                                                      static_cast<std::size_t>(p.B * p.H * nq)});
-      const TensorView<T> part_out(part->at[0], {p.B, p.H, nq, p.dv}), part_lse(part->at[1], {p.B, p.H, nq});
-      sdpa_forward<T>(part_out, part_lse, {}, rows_of(q, qp.local, qp.local + nq),
+      Tensor<T> part_out({p.B, p.H, nq, p.dv}), part_lse({p.B, p.H, nq});
+      sdpa_forward<T>(part_out.view(), part_lse.view(), {}, rows_of(q, qp.local, qp.local + nq),
                       rows_of(k, kp.local, kp.local + kp.size()), rows_of(v, kp.local, kp.local + kp.size()), bm,
                       block_options(options, qp, kp));
-      sdpa_merge<T>(rows_of(out, qp.local, qp.local + nq), rows_of(lse, qp.local, qp.local + nq), part_out, part_lse);
+      sdpa_merge<T>(rows_of(out, qp.local, qp.local + nq), rows_of(lse, qp.local, qp.local + nq), part_out.cview(),
+                    part_lse.cview());
     }
 }
 
@@ -162,13 +145,8 @@ void backward_block(const Problem& p, const Mask<T>& mask, const SdpaOptions& op
       const Mask<T> bm = block_mask(p, mask, qp, kp, lens);
       const index_t nq = qp.size(), nk = kp.size(), q0 = qp.local, k0 = kp.local;
       const TensorView<const T> qv = rows_of(q, q0, q0 + nq), kv = rows_of(k, k0, k0 + nk), vv = rows_of(v, k0, k0 + nk);
-      const index_t nq_dq = dq.empty() ? 0 : nq;
-      cpu::Scratch<CallArrays<T, 3>> block(std::array<std::size_t, 3>{static_cast<std::size_t>(p.B * p.H * nq_dq * p.d),
-                                                                       static_cast<std::size_t>(p.B * p.Hk * nk * p.d),
-                                                                       static_cast<std::size_t>(p.B * p.Hk * nk * p.dv)});
-      const TensorView<T> block_dq(block->at[0], {p.B, p.H, nq_dq, p.d}), block_dk(block->at[1], {p.B, p.Hk, nk, p.d}),
-          block_dv(block->at[2], {p.B, p.Hk, nk, p.dv});
-      sdpa_backward_block<T>(dq.empty() ? TensorView<T>{} : block_dq, block_dk, block_dv,
+      Tensor<T> block_dq({p.B, p.H, dq.empty() ? 0 : nq, p.d}), block_dk({p.B, p.Hk, nk, p.d}), block_dv({p.B, p.Hk, nk, p.dv});
+      sdpa_backward_block<T>(dq.empty() ? TensorView<T>{} : block_dq.view(), block_dk.view(), block_dv.view(),
                              rows_of(dout, q0, q0 + nq), qv, kv, vv, rows_of(out, q0, q0 + nq), rows_of(lse, q0, q0 + nq),
                              bm, block_options(options, qp, kp));
       if (!dq.empty()) add_rows<T>(dense_view4(block_dq.data(), p.B, p.H, nq, p.d), rows4(dq, q0, q0 + nq));
@@ -381,25 +359,22 @@ void ring_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse, T
 
   const distributed::Packed packed{&p};
   const int P = p.ranks, me = p.rank, steps = p.ring_steps();
-  const auto capacity = static_cast<std::size_t>(packed.capacity());
-  cpu::Scratch<distributed::CallArrays<T, 2>> in_flight(std::array<std::size_t, 2>{capacity, capacity});
-  T* cur = in_flight->at[0];
-  T* next = in_flight->at[1];
-  distributed::copy_rows<T>(k, packed.keys(cur, me));
-  distributed::copy_rows<T>(v, packed.values(cur, me));
+  std::vector<T> cur(static_cast<std::size_t>(packed.capacity())), next(cur.size());
+  distributed::copy_rows<T>(k, packed.keys(cur.data(), me));
+  distributed::copy_rows<T>(v, packed.values(cur.data(), me));
   distributed::Requests requests(comm);
   for (int s = 0; s < steps; ++s) {
     const int src = (me - s + P) % P;
     if (s + 1 < steps) {  // the next block comes from the left while this one goes right
       const int next_src = (src - 1 + P) % P;
-      comm.check(MPI_Irecv(next, static_cast<int>(packed.count(next_src)), distributed::mpi_type<T>(),
+      comm.check(MPI_Irecv(next.data(), static_cast<int>(packed.count(next_src)), distributed::mpi_type<T>(),
                            (me - 1 + P) % P, distributed::kTagBlock, comm.get(), requests.add()),
                  "MPI_Irecv");
-      comm.check(MPI_Isend(cur, static_cast<int>(packed.count(src)), distributed::mpi_type<T>(), (me + 1) % P,
+      comm.check(MPI_Isend(cur.data(), static_cast<int>(packed.count(src)), distributed::mpi_type<T>(), (me + 1) % P,
                            distributed::kTagBlock, comm.get(), requests.add()),
                  "MPI_Isend");
     }
-    distributed::forward_block<T>(p, mask, options, q, o, l, src, cur);
+    distributed::forward_block<T>(p, mask, options, q, o, l, src, cur.data());
     requests.wait();
     std::swap(cur, next);
   }
@@ -434,15 +409,9 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
   const std::size_t capacity = static_cast<std::size_t>(packed.capacity());
   // Two blocks in flight (cur, next), a block's gradients being summed (grads), two gradient blocks
   // in flight (incoming, outgoing); incoming, free after the last step, takes this rank's own home.
-  cpu::Scratch<distributed::CallArrays<T, 5>> in_flight(
-      std::array<std::size_t, 5>{capacity, capacity, capacity, capacity, capacity});
-  T* cur = in_flight->at[0];
-  T* next = in_flight->at[1];
-  T* grads = in_flight->at[2];
-  T* incoming = in_flight->at[3];
-  T* outgoing = in_flight->at[4];
-  distributed::copy_rows<T>(k, packed.keys(cur, me));
-  distributed::copy_rows<T>(v, packed.values(cur, me));
+  std::vector<T> cur(capacity), next(capacity), grads(capacity), incoming(capacity), outgoing(capacity);
+  distributed::copy_rows<T>(k, packed.keys(cur.data(), me));
+  distributed::copy_rows<T>(v, packed.values(cur.data(), me));
   distributed::Requests blocks(comm), sent(comm);
   int src = me;
   for (int s = 0; s < steps; ++s) {
@@ -450,27 +419,27 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
     const int left = (me - 1 + P) % P, right = (me + 1) % P, count = static_cast<int>(packed.count(src));
     if (s + 1 < steps) {
       const int next_src = (src - 1 + P) % P;
-      comm.check(MPI_Irecv(next, static_cast<int>(packed.count(next_src)), distributed::mpi_type<T>(), left,
+      comm.check(MPI_Irecv(next.data(), static_cast<int>(packed.count(next_src)), distributed::mpi_type<T>(), left,
                            distributed::kTagBlock, comm.get(), blocks.add()),
                  "MPI_Irecv");
-      comm.check(MPI_Isend(cur, count, distributed::mpi_type<T>(), right, distributed::kTagBlock, comm.get(),
+      comm.check(MPI_Isend(cur.data(), count, distributed::mpi_type<T>(), right, distributed::kTagBlock, comm.get(),
                            blocks.add()),
                  "MPI_Isend");
     }
     distributed::Requests arriving(comm);
     if (s > 0)
-      comm.check(MPI_Irecv(incoming, count, distributed::mpi_type<T>(), left, distributed::kTagGradients,
+      comm.check(MPI_Irecv(incoming.data(), count, distributed::mpi_type<T>(), left, distributed::kTagGradients,
                            comm.get(), arriving.add()),
                  "MPI_Irecv");
-    std::fill(grads, grads + count, T(0));
-    distributed::backward_block<T>(p, mask, options, q, g, o, l, dq, src, cur, grads);
+    std::fill(grads.begin(), grads.begin() + count, T(0));
+    distributed::backward_block<T>(p, mask, options, q, g, o, l, dq, src, cur.data(), grads.data());
     arriving.wait();
     if (s > 0)
-      for (int e = 0; e < count; ++e) grads[e] += incoming[e];
+      for (int e = 0; e < count; ++e) grads[static_cast<std::size_t>(e)] += incoming[static_cast<std::size_t>(e)];
     if (s + 1 < steps) {
       sent.wait();  // the previous step's gradients have left `outgoing`
-      std::copy(grads, grads + count, outgoing);
-      comm.check(MPI_Isend(outgoing, count, distributed::mpi_type<T>(), right, distributed::kTagGradients,
+      std::copy(grads.begin(), grads.begin() + count, outgoing.begin());
+      comm.check(MPI_Isend(outgoing.data(), count, distributed::mpi_type<T>(), right, distributed::kTagGradients,
                            comm.get(), sent.add()),
                  "MPI_Isend");
     }
@@ -480,20 +449,20 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
   sent.wait();
   // Home: the block held last (src) goes to its rank; this rank's own block comes from where it is.
   const int holder = (me + steps - 1) % P;
-  T* home = incoming;
+  std::vector<T>& home = incoming;
   if (src == me) {
-    home = grads;
+    home.swap(grads);
   } else {
     const distributed::Stopwatch returning(distributed::last_times.communicate_seconds);
-    comm.check(MPI_Sendrecv(grads, static_cast<int>(packed.count(src)), distributed::mpi_type<T>(), src,
-                            distributed::kTagHome, home, static_cast<int>(packed.count(me)),
+    comm.check(MPI_Sendrecv(grads.data(), static_cast<int>(packed.count(src)), distributed::mpi_type<T>(), src,
+                            distributed::kTagHome, home.data(), static_cast<int>(packed.count(me)),
                             distributed::mpi_type<T>(), holder, distributed::kTagHome, comm.get(), MPI_STATUS_IGNORE),
                "MPI_Sendrecv");
   }
   if (!dkeys.empty())
-    distributed::copy_rows<T>(packed.keys(home, me), detail::to_view4(dkeys, op, "dkeys"));
+    distributed::copy_rows<T>(packed.keys(home.data(), me), detail::to_view4(dkeys, op, "dkeys"));
   if (!dvalues.empty())
-    distributed::copy_rows<T>(packed.values(home, me), detail::to_view4(dvalues, op, "dvalues"));
+    distributed::copy_rows<T>(packed.values(home.data(), me), detail::to_view4(dvalues, op, "dvalues"));
 }
 
 template <class T>
