@@ -36,8 +36,12 @@
 //
 // Errors never hang: every rank first checks its own arguments, then one MPI_Allgather compares all
 // ranks' shapes, dtypes and options; if any rank's check failed or the ranks disagree, every rank
-// raises the same attn::Error (naming the rank and the argument). MPI errors (the calls run on a
-// duplicate of comm that returns errors) become attn::Error too.
+// raises the same attn::Error (naming the rank and the argument). An error one rank meets later in
+// the call (a block's kernel reaching attn's memory limit, attn/memory.hpp) is held until the call's
+// exchanges are done, which that rank still takes part in, computing nothing more; then every rank
+// raises: that rank its own exception, the others attn::Error with its message and "(on rank r of
+// P)", a MemoryError where it ran out of memory. The outputs of such a call are unspecified. MPI
+// errors (the calls run on a duplicate of comm that returns errors) become attn::Error too.
 //
 // Memory per rank, beside its shards: O((n + m) d H / P). The ring's forward adds its output, two
 // key/value blocks in flight and a block's partial output; its backward five key/value-sized buffers

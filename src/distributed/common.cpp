@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "api/checks.hpp"
@@ -53,6 +54,44 @@ void Comm::check(int code, const char* what) const {
   int length = 0;
   MPI_Error_string(code, message, &length);
   detail::fail(op_, ": ", what, " failed on rank ", rank_, ": ", std::string(message, static_cast<std::size_t>(length)));
+}
+
+void Failure::settle(const Comm& comm) const {
+  struct Report {
+    std::int32_t kind = 0;  // 0: none, 1: attn::Error or another exception, 2: out of memory
+    char message[500] = {};
+  };
+  Report mine;
+  if (error_) {
+    const auto keep = [&mine](std::int32_t kind, const char* what) {
+      mine.kind = kind;
+      std::strncpy(mine.message, what, sizeof mine.message - 1);
+    };
+    try {
+      std::rethrow_exception(error_);
+    } catch (const MemoryError& e) {
+      keep(2, e.what());
+    } catch (const std::bad_alloc&) {
+      keep(2, "out of memory (std::bad_alloc)");
+    } catch (const std::exception& e) {
+      keep(1, e.what());
+    } catch (...) {
+      keep(1, "an exception that is not a std::exception");
+    }
+  }
+  int failed = mine.kind != 0, any = 0;
+  comm.check(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm.get()), "MPI_Allreduce");
+  if (!any) return;
+  std::vector<Report> all(static_cast<std::size_t>(comm.size()));
+  comm.check(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm.get()), "MPI_Allgather");
+  if (error_) std::rethrow_exception(error_);
+  for (int r = 0; r < comm.size(); ++r) {
+    const Report& report = all[static_cast<std::size_t>(r)];
+    if (report.kind == 0) continue;
+    const std::string message = detail::cat(report.message, " (on rank ", r, " of ", comm.size(), ")");
+    if (report.kind == 2) throw MemoryError(message);
+    throw Error(message);
+  }
 }
 
 std::vector<Piece> pieces(index_t length, int ranks, int rank, ShardLayout layout) {

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <type_traits>
@@ -36,6 +37,31 @@ class Comm {
   const char* op_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+};
+
+// An error this rank meets after the collective check (attn's memory limit reached by a block's
+// buffers, a kernel's refusal, std::bad_alloc), held rather than thrown at once: thrown there, it
+// left the other ranks waiting for this rank's messages for ever. The rank computes nothing more
+// but takes its part in every exchange that follows, and settle() then raises it on every rank.
+class Failure {
+ public:
+  // Runs step() unless this rank has failed already, keeping what it throws.
+  template <class Step>
+  void unless_failed(const Step& step) {
+    if (error_) return;
+    try {
+      step();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+  // Collective (one MPI_Allreduce of an int when no rank failed). Where some rank failed, every rank
+  // throws: a rank that failed its own exception again, the others attn::Error (MemoryError where
+  // that rank ran out of memory) with the lowest such rank's message, naming it: "... (on rank r of P)".
+  void settle(const Comm& comm) const;
+
+ private:
+  std::exception_ptr error_;
 };
 
 template <class T>

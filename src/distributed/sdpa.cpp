@@ -36,6 +36,12 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Failure::settle (distributed/common.hpp), its collective counted as communication.
+void settle(const Failure& failure, const Comm& comm) {
+  const Stopwatch waiting(last_times.communicate_seconds);
+  failure.settle(comm);
+}
+
 // ---- the ring -------------------------------------------------------------------------------------
 
 // One rank's keys and values packed as they travel: keys (B, Hk, rows, d), then values (B, Hk, rows, dv).
@@ -350,18 +356,25 @@ void ring_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse, T
                        v = detail::to_view4(values, op, "values");
   const View4<T> o = detail::to_view4(out, op, "out");
   const index_t n_r = p.n_of[static_cast<std::size_t>(p.rank)];
-  Tensor<T> own_lse({p.B, p.H, lse.empty() ? n_r : 0});
-  const View4<T> l = distributed::lse_rows(lse.empty() ? own_lse.view() : lse, p.B, p.H, n_r);
-  fill_zero(o);
-  for (index_t b = 0; b < p.B; ++b)
-    for (index_t h = 0; h < p.H; ++h)
-      for (index_t i = 0; i < n_r; ++i) *l.row(b, h, i) = -std::numeric_limits<T>::infinity();
-
   const distributed::Packed packed{&p};
   const int P = p.ranks, me = p.rank, steps = p.ring_steps();
-  std::vector<T> cur(static_cast<std::size_t>(packed.capacity())), next(cur.size());
-  distributed::copy_rows<T>(k, packed.keys(cur.data(), me));
-  distributed::copy_rows<T>(v, packed.values(cur.data(), me));
+  // This rank's buffers, then whether every rank has its own: a rank without them cannot take part.
+  distributed::Failure failure;
+  Tensor<T> own_lse;
+  View4<T> l;
+  std::vector<T> cur, next;
+  failure.unless_failed([&] {
+    own_lse = Tensor<T>({p.B, p.H, lse.empty() ? n_r : 0});
+    l = distributed::lse_rows(lse.empty() ? own_lse.view() : lse, p.B, p.H, n_r);
+    fill_zero(o);
+    for (index_t b = 0; b < p.B; ++b)
+      for (index_t h = 0; h < p.H; ++h)
+        for (index_t i = 0; i < n_r; ++i) *l.row(b, h, i) = -std::numeric_limits<T>::infinity();
+    cur.resize(static_cast<std::size_t>(packed.capacity())), next.resize(cur.size());
+    distributed::copy_rows<T>(k, packed.keys(cur.data(), me));
+    distributed::copy_rows<T>(v, packed.values(cur.data(), me));
+  });
+  distributed::settle(failure, comm);
   distributed::Requests requests(comm);
   for (int s = 0; s < steps; ++s) {
     const int src = (me - s + P) % P;
@@ -374,13 +387,16 @@ void ring_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse, T
                            distributed::kTagBlock, comm.get(), requests.add()),
                  "MPI_Isend");
     }
-    distributed::forward_block<T>(p, mask, options, q, o, l, src, cur.data());
+    failure.unless_failed([&] { distributed::forward_block<T>(p, mask, options, q, o, l, src, cur.data()); });
     requests.wait();
     std::swap(cur, next);
   }
   // Sinks once, on the rows merged over every block (the blocks' masks carry none).
   if (!mask.sinks.empty())
-    detail::apply_sinks(o, l, View4<T>{}, [&](index_t h) { return mask.sinks.data()[h * mask.sinks.stride(0)]; });
+    failure.unless_failed([&] {
+      detail::apply_sinks(o, l, View4<T>{}, [&](index_t h) { return mask.sinks.data()[h * mask.sinks.stride(0)]; });
+    });
+  distributed::settle(failure, comm);
 }
 
 template <class T>
@@ -399,7 +415,6 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
                        o = detail::to_view4(out, op, "out");
   const View4<const T> l = distributed::lse_rows(lse, p.B, p.H, n_r);
   const View4<T> dq = detail::to_view4(dqueries, op, "dqueries");
-  fill_zero(dq);
 
   // Keys and values travel right as in the forward; behind them, each block's gradients so far: at
   // step s this rank holds block me - s and receives its gradients from the left, where the block
@@ -409,9 +424,16 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
   const std::size_t capacity = static_cast<std::size_t>(packed.capacity());
   // Two blocks in flight (cur, next), a block's gradients being summed (grads), two gradient blocks
   // in flight (incoming, outgoing); incoming, free after the last step, takes this rank's own home.
-  std::vector<T> cur(capacity), next(capacity), grads(capacity), incoming(capacity), outgoing(capacity);
-  distributed::copy_rows<T>(k, packed.keys(cur.data(), me));
-  distributed::copy_rows<T>(v, packed.values(cur.data(), me));
+  // Allocated, and every rank's found, before the ring starts (ring_sdpa_forward).
+  distributed::Failure failure;
+  std::vector<T> cur, next, grads, incoming, outgoing;
+  failure.unless_failed([&] {
+    fill_zero(dq);
+    for (std::vector<T>* buffer : {&cur, &next, &grads, &incoming, &outgoing}) buffer->resize(capacity);
+    distributed::copy_rows<T>(k, packed.keys(cur.data(), me));
+    distributed::copy_rows<T>(v, packed.values(cur.data(), me));
+  });
+  distributed::settle(failure, comm);
   distributed::Requests blocks(comm), sent(comm);
   int src = me;
   for (int s = 0; s < steps; ++s) {
@@ -432,7 +454,7 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
                            comm.get(), arriving.add()),
                  "MPI_Irecv");
     std::fill(grads.begin(), grads.begin() + count, T(0));
-    distributed::backward_block<T>(p, mask, options, q, g, o, l, dq, src, cur.data(), grads.data());
+    failure.unless_failed([&] { distributed::backward_block<T>(p, mask, options, q, g, o, l, dq, src, cur.data(), grads.data()); });
     arriving.wait();
     if (s > 0)
       for (int e = 0; e < count; ++e) grads[static_cast<std::size_t>(e)] += incoming[static_cast<std::size_t>(e)];
@@ -463,6 +485,7 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
     distributed::copy_rows<T>(packed.keys(home.data(), me), detail::to_view4(dkeys, op, "dkeys"));
   if (!dvalues.empty())
     distributed::copy_rows<T>(packed.values(home.data(), me), detail::to_view4(dvalues, op, "dvalues"));
+  distributed::settle(failure, comm);
 }
 
 template <class T>
@@ -483,14 +506,17 @@ void ulysses_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse
   std::vector<std::int64_t> whole_lens;
   const Mask<T> local_mask = distributed::heads_mask(comm, p, mask, whole_lens);
   std::vector<T> of(static_cast<std::size_t>(p.B * hq * p.n * p.dv)), lf(static_cast<std::size_t>(p.B * hq * p.n));
-  if (hk > 0) {
+  // A failed kernel's error waits for the exchanges, which every rank takes part in (Failure).
+  distributed::Failure failure;
+  if (hk > 0) failure.unless_failed([&] {
     const distributed::Stopwatch computing(distributed::last_times.compute_seconds);
     sdpa_forward<T>(TensorView<T>(of.data(), {p.B, hq, p.n, p.dv}), TensorView<T>(lf.data(), {p.B, hq, p.n}), {},
                     TensorView<const T>(qf.data(), {p.B, hq, p.n, p.d}), TensorView<const T>(kf.data(), {p.B, hk, p.m, p.d}),
                     TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), local_mask, distributed::heads_options(p, options));
-  }
+  });
   oh.scatter(comm, of, detail::to_view4(out, op, "out"));
   lh.scatter(comm, lf, lse.empty() ? View4<T>{} : distributed::lse_rows(lse, p.B, p.H, n_r));
+  distributed::settle(failure, comm);
 }
 
 template <class T>
@@ -516,18 +542,20 @@ void ulysses_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<
   std::vector<std::int64_t> whole_lens;
   const Mask<T> local_mask = distributed::heads_mask(comm, p, mask, whole_lens);
   std::vector<T> dqf(qf.size()), dkf(kf.size()), dvf(vf.size());
-  if (hk > 0) {
+  distributed::Failure failure;  // as in the forward
+  if (hk > 0) failure.unless_failed([&] {
     const distributed::Stopwatch computing(distributed::last_times.compute_seconds);
     sdpa_backward<T>(TensorView<T>(dqf.data(), {p.B, hq, p.n, p.d}), TensorView<T>(dkf.data(), {p.B, hk, p.m, p.d}),
                      TensorView<T>(dvf.data(), {p.B, hk, p.m, p.dv}), TensorView<const T>(gf.data(), {p.B, hq, p.n, p.dv}),
                      TensorView<const T>(qf.data(), {p.B, hq, p.n, p.d}), TensorView<const T>(kf.data(), {p.B, hk, p.m, p.d}),
                      TensorView<const T>(vf.data(), {p.B, hk, p.m, p.dv}), TensorView<const T>(of.data(), {p.B, hq, p.n, p.dv}),
                      TensorView<const T>(lf.data(), {p.B, hq, p.n}), local_mask, distributed::heads_options(p, options));
-  }
+  });
   // Every rank takes part in each exchange, wanted here or not (an empty view receives nothing).
   qh.scatter(comm, dqf, detail::to_view4(dqueries, op, "dqueries"));
   kh.scatter(comm, dkf, detail::to_view4(dkeys, op, "dkeys"));
   vh.scatter(comm, dvf, detail::to_view4(dvalues, op, "dvalues"));
+  distributed::settle(failure, comm);
 }
 
 #define ATTN_INSTANTIATE(T)                                                                                           \

@@ -19,6 +19,7 @@
 
 #include "attn/config.hpp"
 #include "attn/distributed.hpp"
+#include "attn/memory.hpp"
 #include "attn/sdpa.hpp"
 #include "support/testing.hpp"
 
@@ -394,6 +395,61 @@ TEST(AcrossRanksErrors, AlgorithmLayoutAndSlopesAreComparedBeforeTheRing) {
   expect_same_error_everywhere([&] { with_slopes(H, NAN); }, "alibi_slopes holds nan for batch 0, head 2; every slope must be finite");
   expect_same_error_everywhere([&] { with_slopes(H, 0.3f); },
                                "rank " + std::to_string(last) + " passes the ALiBi slopes and sinks other than rank 0's");
+}
+
+// An error one rank meets after the collective check (here attn's memory limit, reached by the first
+// buffer it asks for) reaches every rank at the end of the call, never a hang: that rank raises its
+// MemoryError, every other rank a MemoryError with its message and naming it; the exchanges of the
+// ring and of the all-to-all all took place, so the next call, unlimited, gives the right result.
+TEST(AcrossRanksErrors, OneRanksFailureMidCallReachesEveryRank) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int last = world_size() - 1;
+  Shards s;
+  s.forward();  // out and lse, for the backward
+  const Tensor<float> out = s.out, lse = s.lse;
+  Tensor<float> dq(s.q.shape()), dk(s.k.shape()), dv(s.v.shape());
+  const auto ring_backward = [&] {
+    ring_sdpa_backward<float>(MPI_COMM_WORLD, dq.view(), dk.view(), dv.view(), out.view(), s.q.view(), s.k.view(),
+                              s.v.view(), out.view(), lse.view());
+  };
+  const auto ulysses_backward = [&] {
+    ulysses_sdpa_backward<float>(MPI_COMM_WORLD, dq.view(), dk.view(), dv.view(), out.view(), s.q.view(), s.k.view(),
+                                 s.v.view(), out.view(), lse.view());
+  };
+  // Each call's last run is a good one, so the ring's forward without lse last leaves s.out as checked below.
+  const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+      {"ulysses_sdpa_forward",
+       [&] { ulysses_sdpa_forward<float>(MPI_COMM_WORLD, s.out.view(), s.lse.view(), s.q.view(), s.k.view(), s.v.view()); }},
+      {"ulysses_sdpa_backward", ulysses_backward},
+      {"ring_sdpa_backward", ring_backward},
+      // lse given: the ring's own buffers are not attn's, so the first block's partial output fails
+      {"ring_sdpa_forward", [&] { s.forward(); }},
+      // no lse: the rank's own lse fails, before the ring starts
+      {"ring_sdpa_forward without lse",
+       [&] { ring_sdpa_forward<float>(MPI_COMM_WORLD, s.out.view(), {}, s.q.view(), s.k.view(), s.v.view()); }}};
+  for (const auto& [name, call] : calls) {
+    std::string message;
+    bool memory_error = false;
+    if (world_rank() == last) set_memory_limit(memory_in_use() + 1);
+    try {
+      call();
+    } catch (const MemoryError& e) {
+      message = e.what(), memory_error = true;
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    if (world_rank() == last) set_memory_limit(0);
+    EXPECT_TRUE(memory_error) << name << ", rank " << world_rank() << ": \"" << message << "\"";
+    if (world_rank() != last)
+      EXPECT_NE(message.find("(on rank " + std::to_string(last) + " of " + std::to_string(world_size()) + ")"),
+                std::string::npos)
+          << name << ", rank " << world_rank() << ": \"" << message << "\"";
+    EXPECT_NO_THROW(call()) << name << ", rank " << world_rank();
+  }
+  // After the failed calls, the results are those of a call that never saw one.
+  Shards fresh;
+  fresh.forward();
+  EXPECT_EQ(testing::max_abs_diff(s.out, fresh.out), 0.0);
 }
 
 // On ranks other than 0, in place of GoogleTest's printer: each failed assertion, with its rank.
