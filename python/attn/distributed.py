@@ -23,13 +23,19 @@ Masks and options: causal (True or "top_left" as PyTorch's is_causal, or "bottom
 rows of the whole (B, n), e.g. shard(lens, comm=comm, axis=1)), window (left, right), alibi_slopes
 (H,) or (B, H), softcap, scale, and dropout_p with its seed (the weights dropped are those one
 process drops with that seed: the random numbers follow the whole sequence's positions). float32 and float64 (other dtypes are converted to float32). Bad
-arguments on any rank raise the same ValueError on every rank (never a hang).
+arguments on any rank raise the same ValueError on every rank (never a hang); an error one rank meets
+later in the call (its memory limit reached) raises on every rank once the call's exchanges are
+done, MemoryError where that rank ran out of memory.
+
+Each call runs with attn's SIMD target (attn.simd_target()) and memory limit (attn.memory_limit():
+what one call may hold beside its shards, counted apart from attn.memory_in_use(), since the MPI
+part is a compiled library of its own).
 
 Needs mpi4py (Debian's python3-mpi4py) and attn built with MPI (libopenmpi-dev).
 """
 import numpy as np
 
-from . import _distributed
+from . import _attn, _distributed
 
 __all__ = ["scaled_dot_product_attention", "backward", "shard", "shard_rows"]
 
@@ -76,6 +82,8 @@ def _settings(function, causal, layout, algorithm, valid_lens, window, scale, so
     if not 0 <= int(seed) < 2**64:
         raise ValueError(f"{function}: seed is {seed}; it must lie in [0, 2**64)")
     s.dropout, s.seed = float(dropout_p), int(seed)
+    # attn's settings, which the compiled part (a library of its own) takes for the call
+    s.simd_target, s.memory_limit = _attn.simd_target(), _attn.memory_limit()
     return s
 
 

@@ -6,14 +6,18 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "attn/config.hpp"
 #include "attn/distributed.hpp"
 #include "attn/error.hpp"
+#include "attn/memory.hpp"
 #include "attn/sdpa.hpp"
 
 namespace py = pybind11;
@@ -52,6 +56,10 @@ struct Settings {
   std::optional<double> scale, softcap;
   double dropout = 0;
   std::uint64_t seed = 0;
+  // attn's settings (attn.distributed takes them from attn's module): this module holds a copy of the
+  // library of its own, whose settings are set from these before each call.
+  std::string simd_target;
+  std::size_t memory_limit = 0;
 
   bool ring() const { return algorithm == "ring"; }
   attn::ShardLayout shard_layout() const {
@@ -67,6 +75,10 @@ struct Settings {
     if (window) m.window = attn::Window{window->first, window->second};
     if (alibi) m.alibi_slopes = view_of(*alibi);
     return m;
+  }
+  void apply() const {
+    if (!simd_target.empty()) attn::set_simd_target(simd_target);
+    attn::set_memory_limit(memory_limit);
   }
   attn::SdpaOptions options() const {
     attn::SdpaOptions o;
@@ -86,6 +98,7 @@ py::tuple forward(std::int64_t comm, const Array<T>& q, const Array<T>& k, const
   if (v.ndim() == q.ndim() && q.ndim() >= 1) out_shape.back() = v.shape(v.ndim() - 1);
   Array<T> out = like<T>(out_shape), lse = like<T>(lse_shape);
   const attn::Mask<T> mask = s.mask<T>(alibi, sinks);
+  s.apply();
   {
     py::gil_scoped_release unlocked;
     const auto call = s.ring() ? attn::ring_sdpa_forward<T> : attn::ulysses_sdpa_forward<T>;
@@ -102,6 +115,7 @@ py::tuple backward(std::int64_t comm, const Array<T>& dout, const Array<T>& q, c
   Array<T> dq = like<T>({q.shape(), q.shape() + q.ndim()}), dk = like<T>({k.shape(), k.shape() + k.ndim()}),
            dv = like<T>({v.shape(), v.shape() + v.ndim()});
   const attn::Mask<T> mask = s.mask<T>(alibi, sinks);
+  s.apply();
   {
     py::gil_scoped_release unlocked;
     const auto call = s.ring() ? attn::ring_sdpa_backward<T> : attn::ulysses_sdpa_backward<T>;
@@ -133,6 +147,15 @@ void bind_dtype(py::module_& m, const std::string& dtype) {
 PYBIND11_MODULE(_distributed, m) {
   m.doc() = "attn._distributed: the compiled part of attn.distributed (attention across MPI ranks)";
   py::register_exception<attn::Error>(m, "Error", PyExc_ValueError);
+  // attn::MemoryError as MemoryError, as attn's own module raises it (registered after attn::Error's
+  // translator, so tried before it).
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const attn::MemoryError& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
+    }
+  });
   py::class_<Settings>(m, "Settings")
       .def(py::init<>())
       .def_readwrite("causal", &Settings::causal)
@@ -144,7 +167,9 @@ PYBIND11_MODULE(_distributed, m) {
       .def_readwrite("scale", &Settings::scale)
       .def_readwrite("softcap", &Settings::softcap)
       .def_readwrite("dropout", &Settings::dropout)
-      .def_readwrite("seed", &Settings::seed);
+      .def_readwrite("seed", &Settings::seed)
+      .def_readwrite("simd_target", &Settings::simd_target)
+      .def_readwrite("memory_limit", &Settings::memory_limit);
   bind_dtype<float>(m, "float32");  // one name per dtype: forcecast would turn float64 into float32
   bind_dtype<double>(m, "float64");
   m.def("shard_rows", [](index_t length, int ranks, int rank, const std::string& layout) {

@@ -176,6 +176,27 @@ for seed, kind in ((-1, ValueError), (2**64, ValueError), (0.5, TypeError)):
     except kind as e:
         check(f"seed {seed}", f"seed is {seed}" in str(e), str(e))
 
+# attn's memory limit, set on the last rank only, reached mid-call (the MPI part takes it from attn):
+# every rank raises MemoryError, naming that rank, and the next call is right again.
+if P > 1:
+    mine = [dist.shard(x, comm=comm) for x in (q, k, v)]
+    for algorithm in ("ring", "ulysses"):
+        good = dist.scaled_dot_product_attention(*mine, comm=comm, algorithm=algorithm)
+        if me == P - 1:
+            attn.set_memory_limit(1)
+        try:
+            dist.scaled_dot_product_attention(*mine, comm=comm, algorithm=algorithm)
+            message = "no error"
+        except MemoryError as e:
+            message = str(e)
+        finally:
+            if me == P - 1:
+                attn.set_memory_limit(0)
+        check(f"{algorithm}: one rank's memory limit", "more than attn may use" in message
+              and (me == P - 1 or f"(on rank {P - 1} of {P})" in message), message)
+        again = dist.scaled_dot_product_attention(*mine, comm=comm, algorithm=algorithm)
+        check(f"{algorithm}: the call after it", np.array_equal(again, good))
+
 failures = comm.allgather(failures)
 if me == 0:
     flat = [f for per_rank in failures for f in per_rank]
