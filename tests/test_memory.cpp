@@ -5,11 +5,16 @@
 //   - No result depends on what scratch memory held before: every op whose kernels take scratch,
 //     with the memory of every frame filled with 0x00, 0xFF (NaN) and 0x7F (huge) bytes, gives
 //     bit-identical results, the SDPA backward that runs the forward inside its own call included.
+//   - Tensors and working buffers start on a cache line; those of 32 MiB and more on a 2 MiB page,
+//     advised into huge pages (attn/memory.hpp).
 //   - Outputs that broadcast, overlap themselves through their strides, or share any element with an
 //     input or another output are refused with the names of both; interleaved slices of one buffer
 //     that share no element are accepted; tensors without elements never conflict.
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -95,6 +100,42 @@ TEST(CacheLineMemory, TensorsAndWorkingBuffersStartOnOne) {
     detail::Buffer<float> floats(n);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(bytes.data()) % detail::kCacheLineBytes, 0u) << n;
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(floats.data()) % detail::kCacheLineBytes, 0u) << n;
+  }
+}
+
+// Buffers of kHugePagesFrom bytes and more start on a 2 MiB page and are advised into huge pages
+// (the "hg" flag of their mapping in /proc/self/smaps, where the kernel has transparent huge pages);
+// smaller ones start on a cache line; both hold what is written into them.
+bool advised_huge(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line.find(" hg") != std::string::npos;
+    }
+  }
+  return false;
+}
+TEST(CacheLineMemory, LargeBuffersAreAdvisedIntoHugePages) {
+  for (const std::size_t bytes : {std::size_t{1} << 20, detail::kHugePagesFrom - 64, detail::kHugePagesFrom,
+                                  detail::kHugePagesFrom + 12345}) {
+    auto* p = static_cast<unsigned char*>(detail::allocate_aligned(bytes));
+    const auto address = reinterpret_cast<std::uintptr_t>(p);
+    const bool huge = bytes >= detail::kHugePagesFrom;
+    EXPECT_EQ(address % (huge ? std::size_t{2} << 20 : detail::kCacheLineBytes), 0u) << bytes;
+    std::memset(p, 0x5A, bytes);
+    EXPECT_EQ(p[0], 0x5A);
+    EXPECT_EQ(p[bytes - 1], 0x5A);
+    if (huge && std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good()) {
+      EXPECT_TRUE(advised_huge(p)) << bytes;
+    } else if (huge) {
+      std::printf("[ SKIPPED  ] the kernel has no transparent huge pages: the advice is not checked\n");
+    }
+    detail::free_aligned(p, bytes);
   }
 }
 

@@ -70,6 +70,19 @@ class MemoryReservation {
 // buffer took 1.4x the time of an aligned one, and the float32 decode (32,1,8192,128) 6.8-7.0 ms
 // against 6.2-6.4 ms aligned.)
 inline constexpr std::size_t kCacheLineBytes = 64;
+// `bytes` aligned to a cache line; from kHugePagesFrom bytes on, aligned to 2 MiB and asked to be
+// backed by 2 MiB pages (Linux's transparent huge pages, madvise(MADV_HUGEPAGE), where the system
+// allows them): its first touch then faults once every 2 MiB instead of every 4 KiB. Only buffers
+// that glibc maps afresh for every allocation, 32 MiB and more (its largest mmap threshold), whose
+// pages are all faulted in on every call: a smaller one is usually memory freed by an earlier call
+// and reused without a fault, which huge pages, faulted and zeroed again, made slower (the bfloat16
+// forward+backward (4,1024,1024,64) took 1.15x its time with them from 4 MiB on). On a 2-core Zen 5
+// virtual machine a page fault took about 10 us: a fresh 64 MiB buffer cost 220-230 ms to fill with
+// zeros, 6.3 ms in huge pages. Only whole 2 MiB pages inside the buffer are asked for, so it never
+// holds more memory than its own. Freed by free_aligned with the same bytes.
+inline constexpr std::size_t kHugePagesFrom = std::size_t{32} << 20;
+void* allocate_aligned(std::size_t bytes);
+void free_aligned(void* p, std::size_t bytes) noexcept;
 template <class T>
 struct CacheLineAllocator {
   using value_type = T;
@@ -78,10 +91,9 @@ struct CacheLineAllocator {
   CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT(google-explicit-constructor)
   T* allocate(std::size_t count) {
     if (count > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
-    return static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t(kCacheLineBytes)));
+    return static_cast<T*>(allocate_aligned(count * sizeof(T)));
   }
-  // The unsized form: clang declares the sized one only under -fsized-deallocation.
-  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(kCacheLineBytes)); }
+  void deallocate(T* p, std::size_t count) { free_aligned(p, count * sizeof(T)); }
   template <class U>
   bool operator==(const CacheLineAllocator<U>&) const {
     return true;

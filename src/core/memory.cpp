@@ -8,7 +8,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <new>
 #include <string>
+
+#include <sys/mman.h>
 
 #include "attn/tensor.hpp"
 
@@ -116,6 +119,25 @@ std::size_t memory_limit() {
 std::size_t memory_in_use() { return held.load(std::memory_order_relaxed); }
 
 namespace detail {
+
+void* allocate_aligned(std::size_t bytes) {
+  if (bytes < kHugePagesFrom) return ::operator new(bytes, std::align_val_t(kCacheLineBytes));
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  void* p = nullptr;
+  if (posix_memalign(&p, kHugePage, bytes) != 0) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  (void)madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice: refused, the buffer is as good
+#endif
+  return p;
+}
+
+void free_aligned(void* p, std::size_t bytes) noexcept {
+  if (bytes < kHugePagesFrom) {
+    ::operator delete(p, std::align_val_t(kCacheLineBytes));
+  } else {
+    std::free(p);
+  }
+}
 
 std::size_t reserve_memory(std::size_t bytes, const char* what, std::span<const std::int64_t> shape) {
   if (bytes == 0) return 0;

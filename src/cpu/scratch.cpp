@@ -83,8 +83,9 @@ class Arena {
   }
 
  private:
-  struct Free {
-    void operator()(std::byte* p) const { std::free(p); }
+  struct Free {  // memory of detail::allocate_aligned (attn/memory.hpp: huge pages for large chunks)
+    std::size_t bytes;  // (no initializer: the enclosing class is not complete where Chunk needs Free())
+    void operator()(std::byte* p) const { detail::free_aligned(p, bytes); }
   };
   struct Chunk {
     detail::MemoryReservation reservation;  // counted against attn's memory limit (attn/memory.hpp)
@@ -98,8 +99,7 @@ class Arena {
     // Checked, except inside a parallel region: the region's caller checked (check_thread_scratch).
     c.reservation = omp_get_level() > 0 ? detail::MemoryReservation::unchecked(size)
                                         : detail::MemoryReservation(size, "the kernels' scratch memory");
-    c.data.reset(static_cast<std::byte*>(std::aligned_alloc(Carve::kAlign, size)));
-    if (!c.data) throw std::bad_alloc();
+    c.data = std::unique_ptr<std::byte, Free>(static_cast<std::byte*>(detail::allocate_aligned(size)), Free{size});
     c.size = size;
     total_held.fetch_add(size);
     chunks_.push_back(std::move(c));

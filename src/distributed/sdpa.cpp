@@ -13,6 +13,7 @@
 #include "api/checks.hpp"
 #include "api/sinks.hpp"
 #include "attn/distributed.hpp"
+#include "attn/memory.hpp"
 #include "distributed/common.hpp"
 
 namespace attn {
@@ -20,6 +21,12 @@ namespace distributed {
 namespace {
 
 constexpr int kTagBlock = 11, kTagGradients = 12, kTagHome = 13;
+
+// A rank's elements in flight or gathered (blocks, gradients, heads over the whole sequence): cache-
+// line aligned, in huge pages where large (attn/memory.hpp; their page faults had been a tenth of a
+// rank's time in the ring's forward on a Zen 5 virtual machine).
+template <class T>
+using Elements = std::vector<T, detail::CacheLineAllocator<T>>;
 
 thread_local DistributedTimes last_times;
 
@@ -205,7 +212,7 @@ struct Heads {
 
   // This rank's rows of every head -> every row of this rank's heads, (B, count(rank), length, C) dense.
   template <class T>
-  std::vector<T> gather(const Comm& comm, const View4<const T>& x) const {
+  Elements<T> gather(const Comm& comm, const View4<const T>& x) const {
     const Stopwatch exchanging(last_times.communicate_seconds);
     const int P = p->ranks, me = p->rank;
     std::vector<index_t> send_n, recv_n;
@@ -214,7 +221,7 @@ struct Heads {
       recv_n.push_back(p->B * count(me) * rows(t) * width());
     }
     const std::vector<int> sc = ints(p->op, send_n), rc = ints(p->op, recv_n), sd = offsets(sc), rd = offsets(rc);
-    std::vector<T> send(static_cast<std::size_t>(sd.back() + sc.back())), recv(static_cast<std::size_t>(rd.back() + rc.back()));
+    Elements<T> send(static_cast<std::size_t>(sd.back() + sc.back())), recv(static_cast<std::size_t>(rd.back() + rc.back()));
     T* s = send.data();
     for (int t = 0; t < P; ++t)
       for (index_t b = 0; b < p->B; ++b)
@@ -224,7 +231,7 @@ struct Heads {
                              mpi_type<T>(), comm.get()),
                "MPI_Alltoallv");
     const index_t mine = count(me);
-    std::vector<T> full(static_cast<std::size_t>(p->B * mine * length * width()));
+    Elements<T> full(static_cast<std::size_t>(p->B * mine * length * width()));
     const T* r = recv.data();
     for (int t = 0; t < P; ++t) {
       const std::vector<Piece> rows_of_t = pieces(length, P, t, p->layout);
@@ -240,7 +247,7 @@ struct Heads {
   // The inverse: every row of this rank's heads (B, count(rank), length, C) dense -> this rank's rows
   // of every head, written into x.
   template <class T>
-  void scatter(const Comm& comm, const std::vector<T>& full, const View4<T>& x) const {
+  void scatter(const Comm& comm, const Elements<T>& full, const View4<T>& x) const {
     const Stopwatch exchanging(last_times.communicate_seconds);
     const int P = p->ranks, me = p->rank;
     std::vector<index_t> send_n, recv_n;
@@ -249,7 +256,7 @@ struct Heads {
       recv_n.push_back(p->B * count(t) * rows(me) * width());
     }
     const std::vector<int> sc = ints(p->op, send_n), rc = ints(p->op, recv_n), sd = offsets(sc), rd = offsets(rc);
-    std::vector<T> send(static_cast<std::size_t>(sd.back() + sc.back())), recv(static_cast<std::size_t>(rd.back() + rc.back()));
+    Elements<T> send(static_cast<std::size_t>(sd.back() + sc.back())), recv(static_cast<std::size_t>(rd.back() + rc.back()));
     const index_t mine = count(me);
     T* s = send.data();
     for (int t = 0; t < P; ++t) {
@@ -362,7 +369,8 @@ void ring_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse, T
   distributed::Failure failure;
   Tensor<T> own_lse;
   View4<T> l;
-  std::vector<T> cur, next;
+  distributed::Elements<T> blocks;  // two, in one allocation (huge pages where large: attn/memory.hpp)
+  T *cur = nullptr, *next = nullptr;
   failure.unless_failed([&] {
     own_lse = Tensor<T>({p.B, p.H, lse.empty() ? n_r : 0});
     l = distributed::lse_rows(lse.empty() ? own_lse.view() : lse, p.B, p.H, n_r);
@@ -370,9 +378,11 @@ void ring_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse, T
     for (index_t b = 0; b < p.B; ++b)
       for (index_t h = 0; h < p.H; ++h)
         for (index_t i = 0; i < n_r; ++i) *l.row(b, h, i) = -std::numeric_limits<T>::infinity();
-    cur.resize(static_cast<std::size_t>(packed.capacity())), next.resize(cur.size());
-    distributed::copy_rows<T>(k, packed.keys(cur.data(), me));
-    distributed::copy_rows<T>(v, packed.values(cur.data(), me));
+    const auto capacity = static_cast<std::size_t>(packed.capacity());
+    blocks.resize(2 * capacity);
+    cur = blocks.data(), next = cur + capacity;
+    distributed::copy_rows<T>(k, packed.keys(cur, me));
+    distributed::copy_rows<T>(v, packed.values(cur, me));
   });
   distributed::settle(failure, comm);
   distributed::Requests requests(comm);
@@ -380,14 +390,14 @@ void ring_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse, T
     const int src = (me - s + P) % P;
     if (s + 1 < steps) {  // the next block comes from the left while this one goes right
       const int next_src = (src - 1 + P) % P;
-      comm.check(MPI_Irecv(next.data(), static_cast<int>(packed.count(next_src)), distributed::mpi_type<T>(),
+      comm.check(MPI_Irecv(next, static_cast<int>(packed.count(next_src)), distributed::mpi_type<T>(),
                            (me - 1 + P) % P, distributed::kTagBlock, comm.get(), requests.add()),
                  "MPI_Irecv");
-      comm.check(MPI_Isend(cur.data(), static_cast<int>(packed.count(src)), distributed::mpi_type<T>(), (me + 1) % P,
+      comm.check(MPI_Isend(cur, static_cast<int>(packed.count(src)), distributed::mpi_type<T>(), (me + 1) % P,
                            distributed::kTagBlock, comm.get(), requests.add()),
                  "MPI_Isend");
     }
-    failure.unless_failed([&] { distributed::forward_block<T>(p, mask, options, q, o, l, src, cur.data()); });
+    failure.unless_failed([&] { distributed::forward_block<T>(p, mask, options, q, o, l, src, cur); });
     requests.wait();
     std::swap(cur, next);
   }
@@ -424,14 +434,18 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
   const std::size_t capacity = static_cast<std::size_t>(packed.capacity());
   // Two blocks in flight (cur, next), a block's gradients being summed (grads), two gradient blocks
   // in flight (incoming, outgoing); incoming, free after the last step, takes this rank's own home.
+  // One allocation for the five (huge pages where large: attn/memory.hpp).
   // Allocated, and every rank's found, before the ring starts (ring_sdpa_forward).
   distributed::Failure failure;
-  std::vector<T> cur, next, grads, incoming, outgoing;
+  distributed::Elements<T> buffers;
+  T *cur = nullptr, *next = nullptr, *grads = nullptr, *incoming = nullptr, *outgoing = nullptr;
   failure.unless_failed([&] {
     fill_zero(dq);
-    for (std::vector<T>* buffer : {&cur, &next, &grads, &incoming, &outgoing}) buffer->resize(capacity);
-    distributed::copy_rows<T>(k, packed.keys(cur.data(), me));
-    distributed::copy_rows<T>(v, packed.values(cur.data(), me));
+    buffers.resize(5 * capacity);
+    T* at = buffers.data();
+    for (T** buffer : {&cur, &next, &grads, &incoming, &outgoing}) *buffer = at, at += capacity;
+    distributed::copy_rows<T>(k, packed.keys(cur, me));
+    distributed::copy_rows<T>(v, packed.values(cur, me));
   });
   distributed::settle(failure, comm);
   distributed::Requests blocks(comm), sent(comm);
@@ -441,27 +455,27 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
     const int left = (me - 1 + P) % P, right = (me + 1) % P, count = static_cast<int>(packed.count(src));
     if (s + 1 < steps) {
       const int next_src = (src - 1 + P) % P;
-      comm.check(MPI_Irecv(next.data(), static_cast<int>(packed.count(next_src)), distributed::mpi_type<T>(), left,
+      comm.check(MPI_Irecv(next, static_cast<int>(packed.count(next_src)), distributed::mpi_type<T>(), left,
                            distributed::kTagBlock, comm.get(), blocks.add()),
                  "MPI_Irecv");
-      comm.check(MPI_Isend(cur.data(), count, distributed::mpi_type<T>(), right, distributed::kTagBlock, comm.get(),
+      comm.check(MPI_Isend(cur, count, distributed::mpi_type<T>(), right, distributed::kTagBlock, comm.get(),
                            blocks.add()),
                  "MPI_Isend");
     }
     distributed::Requests arriving(comm);
     if (s > 0)
-      comm.check(MPI_Irecv(incoming.data(), count, distributed::mpi_type<T>(), left, distributed::kTagGradients,
+      comm.check(MPI_Irecv(incoming, count, distributed::mpi_type<T>(), left, distributed::kTagGradients,
                            comm.get(), arriving.add()),
                  "MPI_Irecv");
-    std::fill(grads.begin(), grads.begin() + count, T(0));
-    failure.unless_failed([&] { distributed::backward_block<T>(p, mask, options, q, g, o, l, dq, src, cur.data(), grads.data()); });
+    std::fill(grads, grads + count, T(0));
+    failure.unless_failed([&] { distributed::backward_block<T>(p, mask, options, q, g, o, l, dq, src, cur, grads); });
     arriving.wait();
     if (s > 0)
-      for (int e = 0; e < count; ++e) grads[static_cast<std::size_t>(e)] += incoming[static_cast<std::size_t>(e)];
+      for (int e = 0; e < count; ++e) grads[e] += incoming[e];
     if (s + 1 < steps) {
       sent.wait();  // the previous step's gradients have left `outgoing`
-      std::copy(grads.begin(), grads.begin() + count, outgoing.begin());
-      comm.check(MPI_Isend(outgoing.data(), count, distributed::mpi_type<T>(), right, distributed::kTagGradients,
+      std::copy(grads, grads + count, outgoing);
+      comm.check(MPI_Isend(outgoing, count, distributed::mpi_type<T>(), right, distributed::kTagGradients,
                            comm.get(), sent.add()),
                  "MPI_Isend");
     }
@@ -471,20 +485,20 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
   sent.wait();
   // Home: the block held last (src) goes to its rank; this rank's own block comes from where it is.
   const int holder = (me + steps - 1) % P;
-  std::vector<T>& home = incoming;
+  T* home = incoming;
   if (src == me) {
-    home.swap(grads);
+    home = grads;
   } else {
     const distributed::Stopwatch returning(distributed::last_times.communicate_seconds);
-    comm.check(MPI_Sendrecv(grads.data(), static_cast<int>(packed.count(src)), distributed::mpi_type<T>(), src,
-                            distributed::kTagHome, home.data(), static_cast<int>(packed.count(me)),
+    comm.check(MPI_Sendrecv(grads, static_cast<int>(packed.count(src)), distributed::mpi_type<T>(), src,
+                            distributed::kTagHome, home, static_cast<int>(packed.count(me)),
                             distributed::mpi_type<T>(), holder, distributed::kTagHome, comm.get(), MPI_STATUS_IGNORE),
                "MPI_Sendrecv");
   }
   if (!dkeys.empty())
-    distributed::copy_rows<T>(packed.keys(home.data(), me), detail::to_view4(dkeys, op, "dkeys"));
+    distributed::copy_rows<T>(packed.keys(home, me), detail::to_view4(dkeys, op, "dkeys"));
   if (!dvalues.empty())
-    distributed::copy_rows<T>(packed.values(home.data(), me), detail::to_view4(dvalues, op, "dvalues"));
+    distributed::copy_rows<T>(packed.values(home, me), detail::to_view4(dvalues, op, "dvalues"));
   distributed::settle(failure, comm);
 }
 
@@ -499,13 +513,13 @@ void ulysses_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse
   const index_t group = p.H / std::max<index_t>(p.Hk, 1), n_r = p.n_of[static_cast<std::size_t>(p.rank)];
   const distributed::Heads qh{&p, group, p.n, p.d}, kh{&p, 1, p.m, p.d}, vh{&p, 1, p.m, p.dv}, oh{&p, group, p.n, p.dv},
       lh{&p, group, p.n, 0};
-  const std::vector<T> qf = qh.gather(comm, detail::to_view4(queries, op, "queries"));
-  const std::vector<T> kf = kh.gather(comm, detail::to_view4(keys, op, "keys"));
-  const std::vector<T> vf = vh.gather(comm, detail::to_view4(values, op, "values"));
+  const distributed::Elements<T> qf = qh.gather(comm, detail::to_view4(queries, op, "queries"));
+  const distributed::Elements<T> kf = kh.gather(comm, detail::to_view4(keys, op, "keys"));
+  const distributed::Elements<T> vf = vh.gather(comm, detail::to_view4(values, op, "values"));
   const index_t hq = qh.count(p.rank), hk = kh.count(p.rank);
   std::vector<std::int64_t> whole_lens;
   const Mask<T> local_mask = distributed::heads_mask(comm, p, mask, whole_lens);
-  std::vector<T> of(static_cast<std::size_t>(p.B * hq * p.n * p.dv)), lf(static_cast<std::size_t>(p.B * hq * p.n));
+  distributed::Elements<T> of(static_cast<std::size_t>(p.B * hq * p.n * p.dv)), lf(static_cast<std::size_t>(p.B * hq * p.n));
   // A failed kernel's error waits for the exchanges, which every rank takes part in (Failure).
   distributed::Failure failure;
   if (hk > 0) failure.unless_failed([&] {
@@ -532,16 +546,16 @@ void ulysses_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<
   const index_t group = p.H / std::max<index_t>(p.Hk, 1), n_r = p.n_of[static_cast<std::size_t>(p.rank)];
   const distributed::Heads qh{&p, group, p.n, p.d}, kh{&p, 1, p.m, p.d}, vh{&p, 1, p.m, p.dv}, oh{&p, group, p.n, p.dv},
       lh{&p, group, p.n, 0};
-  const std::vector<T> qf = qh.gather(comm, detail::to_view4(queries, op, "queries"));
-  const std::vector<T> kf = kh.gather(comm, detail::to_view4(keys, op, "keys"));
-  const std::vector<T> vf = vh.gather(comm, detail::to_view4(values, op, "values"));
-  const std::vector<T> of = oh.gather(comm, detail::to_view4(out, op, "out"));
-  const std::vector<T> gf = oh.gather(comm, detail::to_view4(dout, op, "dout"));
-  const std::vector<T> lf = lh.gather(comm, distributed::lse_rows(lse, p.B, p.H, n_r));
+  const distributed::Elements<T> qf = qh.gather(comm, detail::to_view4(queries, op, "queries"));
+  const distributed::Elements<T> kf = kh.gather(comm, detail::to_view4(keys, op, "keys"));
+  const distributed::Elements<T> vf = vh.gather(comm, detail::to_view4(values, op, "values"));
+  const distributed::Elements<T> of = oh.gather(comm, detail::to_view4(out, op, "out"));
+  const distributed::Elements<T> gf = oh.gather(comm, detail::to_view4(dout, op, "dout"));
+  const distributed::Elements<T> lf = lh.gather(comm, distributed::lse_rows(lse, p.B, p.H, n_r));
   const index_t hq = qh.count(p.rank), hk = kh.count(p.rank);
   std::vector<std::int64_t> whole_lens;
   const Mask<T> local_mask = distributed::heads_mask(comm, p, mask, whole_lens);
-  std::vector<T> dqf(qf.size()), dkf(kf.size()), dvf(vf.size());
+  distributed::Elements<T> dqf(qf.size()), dkf(kf.size()), dvf(vf.size());
   distributed::Failure failure;  // as in the forward
   if (hk > 0) failure.unless_failed([&] {
     const distributed::Stopwatch computing(distributed::last_times.compute_seconds);
