@@ -83,11 +83,11 @@ std::pair<double, double> interleaved_medians(const std::function<void()>& fused
 
 std::pair<double, double> medians_against_a_read(const std::function<void()>& kernel, double bytes, double budget) {
   const std::size_t count = static_cast<std::size_t>(bytes / sizeof(float));
-  // Aligned as a Tensor's elements are (attn/tensor.hpp); not zeroed: touched below.
-  constexpr std::align_val_t kLine{64};
-  const auto release = [&](float* p) { ::operator delete(p, kLine); };
-  const std::unique_ptr<float, decltype(release)> storage(
-      static_cast<float*>(::operator new(count * sizeof(float), kLine)), release);
+  // Memory as a Tensor's elements are (attn/memory.hpp); not zeroed: touched below.
+  const std::size_t bytes_held = count * sizeof(float);
+  const auto release = [bytes_held](float* p) { attn::detail::free_aligned(p, bytes_held); };
+  const std::unique_ptr<float, decltype(release)> storage(static_cast<float*>(attn::detail::allocate_aligned(bytes_held)),
+                                                          release);
   float* x = storage.get();
 #pragma omp parallel for schedule(static)
   for (std::size_t i = 0; i < count; ++i) x[i] = 1.0f;  // first touch, by the thread that will read

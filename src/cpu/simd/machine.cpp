@@ -6,18 +6,19 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/simd/machine.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
-#include <hwy/aligned_allocator.h>
 #include <hwy/highway.h>
 
 #include "cpu/simd/dispatch.hpp"
 #include "attn/machine.hpp"
 #include "attn/diagnostics.hpp"
+#include "attn/memory.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::machine::HWY_NAMESPACE {
@@ -104,7 +105,11 @@ float read_once(const float* x, std::size_t count) {
 
 double read_bandwidth(std::size_t bytes) {
   const std::size_t count = bytes / sizeof(float);
-  auto buf = hwy::AllocateAligned<float>(count);
+  // Memory as a Tensor's (attn/memory.hpp: huge pages at this size, so that filling it does not
+  // take seconds of page faults on a machine where a fault is slow; a read is as fast either way).
+  const std::size_t bytes_held = count * sizeof(float);
+  const auto release = [bytes_held](float* p) { detail::free_aligned(p, bytes_held); };
+  const std::unique_ptr<float, decltype(release)> buf(static_cast<float*>(detail::allocate_aligned(bytes_held)), release);
   float* x = buf.get();
 #pragma omp parallel for schedule(static)
   for (std::size_t i = 0; i < count; ++i) x[i] = 1.0f;  // first touch, by the thread that will read
