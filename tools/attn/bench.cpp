@@ -9,8 +9,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
-#include <memory>
-#include <new>
 #include <iostream>
 #include <string>
 #include <tuple>
@@ -21,6 +19,7 @@
 #include "attn/error.hpp"
 #include "attn/machine.hpp"
 #include "attn/memory.hpp"
+#include "attn/tensor.hpp"
 #include "exit_codes.hpp"
 
 namespace attn_cli {
@@ -83,12 +82,9 @@ std::pair<double, double> interleaved_medians(const std::function<void()>& fused
 
 std::pair<double, double> medians_against_a_read(const std::function<void()>& kernel, double bytes, double budget) {
   const std::size_t count = static_cast<std::size_t>(bytes / sizeof(float));
-  // Memory as a Tensor's elements are (attn/memory.hpp); not zeroed: touched below.
-  const std::size_t bytes_held = count * sizeof(float);
-  const auto release = [bytes_held](float* p) { attn::detail::free_aligned(p, bytes_held); };
-  const std::unique_ptr<float, decltype(release)> storage(static_cast<float*>(attn::detail::allocate_aligned(bytes_held)),
-                                                          release);
-  float* x = storage.get();
+  // A Tensor's memory (aligned to a cache line; in huge pages from 32 MiB on, attn/memory.hpp).
+  attn::Tensor<float> storage({static_cast<attn::index_t>(count)});
+  float* x = storage.data();
 #pragma omp parallel for schedule(static)
   for (std::size_t i = 0; i < count; ++i) x[i] = 1.0f;  // first touch, by the thread that will read
   volatile float sink = 0;
