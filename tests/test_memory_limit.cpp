@@ -77,9 +77,11 @@ TEST(MemoryLimit, DenseNadarayaWatsonBackwardRefusesItsBuffers) {
 }
 
 TEST(MemoryLimit, TensorsCountAgainstASetLimitUntilFreed) {
+  EXPECT_EQ(memory_limit_set(), 0u) << "none set (ATTN_MAX_BYTES is not set_memory_limit's)";
   const std::size_t held = memory_in_use();
   const ScopedLimit limit(held + (1 << 20));  // 1 MiB more than attn holds now
   EXPECT_EQ(memory_limit(), held + (1 << 20));
+  EXPECT_EQ(memory_limit_set(), held + (1 << 20));
   {
     Tensor<float> a({600 * 256});  // 600 KiB
     EXPECT_EQ(memory_in_use(), held + 600 * 1024);

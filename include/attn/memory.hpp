@@ -24,6 +24,8 @@ namespace attn {
 
 // bytes: the most attn may hold at once; 0 goes back to ATTN_MAX_BYTES or the machine's memory.
 void set_memory_limit(std::size_t bytes);
+// set_memory_limit's bytes; 0 when none is set (the limit is then ATTN_MAX_BYTES's or the machine's).
+std::size_t memory_limit_set();
 // The limit now: set_memory_limit's or ATTN_MAX_BYTES's bytes, or the machine's available memory.
 std::size_t memory_limit();
 // The bytes attn holds now: the Tensors it owns and every thread's kernel scratch.
@@ -73,8 +75,8 @@ inline constexpr std::size_t kCacheLineBytes = 64;
 // `bytes` aligned to a cache line; from kHugePagesFrom bytes on, aligned to 2 MiB and asked to be
 // backed by 2 MiB pages (Linux's transparent huge pages, madvise(MADV_HUGEPAGE), where the system
 // allows them): its first touch then faults once every 2 MiB instead of every 4 KiB. Only buffers
-// that glibc maps afresh for every allocation, 32 MiB and more (its largest mmap threshold), whose
-// pages are all faulted in on every call: a smaller one is usually memory freed by an earlier call
+// that glibc usually maps afresh for every allocation, 32 MiB and more (its largest mmap threshold),
+// whose pages are then all faulted in on every call: a smaller one is usually memory freed by an earlier call
 // and reused without a fault, which huge pages, faulted and zeroed again, made slower (the bfloat16
 // forward+backward (4,1024,1024,64) took 1.15x its time with them from 4 MiB on). On a 2-core Zen 5
 // virtual machine a page fault took about 10 us: a fresh 64 MiB buffer cost 220-230 ms to fill with

@@ -27,9 +27,9 @@ arguments on any rank raise the same ValueError on every rank (never a hang); an
 later in the call (its memory limit reached) raises on every rank once the call's exchanges are
 done, MemoryError where that rank ran out of memory.
 
-Each call runs with attn's SIMD target (attn.simd_target()) and memory limit (attn.memory_limit():
-what one call may hold beside its shards, counted apart from attn.memory_in_use(), since the MPI
-part is a compiled library of its own).
+Each call runs with attn's SIMD target (attn.simd_target()) and the memory limit of
+attn.set_memory_limit (or else ATTN_MAX_BYTES, or the machine's memory, as in attn), counted apart
+from attn.memory_in_use(): the MPI part is a compiled library of its own.
 
 Needs mpi4py (Debian's python3-mpi4py) and attn built with MPI (libopenmpi-dev).
 """
@@ -83,7 +83,7 @@ def _settings(function, causal, layout, algorithm, valid_lens, window, scale, so
         raise ValueError(f"{function}: seed is {seed}; it must lie in [0, 2**64)")
     s.dropout, s.seed = float(dropout_p), int(seed)
     # attn's settings, which the compiled part (a library of its own) takes for the call
-    s.simd_target, s.memory_limit = _attn.simd_target(), _attn.memory_limit()
+    s.simd_target, s.memory_limit = _attn.simd_target(), _attn.memory_limit_set()
     return s
 
 

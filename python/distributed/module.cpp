@@ -57,7 +57,8 @@ struct Settings {
   double dropout = 0;
   std::uint64_t seed = 0;
   // attn's settings (attn.distributed takes them from attn's module): this module holds a copy of the
-  // library of its own, whose settings are set from these before each call.
+  // library of its own, whose settings are set from these for each call. memory_limit: set_memory_limit's
+  // bytes, 0 when none is set (this copy then reads ATTN_MAX_BYTES or the machine, as attn does).
   std::string simd_target;
   std::size_t memory_limit = 0;
 
@@ -76,10 +77,8 @@ struct Settings {
     if (alibi) m.alibi_slopes = view_of(*alibi);
     return m;
   }
-  void apply() const {
-    if (!simd_target.empty()) attn::set_simd_target(simd_target);
-    attn::set_memory_limit(memory_limit);
-  }
+  // The SIMD target the call runs on: attn's, else this copy's own.
+  std::string target() const { return simd_target.empty() ? attn::simd_target() : simd_target; }
   attn::SdpaOptions options() const {
     attn::SdpaOptions o;
     o.scale = scale, o.softcap = softcap;
@@ -98,9 +97,10 @@ py::tuple forward(std::int64_t comm, const Array<T>& q, const Array<T>& k, const
   if (v.ndim() == q.ndim() && q.ndim() >= 1) out_shape.back() = v.shape(v.ndim() - 1);
   Array<T> out = like<T>(out_shape), lse = like<T>(lse_shape);
   const attn::Mask<T> mask = s.mask<T>(alibi, sinks);
-  s.apply();
+  attn::set_memory_limit(s.memory_limit);
   {
     py::gil_scoped_release unlocked;
+    const attn::ScopedSimdTarget simd(s.target());  // this thread's, for the call
     const auto call = s.ring() ? attn::ring_sdpa_forward<T> : attn::ulysses_sdpa_forward<T>;
     call(comm_of(comm), view_of(out), view_of(lse), view_of(q), view_of(k), view_of(v), mask, s.options(), s.shard_layout());
   }
@@ -115,9 +115,10 @@ py::tuple backward(std::int64_t comm, const Array<T>& dout, const Array<T>& q, c
   Array<T> dq = like<T>({q.shape(), q.shape() + q.ndim()}), dk = like<T>({k.shape(), k.shape() + k.ndim()}),
            dv = like<T>({v.shape(), v.shape() + v.ndim()});
   const attn::Mask<T> mask = s.mask<T>(alibi, sinks);
-  s.apply();
+  attn::set_memory_limit(s.memory_limit);
   {
     py::gil_scoped_release unlocked;
+    const attn::ScopedSimdTarget simd(s.target());  // this thread's, for the call
     const auto call = s.ring() ? attn::ring_sdpa_backward<T> : attn::ulysses_sdpa_backward<T>;
     call(comm_of(comm), view_of(dq), view_of(dk), view_of(dv), view_of(dout), view_of(q), view_of(k), view_of(v),
          view_of(out), view_of(lse), mask, s.options(), s.shard_layout());

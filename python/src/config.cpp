@@ -30,6 +30,8 @@ kernels record it: what ran, not what was chosen.)");
 array is checked against it too); 0 goes back to the environment variable ATTN_MAX_BYTES ("8G"), or,
 without it, to the memory the machine has available. A call that would need more raises MemoryError
 naming the bytes, before it allocates.)");
+  m.def("memory_limit_set", &attn::memory_limit_set,
+        "set_memory_limit's bytes; 0 when none is set (the limit is then ATTN_MAX_BYTES's or the machine's).");
   m.def("memory_limit", &attn::memory_limit, "The memory attn may use now, in bytes (set_memory_limit).");
   m.def("memory_in_use", &attn::memory_in_use, "The bytes attn holds now: its tensors and the kernels' scratch.");
 }

@@ -43,8 +43,10 @@ def test_a_set_limit_refuses_a_call_and_is_given_back(limit):
     # softmax(q q^T / 8) q in float64, and in float32 for the error budget of STYLE.md.
     exact, low = sdpa_formula(q, np.float64), sdpa_formula(q, np.float32)
     assert np.abs(expected - exact).max() <= 2 * np.abs(low - exact).max() + 1e-6 * np.abs(exact).max()
+    assert attn.memory_limit_set() == 0
     limit(attn.memory_in_use() + 1024)
     assert attn.memory_limit() == attn.memory_in_use() + 1024
+    assert attn.memory_limit_set() == attn.memory_limit()
     with pytest.raises(MemoryError, match=r"needs 153600 bytes .*than attn may use: .*\(set_memory_limit\)"):
         attn.scaled_dot_product_attention(q, q, q)
     attn.set_memory_limit(0)

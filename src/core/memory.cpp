@@ -110,6 +110,7 @@ std::size_t machine_available() {
 }  // namespace
 
 void set_memory_limit(std::size_t bytes) { set_limit.store(bytes, std::memory_order_relaxed); }
+std::size_t memory_limit_set() { return set_limit.load(std::memory_order_relaxed); }
 
 std::size_t memory_limit() {
   const std::size_t chosen = chosen_limit();

@@ -39,10 +39,12 @@ class Comm {
   int rank_ = 0, size_ = 1;
 };
 
-// An error this rank meets after the collective check (attn's memory limit reached by a block's
-// buffers, a kernel's refusal, std::bad_alloc), held rather than thrown at once: thrown there, it
-// left the other ranks waiting for this rank's messages for ever. The rank computes nothing more
-// but takes its part in every exchange that follows, and settle() then raises it on every rank.
+// An error this rank meets after the collective check, in the work wrapped by unless_failed (the
+// ring's buffers, a block's kernel: attn's memory limit reached by its tensors or scratch, std::bad_alloc),
+// held rather than thrown at once: thrown there, it left the other ranks waiting for this rank's
+// messages for ever. The rank computes nothing more but takes its part in every exchange that
+// follows, and settle() then raises it on every rank. (The all-to-all's exchange buffers are not
+// wrapped: a rank that cannot allocate one still leaves the others waiting.)
 class Failure {
  public:
   // Runs step() unless this rank has failed already, keeping what it throws.

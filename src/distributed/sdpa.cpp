@@ -28,6 +28,14 @@ constexpr int kTagBlock = 11, kTagGradients = 12, kTagHome = 13;
 template <class T>
 using Elements = std::vector<T, detail::CacheLineAllocator<T>>;
 
+// Elements of a block of `capacity`, rounded up to whole cache lines so that each of several blocks
+// in one allocation starts on one.
+template <class T>
+std::size_t block_stride(std::size_t capacity) {
+  constexpr std::size_t line = detail::kCacheLineBytes / sizeof(T);
+  return (capacity + line - 1) / line * line;
+}
+
 thread_local DistributedTimes last_times;
 
 // Adds the seconds from its construction to its destruction to one of last_times' fields.
@@ -378,9 +386,9 @@ void ring_sdpa_forward(MPI_Comm comm_in, TensorView<T> out, TensorView<T> lse, T
     for (index_t b = 0; b < p.B; ++b)
       for (index_t h = 0; h < p.H; ++h)
         for (index_t i = 0; i < n_r; ++i) *l.row(b, h, i) = -std::numeric_limits<T>::infinity();
-    const auto capacity = static_cast<std::size_t>(packed.capacity());
-    blocks.resize(2 * capacity);
-    cur = blocks.data(), next = cur + capacity;
+    const std::size_t stride = distributed::block_stride<T>(static_cast<std::size_t>(packed.capacity()));
+    blocks.resize(2 * stride);
+    cur = blocks.data(), next = cur + stride;
     distributed::copy_rows<T>(k, packed.keys(cur, me));
     distributed::copy_rows<T>(v, packed.values(cur, me));
   });
@@ -441,9 +449,10 @@ void ring_sdpa_backward(MPI_Comm comm_in, TensorView<T> dqueries, TensorView<T> 
   T *cur = nullptr, *next = nullptr, *grads = nullptr, *incoming = nullptr, *outgoing = nullptr;
   failure.unless_failed([&] {
     fill_zero(dq);
-    buffers.resize(5 * capacity);
+    const std::size_t stride = distributed::block_stride<T>(capacity);
+    buffers.resize(5 * stride);
     T* at = buffers.data();
-    for (T** buffer : {&cur, &next, &grads, &incoming, &outgoing}) *buffer = at, at += capacity;
+    for (T** buffer : {&cur, &next, &grads, &incoming, &outgoing}) *buffer = at, at += stride;
     distributed::copy_rows<T>(k, packed.keys(cur, me));
     distributed::copy_rows<T>(v, packed.values(cur, me));
   });

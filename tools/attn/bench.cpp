@@ -82,11 +82,12 @@ std::pair<double, double> interleaved_medians(const std::function<void()>& fused
 
 std::pair<double, double> medians_against_a_read(const std::function<void()>& kernel, double bytes, double budget) {
   const std::size_t count = static_cast<std::size_t>(bytes / sizeof(float));
-  // A Tensor's memory (aligned to a cache line; in huge pages from 32 MiB on, attn/memory.hpp).
+  // A Tensor's memory, as the cases' (aligned to a cache line; in huge pages from 32 MiB on:
+  // attn/memory.hpp), counted against attn's memory limit as theirs is.
   attn::Tensor<float> storage({static_cast<attn::index_t>(count)});
   float* x = storage.data();
 #pragma omp parallel for schedule(static)
-  for (std::size_t i = 0; i < count; ++i) x[i] = 1.0f;  // first touch, by the thread that will read
+  for (std::size_t i = 0; i < count; ++i) x[i] = 1.0f;  // each part written by the thread that will read it
   volatile float sink = 0;
   auto read = [&] { sink = sink + attn::machine::read_once(x, count); };
   read();
