@@ -75,13 +75,14 @@ inline constexpr std::size_t kCacheLineBytes = 64;
 // `bytes` aligned to a cache line; from kHugePagesFrom bytes on, aligned to 2 MiB and asked to be
 // backed by 2 MiB pages (Linux's transparent huge pages, madvise(MADV_HUGEPAGE), where the system
 // allows them): its first touch then faults once every 2 MiB instead of every 4 KiB. Only buffers
-// that glibc usually maps afresh for every allocation, 32 MiB and more (its largest mmap threshold),
-// whose pages are then all faulted in on every call: a smaller one is usually memory freed by an earlier call
-// and reused without a fault, which huge pages, faulted and zeroed again, made slower (the bfloat16
-// forward+backward (4,1024,1024,64) took 1.15x its time with them from 4 MiB on). On a 2-core Zen 5
-// virtual machine a page fault took about 10 us: a fresh 64 MiB buffer cost 220-230 ms to fill with
-// zeros, 6.3 ms in huge pages. Only whole 2 MiB pages inside the buffer are asked for, so it never
-// holds more memory than its own. Freed by free_aligned with the same bytes.
+// that glibc usually maps afresh for every allocation, 32 MiB and more (its largest mmap
+// threshold), whose pages are then all faulted in on every call: a smaller one is usually memory
+// freed by an earlier call and reused without a fault, which huge pages, faulted and zeroed again,
+// made slower (the bfloat16 forward+backward (4,1024,1024,64) took 1.15x its time with them from
+// 4 MiB on). On a 2-core Zen 5 virtual machine a page fault took about 10 us: a fresh 64 MiB
+// buffer cost 220-230 ms to fill with zeros, 6.3 ms in huge pages. Only whole 2 MiB pages inside the
+// buffer are asked for, so it never holds more memory than its own. Freed by free_aligned with the
+// same bytes.
 inline constexpr std::size_t kHugePagesFrom = std::size_t{32} << 20;
 void* allocate_aligned(std::size_t bytes);
 void free_aligned(void* p, std::size_t bytes) noexcept;
