@@ -13,6 +13,7 @@
 
 #include "attn/half.hpp"
 #include "attn/kv_cache.hpp"
+#include "attn/memory.hpp"
 #include "attn/sdpa.hpp"
 #include "support/testing.hpp"
 
@@ -960,6 +961,65 @@ TEST(KvCacheInt4, BadInputIsNamed) {
     EXPECT_EQ(cache.length(0), 0);
     EXPECT_EQ(cache.length(1), 0);
   }
+}
+
+// A cache's blocks count against attn's memory limit one by one, as they are taken (their regions
+// never do): the bytes attn holds are the blocks' bytes, a block past the limit is refused by name,
+// and every byte is given back with the cache. A capacity's blocks are counted at construction.
+TEST(KvCacheBlocks, CountedAgainstTheMemoryLimitOneByOne) {
+  const Tensor<float> k = random_tensor<float>({kKvHeads, 40, kDim}, 1), v = random_tensor<float>({kKvHeads, 40, kDim}, 2);
+  const TensorView<const float> one_k(k.data(), {kKvHeads, 1, kDim}, {40 * kDim, kDim, 1});
+  const TensorView<const float> one_v(v.data(), {kKvHeads, 1, kDim}, {40 * kDim, kDim, 1});
+  const std::size_t before = memory_in_use();
+  for (const KvDtype dtype : {KvDtype::float32, KvDtype::int8, KvDtype::int4}) {
+    SCOPED_TRACE(static_cast<int>(dtype));
+    {
+      KvCache cache(2, kKvHeads, kDim, {.dtype = dtype, .block_size = 32});
+      EXPECT_EQ(memory_in_use(), before) << "no block before an append";
+      cache.append(0, k.view(), v.view());  // 40 tokens: 2 blocks
+      const std::size_t block = cache.bytes() / 2;
+      EXPECT_EQ(memory_in_use() - before, cache.bytes());
+      set_memory_limit(memory_in_use() + block - 1);
+      try {
+        cache.append(1, one_k, one_v);
+        ADD_FAILURE() << "a block past the limit was taken";
+      } catch (const MemoryError& e) {
+        EXPECT_NE(std::string(e.what()).find("a block of a KvCache needs"), std::string::npos) << e.what();
+      }
+      EXPECT_EQ(cache.length(1), 0);
+      set_memory_limit(memory_in_use() + block);
+      cache.append(1, one_k, one_v);
+      set_memory_limit(0);
+      EXPECT_EQ(memory_in_use() - before, cache.bytes());
+      EXPECT_EQ(cache.bytes(), 3 * block);
+    }
+    EXPECT_EQ(memory_in_use(), before) << "the blocks given back with the cache";
+    {
+      const KvCache cache(3, kKvHeads, kDim, {.dtype = dtype, .block_size = 32, .capacity = 40});
+      EXPECT_EQ(memory_in_use() - before, cache.bytes());
+      EXPECT_EQ(cache.bytes() % 6, 0u) << "two blocks for each of 3 sequences";
+    }
+    EXPECT_EQ(memory_in_use(), before);
+  }
+}
+
+// Blocks from more than one of the cache's regions (a region holds 32 MiB of them) read back what
+// was appended, bit for bit, and so do a second sequence's, interleaved with the first's.
+TEST(KvCacheBlocks, BlocksAcrossRegionsHoldTheirTokens) {
+  const index_t tokens = 36000, d = 128;  // float32 keys and values: 36.9 MB, more than one region
+  const Tensor<float> k = random_tensor<float>({1, tokens, d}, 3), v = random_tensor<float>({1, tokens, d}, 4);
+  KvCache cache(2, 1, d, {.block_size = 16});
+  for (index_t t0 = 0; t0 < tokens; t0 += 4000) {  // the two sequences' blocks interleaved in the regions
+    const index_t t = std::min<index_t>(4000, tokens - t0);
+    const TensorView<const float> kc(k.data() + t0 * d, {1, t, d}), vc(v.data() + t0 * d, {1, t, d});
+    cache.append(0, kc, vc);
+    cache.append(1, vc, kc);
+  }
+  EXPECT_EQ(cache.bytes(), std::size_t{2} * 2 * tokens * d * sizeof(float));
+  EXPECT_EQ(cache.keys(0).values(), k.values());
+  EXPECT_EQ(cache.values(0).values(), v.values());
+  EXPECT_EQ(cache.keys(1).values(), v.values());
+  EXPECT_EQ(cache.values(1).values(), k.values());
 }
 
 TEST(KvCacheBlocks, TruncateResetAndAppendReuseBlocks) {
