@@ -963,6 +963,12 @@ TEST(KvCacheInt4, BadInputIsNamed) {
   }
 }
 
+// set_memory_limit(bytes) for a scope.
+struct ScopedLimit {
+  explicit ScopedLimit(std::size_t bytes) { set_memory_limit(bytes); }
+  ~ScopedLimit() { set_memory_limit(0); }
+};
+
 // A cache's blocks count against attn's memory limit one by one, as they are taken (their regions
 // never do): the bytes attn holds are the blocks' bytes, a block past the limit is refused by name,
 // and every byte is given back with the cache. A capacity's blocks are counted at construction.
@@ -973,40 +979,55 @@ TEST(KvCacheBlocks, CountedAgainstTheMemoryLimitOneByOne) {
   const std::size_t before = memory_in_use();
   for (const KvDtype dtype : {KvDtype::float32, KvDtype::int8, KvDtype::int4}) {
     SCOPED_TRACE(static_cast<int>(dtype));
+    std::size_t block = 0;
     {
       KvCache cache(2, kKvHeads, kDim, {.dtype = dtype, .block_size = 32});
       EXPECT_EQ(memory_in_use(), before) << "no block before an append";
       cache.append(0, k.view(), v.view());  // 40 tokens: 2 blocks
-      const std::size_t block = cache.bytes() / 2;
+      block = cache.bytes() / 2;
       EXPECT_EQ(memory_in_use() - before, cache.bytes());
-      set_memory_limit(memory_in_use() + block - 1);
-      try {
-        cache.append(1, one_k, one_v);
-        ADD_FAILURE() << "a block past the limit was taken";
-      } catch (const MemoryError& e) {
-        EXPECT_NE(std::string(e.what()).find("a block of a KvCache needs"), std::string::npos) << e.what();
+      {
+        const ScopedLimit limit(memory_in_use() + block - 1);
+        try {
+          cache.append(1, one_k, one_v);
+          ADD_FAILURE() << "a block past the limit was taken";
+        } catch (const MemoryError& e) {
+          EXPECT_NE(std::string(e.what()).find("a block of a KvCache needs"), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(cache.length(1), 0);
       }
-      EXPECT_EQ(cache.length(1), 0);
-      set_memory_limit(memory_in_use() + block);
-      cache.append(1, one_k, one_v);
-      set_memory_limit(0);
-      EXPECT_EQ(memory_in_use() - before, cache.bytes());
+      {
+        const ScopedLimit limit(memory_in_use() + block);
+        cache.append(1, one_k, one_v);
+      }
       EXPECT_EQ(cache.bytes(), 3 * block);
+      EXPECT_EQ(memory_in_use() - before, cache.bytes());
     }
     EXPECT_EQ(memory_in_use(), before) << "the blocks given back with the cache";
     {
       const KvCache cache(3, kKvHeads, kDim, {.dtype = dtype, .block_size = 32, .capacity = 40});
+      EXPECT_EQ(cache.bytes(), 6 * block) << "two blocks for each of 3 sequences";
       EXPECT_EQ(memory_in_use() - before, cache.bytes());
-      EXPECT_EQ(cache.bytes() % 6, 0u) << "two blocks for each of 3 sequences";
     }
     EXPECT_EQ(memory_in_use(), before);
   }
 }
 
-// Blocks from more than one of the cache's regions (a region holds 32 MiB of them) read back what
-// was appended, bit for bit, and so do a second sequence's, interleaved with the first's.
+// A capacity's blocks are cut from one region, each array from a cache line: for the smallest
+// blocks (float8, head_dim 1, block_size 1: 2 bytes counted, 128 taken) the region's size overflows
+// where the blocks' bytes do not, and the capacity is refused before anything is allocated.
+TEST(KvCacheBlocks, ACapacityWhoseRegionOverflowsIsRefused) {
+  const ScopedLimit limit(std::numeric_limits<std::size_t>::max());
+  testing::expect_error(
+      [] { KvCache(1, 1, 1, {.dtype = KvDtype::float8_e4m3, .block_size = 1, .capacity = index_t(1) << 58}); },
+      {"capacity is 288230376151711744 tokens", "do not fit in a 64-bit size"});
+}
+
+// Blocks from many of the cache's regions (they grow with it, to 32 MiB and past, where 2 MiB pages
+// back them) read back what was appended, bit for bit, and so do a second sequence's, interleaved
+// with the first's.
 TEST(KvCacheBlocks, BlocksAcrossRegionsHoldTheirTokens) {
-  const index_t tokens = 36000, d = 128;  // float32 keys and values: 36.9 MB, more than one region
+  const index_t tokens = 36000, d = 128;  // float32 keys and values: 36.9 MB a sequence
   const Tensor<float> k = random_tensor<float>({1, tokens, d}, 3), v = random_tensor<float>({1, tokens, d}, 4);
   KvCache cache(2, 1, d, {.block_size = 16});
   for (index_t t0 = 0; t0 < tokens; t0 += 4000) {  // the two sequences' blocks interleaved in the regions

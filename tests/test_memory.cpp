@@ -77,9 +77,8 @@ TEST(ScratchFrame, FramesAreAlignedAndStackedOneAfterAnother) {
   EXPECT_EQ(g2, g);
 }
 
-// A Tensor's elements and the kernels' working buffers (a KV cache's blocks among them) start on a
-// cache line, whatever their type and size, after a copy too: the decode's 512-bit loads of a row
-// never straddle two lines.
+// A Tensor's elements and the kernels' working buffers start on a cache line, whatever their type
+// and size, after a copy too: the decode's 512-bit loads of a row never straddle two lines.
 template <class T>
 void expect_tensors_on_a_cache_line() {
   for (const index_t n : {1, 3, 17, 1000, 1 << 20}) {

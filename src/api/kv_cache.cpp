@@ -6,8 +6,20 @@
 // into float32.
 #include "attn/kv_cache.hpp"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTN_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTN_ASAN 1
+#endif
+#endif
+#ifdef ATTN_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -25,8 +37,8 @@
 #include "attn/config.hpp"
 #include "attn/error.hpp"
 #include "attn/half.hpp"
-#include "attn/sdpa.hpp"
 #include "attn/memory.hpp"
+#include "attn/sdpa.hpp"
 #include "core/buffer.hpp"
 #include "core/view4.hpp"
 #include "core/float8.hpp"
@@ -99,35 +111,66 @@ bool rounds_queries_here(KvDtype t, bool decode_in_place) {
 
 // One block: keys and values (kv_heads, block_size, head_dim) in the storage type, for int8 one
 // scale per 32 of them, for the 4-bit types one scale and one minimum per group of 32 (cpu/quant/q4.hpp).
-// Its arrays lie in one of the cache's regions (BlockStore), each on a cache line.
+// Its arrays lie in one of the cache's regions (BlockStore), each from a cache line (BlockLayout).
 struct Block {
   std::span<std::uint8_t> k, v;
   std::span<float> k_scales, v_scales, k_mins, v_mins;
   detail::MemoryReservation counted;  // its bytes, against the memory attn may use (attn/memory.hpp)
+  Block() = default;
+  Block(Block&&) = default;
+  Block(const Block&) = delete;  // two views of one block's memory, counted twice
 };
 
-// The memory of a cache's blocks: regions of detail::kHugePagesFrom bytes or more (whole blocks),
-// which detail::allocate_aligned backs with 2 MiB pages where the system allows, cut into blocks as
-// the cache takes them. A block of its own, each 4 KiB page of it faulted in on its first write,
-// made a cache slow to fill on a virtual machine whose page faults are slow: on a 2-core Zen 5 VM,
-// appending 8,192 float32 tokens of 8 heads of 128 (64 MiB) to a new cache took 160-240 ms, where
-// copying them took 2-5 ms; from regions, 12-19 ms. A region that large is mapped afresh, and its
-// pages hold memory only once written, so it may be larger than the blocks taken from it: what the
-// cache holds beyond its blocks' bytes is at most the rest of the 2 MiB page its last block ends
-// in. Blocks are counted against attn's memory limit one by one, as they are taken
-// (Block::counted), never the regions.
+// The memory of a cache's blocks: regions cut into blocks as the cache takes them. A block of its
+// own, each 4 KiB page of it faulted in on its first write, made a cache slow to fill on a virtual
+// machine whose page faults are slow: on a 2-core Zen 5 VM, appending 8,192 float32 tokens of 8 heads
+// of 128 (64 MiB) to a new cache took 140-240 ms, where copying them took 2-5 ms. A region of
+// detail::kHugePagesFrom bytes or more is backed by 2 MiB pages where the system allows
+// (detail::allocate_aligned), and the same append took 11-19 ms. Regions grow with the cache
+// (KvCache::State::new_block), so that a small cache stays small. Blocks are counted against attn's
+// memory limit one by one as they are taken (Block::counted); a region's untaken part is not: mapped
+// afresh (as regions that large are), it holds memory only once written, that is up to the rest of
+// the 2 MiB page its last block ends in. In a build with AddressSanitizer, what is not a block's
+// array is poisoned, so reading past an array is caught as it was when each had an allocation.
 class BlockStore {
  public:
-  // `bytes` (a multiple of 64) from the last region, or from a new one of region_bytes (at least
-  // `bytes`) when it has no room.
-  std::byte* take(std::size_t bytes, std::size_t region_bytes) {
-    if (regions_.empty() || size_ - used_ < bytes) {
-      regions_.emplace_back(static_cast<std::byte*>(detail::allocate_aligned(region_bytes)), Free{region_bytes});
+  BlockStore() = default;
+  BlockStore(const BlockStore&) = delete;
+  BlockStore& operator=(const BlockStore&) = delete;
+  ~BlockStore() {
+    for (auto& r : regions_) unpoison(r.get(), r.get_deleter().bytes);
+  }
+
+  // `span` bytes (a multiple of 64, at most region_bytes) from the last region, or from a new one of
+  // region_bytes when it has no room; poisoned until cut (unpoison).
+  std::byte* take(std::size_t span, std::size_t region_bytes) {
+    if (span > region_bytes) detail::fail("KvCache: a block of ", span, " bytes asked of a region of ", region_bytes);
+    if (regions_.empty() || span > size_ - used_) {
+      if (regions_.size() == regions_.capacity()) regions_.reserve(std::max<std::size_t>(8, 2 * regions_.size()));  // no throw once allocated
+      std::unique_ptr<std::byte, Free> region(static_cast<std::byte*>(detail::allocate_aligned(region_bytes)), Free{region_bytes});
+      poison(region.get(), region_bytes);
+      regions_.push_back(std::move(region));
       used_ = 0, size_ = region_bytes;
     }
     std::byte* at = regions_.back().get() + used_;
-    used_ += bytes;
+    used_ += span;
     return at;
+  }
+
+  // Marks bytes [p, p + n) as usable (a block's array) or not, in builds with AddressSanitizer.
+  static void unpoison(const void* p, std::size_t n) {
+#ifdef ATTN_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(p, n);
+#else
+    (void)p, (void)n;
+#endif
+  }
+  static void poison(const void* p, std::size_t n) {
+#ifdef ATTN_ASAN
+    ASAN_POISON_MEMORY_REGION(p, n);
+#else
+    (void)p, (void)n;
+#endif
   }
 
  private:
@@ -143,6 +186,21 @@ bool is_float8(KvDtype t) { return t == KvDtype::float8_e4m3 || t == KvDtype::fl
 bool is_int4(KvDtype t) { return t == KvDtype::int4 || t == KvDtype::int4_kivi; }
 // Storage types with a scale per 32 values.
 bool has_group_scales(KvDtype t) { return t == KvDtype::int8 || is_int4(t); }
+
+// A block's arrays: `data` bytes of keys and as many of values, `groups` scales of each (int8 and the
+// 4-bit types) and `mins` minima of each (4-bit): the bytes counted against the memory limit, and
+// those it takes of a region, each array from a cache line.
+struct BlockLayout {
+  std::size_t data = 0, groups = 0, mins = 0;
+  BlockLayout(KvDtype t, std::size_t values)  // values: kv_heads x block_size x head_dim (at most 2^40)
+      : data(is_int4(t) ? values / 2 : values * static_cast<std::size_t>(element_bytes(t))),
+        groups(has_group_scales(t) ? values / 32 : 0), mins(is_int4(t) ? values / 32 : 0) {}
+  std::size_t counted() const { return 2 * data + 2 * (groups + mins) * sizeof(float); }
+  std::size_t span() const { return 2 * line(data) + 2 * line(groups * sizeof(float)) + 2 * line(mins * sizeof(float)); }
+  static std::size_t line(std::size_t bytes) {
+    return (bytes + detail::kCacheLineBytes - 1) / detail::kCacheLineBytes * detail::kCacheLineBytes;
+  }
+};
 // The largest magnitude a 4-bit cache stores: the range of a group, max - min, stays finite.
 constexpr float kInt4Largest = 0x1p126f;
 
@@ -203,7 +261,7 @@ struct KvCache::State {
   KvCacheOptions options;
   index_t elem;                                   // bytes per stored element
   BlockStore memory;                              // the blocks' memory
-  std::size_t up_front = 0;                       // the blocks a capacity takes at construction
+  std::size_t up_front = 0;                       // the blocks a capacity takes at construction (one region)
   std::vector<Block> blocks;                      // every block allocated; a block's id is its place
   std::vector<index_t> free;                      // ids of the blocks no sequence holds
   std::vector<std::vector<index_t>> table;        // per sequence: its blocks' ids, in order
@@ -241,32 +299,36 @@ struct KvCache::State {
   index_t channel_group(index_t hk, index_t r, index_t c) const {
     return hk * options.block_size * head_dim / 32 + r % options.block_size / 32 * head_dim + c;
   }
-  index_t new_block() {
+  // A block no sequence holds: a freed one, or a new one. `wanted`: the blocks the caller is taking
+  // now, this one among them. A new region holds as many blocks as the cache has (it doubles them),
+  // or as are wanted where more, up to kMaxRegionBytes; a capacity's first, all of its blocks.
+  index_t new_block(std::size_t wanted = 1) {
     if (!free.empty()) {
       const index_t id = free.back();
       free.pop_back();
       return id;
     }
-    const auto values = static_cast<std::size_t>(block_rows() * head_dim);
-    const auto bytes = static_cast<std::size_t>(bytes_of(static_cast<index_t>(values)));
-    const std::size_t groups = has_group_scales(options.dtype) ? values / 32 : 0, mins = is_int4(options.dtype) ? groups : 0;
-    const auto line = [](std::size_t b) { return (b + detail::kCacheLineBytes - 1) / detail::kCacheLineBytes * detail::kCacheLineBytes; };
-    const std::size_t span = 2 * line(bytes) + 2 * line(groups * sizeof(float)) + 2 * line(mins * sizeof(float));
+    const BlockLayout layout(options.dtype, static_cast<std::size_t>(block_rows() * head_dim));
+    const std::size_t span = layout.span();
+    if (blocks.size() == blocks.capacity()) blocks.reserve(std::max<std::size_t>(16, 2 * blocks.size()));  // no throw once cut
     Block b;
-    b.counted = detail::MemoryReservation(2 * bytes + 2 * (groups + mins) * sizeof(float), "a block of a KvCache");
-    // The first region of a cache with a capacity holds every block of it; the others as many blocks
-    // as make up kHugePagesFrom bytes.
-    const std::size_t wanted = blocks.empty() && up_front > 0 ? up_front : (detail::kHugePagesFrom + span - 1) / span;
-    std::byte* at = memory.take(span, wanted * span);
-    std::memset(at, 0, span);  // zeros until written, as before anything is appended
-    const auto cut = [&at, &line]<class E>(std::span<E>& to, std::size_t count) {
+    b.counted = detail::MemoryReservation(layout.counted(), "a block of a KvCache");
+    const std::size_t most = std::max<std::size_t>(1, kMaxRegionBytes / span);
+    const std::size_t region = blocks.empty() && up_front > 0 ? up_front : std::min(std::max({std::size_t{1}, wanted, blocks.size()}), most);
+    std::byte* at = memory.take(span, region * span);
+    const auto cut = [&at]<class E>(std::span<E>& to, std::size_t count) {
+      BlockStore::unpoison(at, count * sizeof(E));
+      std::memset(at, 0, count * sizeof(E));  // zeros until written, as a new block always held
       to = std::span<E>(reinterpret_cast<E*>(at), count);
-      at += line(count * sizeof(E));
+      at += BlockLayout::line(count * sizeof(E));
     };
-    cut(b.k, bytes), cut(b.v, bytes), cut(b.k_scales, groups), cut(b.v_scales, groups), cut(b.k_mins, mins), cut(b.v_mins, mins);
+    cut(b.k, layout.data), cut(b.v, layout.data), cut(b.k_scales, layout.groups), cut(b.v_scales, layout.groups);
+    cut(b.k_mins, layout.mins), cut(b.v_mins, layout.mins);
     blocks.push_back(std::move(b));
     return static_cast<index_t>(blocks.size()) - 1;
   }
+  // The largest region a growing cache takes at once (its blocks' bytes, rounded to whole blocks).
+  static constexpr std::size_t kMaxRegionBytes = std::size_t{256} << 20;
   void check_append(const char* op, index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values) const;
   void hold(index_t seq, index_t tokens);
   void store(index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values);
@@ -484,19 +546,19 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
   // the standard library's length_error, and a capacity of 2^62 tokens allocated blocks one by one
   // until the memory limit, minutes later, naming neither): the per-sequence tables, and a capacity's
   // blocks, all of them, against the memory attn may use.
-  const auto elem = static_cast<std::size_t>(element_bytes(options.dtype));
-  const auto values = static_cast<std::size_t>(block_values);  // keys and values, and their scales and minima
-  const std::size_t block_bytes = 2 * (is_int4(options.dtype) ? values / 2 : values * elem) +
-                                  (has_group_scales(options.dtype) ? 2 * (values / 32) * sizeof(float) : 0) +
-                                  (is_int4(options.dtype) ? 2 * (values / 32) * sizeof(float) : 0);
+  const BlockLayout layout(options.dtype, static_cast<std::size_t>(block_values));
+  const std::size_t block_bytes = layout.counted();  // keys and values, and their scales and minima
   std::size_t table_bytes = 0;
   if (__builtin_mul_overflow(static_cast<std::size_t>(batch), sizeof(std::vector<index_t>) + sizeof(index_t), &table_bytes))
     detail::fail(op, ": batch is ", batch, "; the tables of that many sequences would not fit in a 64-bit size");
   detail::release_memory(detail::reserve_memory(table_bytes, detail::cat("the block tables of a KvCache of ", batch, " sequences").c_str()));
   const index_t per_seq = options.capacity > 0 ? (options.capacity - 1) / options.block_size + 1 : 0;
-  std::size_t capacity_bytes = 0;
-  if (__builtin_mul_overflow(static_cast<std::size_t>(batch), static_cast<std::size_t>(per_seq), &capacity_bytes) ||
-      __builtin_mul_overflow(capacity_bytes, block_bytes, &capacity_bytes))
+  // The capacity's blocks, and the region they are cut from (each array from a cache line: up to
+  // 64 times their bytes for the smallest blocks), must fit in a 64-bit size.
+  std::size_t up_front = 0, capacity_bytes = 0, region_bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(batch), static_cast<std::size_t>(per_seq), &up_front) ||
+      __builtin_mul_overflow(up_front, block_bytes, &capacity_bytes) ||
+      __builtin_mul_overflow(up_front, layout.span(), &region_bytes))
     detail::fail(op, ": capacity is ", options.capacity, " tokens for each of ", batch, " sequences (", per_seq,
                  " blocks of ", block_bytes, " bytes each); that many bytes do not fit in a 64-bit size");
   detail::release_memory(detail::reserve_memory(
@@ -506,8 +568,8 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
     detail::check_rotary_tables(op, options.rotary.cos, options.rotary.sin, head_dim, "the cache (head_dim)");
   State& s = *s_;
   s.batch = batch, s.kv_heads = kv_heads, s.head_dim = head_dim, s.options = options;
-  s.elem = static_cast<index_t>(elem);
-  s.up_front = static_cast<std::size_t>(batch) * static_cast<std::size_t>(per_seq);  // checked above: fits
+  s.elem = element_bytes(options.dtype);
+  s.up_front = up_front;
   s.table.resize(static_cast<std::size_t>(batch));
   s.lengths.assign(static_cast<std::size_t>(batch), 0);
   s.trees.resize(static_cast<std::size_t>(batch));
@@ -610,7 +672,8 @@ void KvCache::State::check_append(const char* op, index_t seq, const TensorView<
 // Blocks enough for `tokens` tokens of sequence seq (a freed one reused, or a new one).
 void KvCache::State::hold(index_t seq, index_t tokens) {
   auto& ids = table[static_cast<std::size_t>(seq)];
-  while (static_cast<index_t>(ids.size()) * options.block_size < tokens) ids.push_back(new_block());
+  const auto needed = static_cast<std::size_t>((tokens + options.block_size - 1) / options.block_size);
+  while (ids.size() < needed) ids.push_back(new_block(needed - ids.size()));
   if (kivi() && tails[static_cast<std::size_t>(seq)].size() == 0)
     tails[static_cast<std::size_t>(seq)].resize(static_cast<std::size_t>(2 * kv_heads * 32 * head_dim));
 }

@@ -1,7 +1,7 @@
 // Working buffers of the kernels whose size grows with n * m (the scores and weights of the unfused
-// and reference paths) and a KV cache's blocks: std::vectors of cache-line aligned memory whose
-// allocations count against the memory attn may use (attn/memory.hpp), so that a call too large for
-// it throws attn::MemoryError naming the bytes before anything is allocated.
+// and reference paths) and an int4_kivi cache's bfloat16 tails: std::vectors of cache-line aligned
+// memory whose allocations count against the memory attn may use (attn/memory.hpp), so that a call
+// too large for it throws attn::MemoryError naming the bytes before anything is allocated.
 #pragma once
 
 #include <cstddef>
