@@ -138,17 +138,17 @@ class BlockStore {
   BlockStore(const BlockStore&) = delete;
   BlockStore& operator=(const BlockStore&) = delete;
   ~BlockStore() {
-    for (auto& r : regions_) unpoison(r.get(), r.get_deleter().bytes);
+    for (auto& r : regions_) mark(r.get(), r.get_deleter().bytes, true);
   }
 
   // `span` bytes (a multiple of 64, at most region_bytes) from the last region, or from a new one of
-  // region_bytes when it has no room; poisoned until cut (unpoison).
+  // region_bytes when it has no room; not usable until cut (mark).
   std::byte* take(std::size_t span, std::size_t region_bytes) {
     if (span > region_bytes) detail::fail("KvCache: a block of ", span, " bytes asked of a region of ", region_bytes);
     if (regions_.empty() || span > size_ - used_) {
       if (regions_.size() == regions_.capacity()) regions_.reserve(std::max<std::size_t>(8, 2 * regions_.size()));  // no throw once allocated
       std::unique_ptr<std::byte, Free> region(static_cast<std::byte*>(detail::allocate_aligned(region_bytes)), Free{region_bytes});
-      poison(region.get(), region_bytes);
+      mark(region.get(), region_bytes, false);
       regions_.push_back(std::move(region));
       used_ = 0, size_ = region_bytes;
     }
@@ -158,18 +158,15 @@ class BlockStore {
   }
 
   // Marks bytes [p, p + n) as usable (a block's array) or not, in builds with AddressSanitizer.
-  static void unpoison(const void* p, std::size_t n) {
+  static void mark(const void* p, std::size_t n, bool usable) {
 #ifdef ATTN_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(p, n);
+    if (usable) {
+      ASAN_UNPOISON_MEMORY_REGION(p, n);
+    } else {
+      ASAN_POISON_MEMORY_REGION(p, n);
+    }
 #else
-    (void)p, (void)n;
-#endif
-  }
-  static void poison(const void* p, std::size_t n) {
-#ifdef ATTN_ASAN
-    ASAN_POISON_MEMORY_REGION(p, n);
-#else
-    (void)p, (void)n;
+    (void)p, (void)n, (void)usable;
 #endif
   }
 
@@ -317,7 +314,7 @@ struct KvCache::State {
     const std::size_t region = blocks.empty() && up_front > 0 ? up_front : std::min(std::max({std::size_t{1}, wanted, blocks.size()}), most);
     std::byte* at = memory.take(span, region * span);
     const auto cut = [&at]<class E>(std::span<E>& to, std::size_t count) {
-      BlockStore::unpoison(at, count * sizeof(E));
+      BlockStore::mark(at, count * sizeof(E), true);
       std::memset(at, 0, count * sizeof(E));  // zeros until written, as a new block always held
       to = std::span<E>(reinterpret_cast<E*>(at), count);
       at += BlockLayout::line(count * sizeof(E));
