@@ -131,7 +131,8 @@ struct Block {
 // memory limit one by one as they are taken (Block::counted); a region's untaken part is not: mapped
 // afresh (as regions that large are), it holds memory only once written, that is up to the rest of
 // the 2 MiB page its last block ends in. In a build with AddressSanitizer, what is not a block's
-// array is poisoned, so reading past an array is caught as it was when each had an allocation.
+// array is poisoned, a line at least after each (BlockLayout::kRedzone), so reading past an array is
+// caught as it was when each had an allocation.
 class BlockStore {
  public:
   BlockStore() = default;
@@ -185,17 +186,24 @@ bool is_int4(KvDtype t) { return t == KvDtype::int4 || t == KvDtype::int4_kivi; 
 bool has_group_scales(KvDtype t) { return t == KvDtype::int8 || is_int4(t); }
 
 // A block's arrays: `data` bytes of keys and as many of values, `groups` scales of each (int8 and the
-// 4-bit types) and `mins` minima of each (4-bit): the bytes counted against the memory limit, and
-// those it takes of a region, each array from a cache line.
+// 4-bit types) and `mins` minima of each (4-bit): the bytes counted against the memory limit (not
+// the padding), and those it takes of a region, each array from a cache line (and, with
+// AddressSanitizer, followed by a poisoned line, as an allocation of its own would be).
 struct BlockLayout {
+#ifdef ATTN_ASAN
+  static constexpr std::size_t kRedzone = detail::kCacheLineBytes;
+#else
+  static constexpr std::size_t kRedzone = 0;
+#endif
   std::size_t data = 0, groups = 0, mins = 0;
   BlockLayout(KvDtype t, std::size_t values)  // values: kv_heads x block_size x head_dim (at most 2^40)
       : data(is_int4(t) ? values / 2 : values * static_cast<std::size_t>(element_bytes(t))),
         groups(has_group_scales(t) ? values / 32 : 0), mins(is_int4(t) ? values / 32 : 0) {}
   std::size_t counted() const { return 2 * data + 2 * (groups + mins) * sizeof(float); }
-  std::size_t span() const { return 2 * line(data) + 2 * line(groups * sizeof(float)) + 2 * line(mins * sizeof(float)); }
-  static std::size_t line(std::size_t bytes) {
-    return (bytes + detail::kCacheLineBytes - 1) / detail::kCacheLineBytes * detail::kCacheLineBytes;
+  std::size_t span() const { return 2 * taken(data) + 2 * taken(groups * sizeof(float)) + 2 * taken(mins * sizeof(float)); }
+  // The bytes of a region an array of `bytes` takes.
+  static std::size_t taken(std::size_t bytes) {
+    return (bytes + detail::kCacheLineBytes - 1) / detail::kCacheLineBytes * detail::kCacheLineBytes + kRedzone;
   }
 };
 // The largest magnitude a 4-bit cache stores: the range of a group, max - min, stays finite.
@@ -317,7 +325,7 @@ struct KvCache::State {
       BlockStore::mark(at, count * sizeof(E), true);
       std::memset(at, 0, count * sizeof(E));  // zeros until written, as a new block always held
       to = std::span<E>(reinterpret_cast<E*>(at), count);
-      at += BlockLayout::line(count * sizeof(E));
+      at += BlockLayout::taken(count * sizeof(E));
     };
     cut(b.k, layout.data), cut(b.v, layout.data), cut(b.k_scales, layout.groups), cut(b.v_scales, layout.groups);
     cut(b.k_mins, layout.mins), cut(b.v_mins, layout.mins);
