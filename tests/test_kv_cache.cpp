@@ -963,12 +963,6 @@ TEST(KvCacheInt4, BadInputIsNamed) {
   }
 }
 
-// set_memory_limit(bytes) for a scope.
-struct ScopedLimit {
-  explicit ScopedLimit(std::size_t bytes) { set_memory_limit(bytes); }
-  ~ScopedLimit() { set_memory_limit(0); }
-};
-
 // A cache's blocks count against attn's memory limit one by one, as they are taken (their regions
 // never do): the bytes attn holds are the blocks' bytes, a block past the limit is refused by name,
 // and every byte is given back with the cache. A capacity's blocks are counted at construction.
@@ -987,17 +981,12 @@ TEST(KvCacheBlocks, CountedAgainstTheMemoryLimitOneByOne) {
       block = cache.bytes() / 2;
       EXPECT_EQ(memory_in_use() - before, cache.bytes());
       {
-        const ScopedLimit limit(memory_in_use() + block - 1);
-        try {
-          cache.append(1, one_k, one_v);
-          ADD_FAILURE() << "a block past the limit was taken";
-        } catch (const MemoryError& e) {
-          EXPECT_NE(std::string(e.what()).find("a block of a KvCache needs"), std::string::npos) << e.what();
-        }
+        const testing::ScopedLimit limit(memory_in_use() + block - 1);
+        testing::expect_memory_error([&] { cache.append(1, one_k, one_v); }, {"a block of a KvCache needs"});
         EXPECT_EQ(cache.length(1), 0);
       }
       {
-        const ScopedLimit limit(memory_in_use() + block);
+        const testing::ScopedLimit limit(memory_in_use() + block);
         cache.append(1, one_k, one_v);
       }
       EXPECT_EQ(cache.bytes(), 3 * block);
@@ -1014,10 +1003,11 @@ TEST(KvCacheBlocks, CountedAgainstTheMemoryLimitOneByOne) {
 }
 
 // A capacity's blocks are cut from one region, each array from a cache line: for the smallest
-// blocks (float8, head_dim 1, block_size 1: 2 bytes counted, 128 taken) the region's size overflows
-// where the blocks' bytes do not, and the capacity is refused before anything is allocated.
+// blocks (float8, head_dim 1, block_size 1: 2 bytes counted, 128 or more taken) the region's size
+// overflows where the blocks' bytes do not, and the capacity is refused before anything is
+// allocated.
 TEST(KvCacheBlocks, ACapacityWhoseRegionOverflowsIsRefused) {
-  const ScopedLimit limit(std::numeric_limits<std::size_t>::max());
+  const testing::ScopedLimit limit(std::numeric_limits<std::size_t>::max());
   testing::expect_error(
       [] { KvCache(1, 1, 1, {.dtype = KvDtype::float8_e4m3, .block_size = 1, .capacity = index_t(1) << 58}); },
       {"capacity is 288230376151711744 tokens", "do not fit in a 64-bit size"});

@@ -21,22 +21,8 @@ namespace {
 
 constexpr index_t kMillion = index_t{1} << 20;  // n = m = 2^20: (n, m) float32 weights are 4 TiB
 
-// Expects f to throw attn::MemoryError whose message holds every one of `parts`.
-template <class F>
-void expect_memory_error(const F& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no attn::MemoryError was thrown";
-  } catch (const MemoryError& e) {
-    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << "\nmissing: " << p;
-  }
-}
-
-// Sets a limit for a test's lifetime, and puts the default back after it.
-struct ScopedLimit {
-  explicit ScopedLimit(std::size_t bytes) { set_memory_limit(bytes); }
-  ~ScopedLimit() { set_memory_limit(0); }
-};
+using testing::expect_memory_error;
+using testing::ScopedLimit;
 
 TEST(MemoryLimit, WeightsOfTwoToTheTwentyAreRefusedBeforeAllocating) {
   const std::size_t before = memory_in_use();

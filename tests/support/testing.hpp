@@ -1,6 +1,7 @@
 // Helpers shared by the tests: seeded random tensors, the error-budget rule, finite differences.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -13,6 +14,7 @@
 
 #include "attn/config.hpp"
 #include "attn/half.hpp"
+#include "attn/memory.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::testing {
@@ -133,5 +135,22 @@ void expect_error(const F& f, std::initializer_list<const char*> parts) {
     for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "message: " << e.what() << "\nmissing: " << p;
   }
 }
+
+// Expects `f` to throw attn::MemoryError whose message contains every one of `parts`.
+template <class F>
+void expect_memory_error(const F& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no attn::MemoryError was thrown";
+  } catch (const MemoryError& e) {
+    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << "\nmissing: " << p;
+  }
+}
+
+// Sets attn's memory limit for a scope, and puts the default back after it.
+struct ScopedLimit {
+  explicit ScopedLimit(std::size_t bytes) { set_memory_limit(bytes); }
+  ~ScopedLimit() { set_memory_limit(0); }
+};
 
 }  // namespace attn::testing
