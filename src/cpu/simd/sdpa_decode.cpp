@@ -70,22 +70,57 @@ constexpr index_t RowBytes(index_t dim) {
   return dim * static_cast<index_t>(sizeof(E));
 }
 
-// The lanes of q . k over dim elements (a multiple of the lanes), before they are summed: four
-// independent FMA chains along the row, so that their latency overlaps while the row is read front
-// to back (a stream the hardware prefetcher follows).
+// lanes[r][jj] = the lanes of q[r] . k[jj] over dim elements (a multiple of the lanes), before they
+// are summed, for R query rows and K key rows: one chain of FMAs a pair, along the row front to back
+// (a stream the hardware prefetcher follows), each key vector loaded (and widened) once for the R rows
+// and each query vector once for the K keys. A pair's lanes are the same for any R and K; the R x K
+// chains (or the next keys' chains, out of order) overlap their latency. (Against four chains a pair
+// and one key at a time, which loaded each query vector for every key: the decode of 32 query heads
+// over 8 key heads from a float8 KvCache, d = 128, on a Zen 5 (avx3), took 0.73x the time with its
+// data in the cache, one thread, and 0.92x from memory, two threads, medians of alternated runs.)
+template <int R, int K, class D, class T, class E, std::size_t kStride>
+HWY_INLINE void DotLanesPairs(D d, const T* const* q, const E* const* k, index_t dim, hn::Vec<D> (*lanes)[kStride]) {
+  const index_t L = static_cast<index_t>(hn::Lanes(d));
+  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r)
+    _Pragma("GCC unroll 4") for (int jj = 0; jj < K; ++jj) lanes[r][jj] = hn::Zero(d);
+  for (index_t c = 0; c < dim; c += L) {
+    hn::Vec<D> key[K];
+    _Pragma("GCC unroll 4") for (int jj = 0; jj < K; ++jj) key[jj] = LoadWide(d, k[jj] + c);
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+      const auto query = hn::LoadU(d, q[r] + c);
+      _Pragma("GCC unroll 4") for (int jj = 0; jj < K; ++jj) lanes[r][jj] = hn::MulAdd(query, key[jj], lanes[r][jj]);
+    }
+  }
+}
+
+// The lanes of q . k over dim elements (a multiple of the lanes), before they are summed.
 template <class D, class T, class E>
 HWY_INLINE hn::Vec<D> DotLanes(D d, const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, index_t dim) {
-  const index_t L = static_cast<index_t>(hn::Lanes(d));
-  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-  index_t c = 0;
-  for (; c + 4 * L <= dim; c += 4 * L) {
-    a0 = hn::MulAdd(hn::LoadU(d, q + c), LoadWide(d, k + c), a0);
-    a1 = hn::MulAdd(hn::LoadU(d, q + c + L), LoadWide(d, k + c + L), a1);
-    a2 = hn::MulAdd(hn::LoadU(d, q + c + 2 * L), LoadWide(d, k + c + 2 * L), a2);
-    a3 = hn::MulAdd(hn::LoadU(d, q + c + 3 * L), LoadWide(d, k + c + 3 * L), a3);
+  const T* query = q;
+  const E* key = k;
+  hn::Vec<D> lanes[1][1];
+  DotLanesPairs<1, 1>(d, &query, &key, dim, lanes);
+  return lanes[0][0];
+}
+
+// lanes[r][jj] = DotLanesPairs's lanes of q[r] . k_(j + jj) for the tile's keys j to j + 3: 8-bit
+// rows four at a time, wider ones one at a time (four rows read side by side, the float32 and
+// bfloat16 decodes from memory of 32 query heads over 8 key heads took 1.25x to 1.4x the time on a
+// Zen 5, one thread or two).
+template <int R, class D, class T, class E>
+HWY_INLINE void FourKeysLanes(D d, const T* const* q, const TileRows<E>& k, index_t j, index_t dim,
+                              hn::Vec<D> (*lanes)[4]) {
+  if constexpr (sizeof(E) == 1) {
+    const E* rows[4] = {k.row(j), k.row(j + 1), k.row(j + 2), k.row(j + 3)};
+    DotLanesPairs<R, 4>(d, q, rows, dim, lanes);
+  } else {
+    for (int jj = 0; jj < 4; ++jj) {
+      const E* row = k.row(j + jj);
+      hn::Vec<D> one[R][1];
+      DotLanesPairs<R, 1>(d, q, &row, dim, one);
+      for (int r = 0; r < R; ++r) lanes[r][jj] = one[r][0];
+    }
   }
-  for (; c + L <= dim; c += L) a0 = hn::MulAdd(hn::LoadU(d, q + c), LoadWide(d, k + c), a0);
-  return hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
 }
 
 // q . k over dim elements (any dim): DotLanes summed, then the elements past the last whole vector.
@@ -324,16 +359,14 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
   if constexpr (std::is_same_v<T, float>) {
     if (dim % static_cast<index_t>(hn::Lanes(d)) == 0)
       for (; j + 4 <= cnt; j += 4) {
-        hn::Vec<D> lanes[4];
-        for (int r = 0; r < 4; ++r) {
-          prefetch(j + r);
-          if constexpr (std::is_same_v<E, std::int8_t>) {
-            lanes[r] = DotScaledLanes(d, q, k.row(j + r), k.scale(j + r), dim);
-          } else {
-            lanes[r] = DotLanes(d, q, k.row(j + r), dim);
-          }
+        hn::Vec<D> lanes[1][4];
+        for (int r = 0; r < 4; ++r) prefetch(j + r);
+        if constexpr (std::is_same_v<E, std::int8_t>) {
+          for (int r = 0; r < 4; ++r) lanes[0][r] = DotScaledLanes(d, q, k.row(j + r), k.scale(j + r), dim);
+        } else {
+          FourKeysLanes<1>(d, &q, k, j, dim, lanes);
         }
-        SumOfLanes4(d, lanes, s + j);
+        SumOfLanes4(d, lanes[0], s + j);
       }
   }
 #endif
@@ -358,36 +391,11 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
 // row's dot products and FMAs are those of the row by row path, in the same order (the same results,
 // whichever rows share a pack).
 
-// Rows a pack holds: four where 32 vector registers hold four rows' four dot-product chains, two on
-// targets with 16.
+// Rows a pack holds: four where 32 vector registers hold the dot-product chains of four rows by four
+// keys (DotLanesPairs) and the accumulators of four rows' values, two on targets with 16.
 template <class D>
 constexpr int PackRows(D d) {
   return hn::MaxLanes(d) >= 16 ? 4 : 2;
-}
-
-// lanes[r] = the lanes of q[r] . k over dim elements (a multiple of the lanes), for R rows: DotLanes's
-// four chains of each row, the key's vectors loaded once for all of them.
-template <int R, class D, class E>
-HWY_INLINE void DotLanesRows(D d, const float* const* q, const E* HWY_RESTRICT k, index_t dim, hn::Vec<D>* lanes) {
-  const index_t L = static_cast<index_t>(hn::Lanes(d));
-  hn::Vec<D> a[R][4];
-  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = a[r][2] = a[r][3] = hn::Zero(d);
-  index_t c = 0;
-  for (; c + 4 * L <= dim; c += 4 * L) {
-    const auto k0 = LoadWide(d, k + c), k1 = LoadWide(d, k + c + L), k2 = LoadWide(d, k + c + 2 * L),
-               k3 = LoadWide(d, k + c + 3 * L);
-    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
-      a[r][0] = hn::MulAdd(hn::LoadU(d, q[r] + c), k0, a[r][0]);
-      a[r][1] = hn::MulAdd(hn::LoadU(d, q[r] + c + L), k1, a[r][1]);
-      a[r][2] = hn::MulAdd(hn::LoadU(d, q[r] + c + 2 * L), k2, a[r][2]);
-      a[r][3] = hn::MulAdd(hn::LoadU(d, q[r] + c + 3 * L), k3, a[r][3]);
-    }
-  }
-  for (; c + L <= dim; c += L) {
-    const auto kc = LoadWide(d, k + c);
-    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) a[r][0] = hn::MulAdd(hn::LoadU(d, q[r] + c), kc, a[r][0]);
-  }
-  _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) lanes[r] = hn::Add(hn::Add(a[r][0], a[r][1]), hn::Add(a[r][2], a[r][3]));
 }
 
 // lanes[r] = the lanes of q[r] . k_j over the 4-bit key row j (dim a multiple of 32), for R rows,
@@ -428,45 +436,43 @@ HWY_INLINE void DotQ4LanesRows(D d, const float* const* q, const TileRows<Q4Byte
   _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) lanes[r] = hn::Add(a0[r], a1[r]);
 }
 
-// The lanes of q[r] . k_j for R rows: float, 16-bit and 8-bit float rows, or 4-bit ones.
-template <int R, class D, class E>
-HWY_INLINE void RowLanes(D d, const float* const* q, const TileRows<E>& k, index_t j, index_t dim, hn::Vec<D>* lanes) {
-  if constexpr (std::is_same_v<E, Q4Byte>) {
-    DotQ4LanesRows<R>(d, q, k, j, dim, lanes);
-  } else {
-    DotLanesRows<R>(d, q, k.row(j), dim, lanes);
-  }
-}
-
-// s[r][0, cnt) for R rows from row_lanes(j, lanes), the lanes of key j's R dot products before they
-// are summed: four keys' lanes summed in one reduction a row (SumOfLanes4), as Dots sums them.
-template <int R, class D, class E, class RowLanesOf>
+// s[r][0, cnt) for R rows from keys_lanes(j, lanes, four), the lanes of the R dot products of the
+// keys j + jj before they are summed (lanes[r][jj]; jj < 4 where four is std::true_type, else jj =
+// 0): four keys' lanes summed in one reduction a row (SumOfLanes4), as Dots sums them.
+template <int R, class D, class E, class KeysLanes>
 void PackScores(D d, const TileRows<E>& k, index_t dim, index_t cnt, float* const* s, const NextRows<E>& then,
-                const RowLanesOf& row_lanes) {
+                const KeysLanes& keys_lanes) {
   const index_t ahead = RowsAhead<E>(dim);
   auto prefetch = [&](index_t j) {
     if (j + ahead < cnt) PrefetchRow(k, j + ahead, dim);
     else then.prefetch(j + ahead - cnt);
   };
   index_t j = 0;
+  hn::Vec<D> lanes[R][4];
 #if HWY_TARGET != HWY_SCALAR
   for (; j + 4 <= cnt; j += 4) {
-    hn::Vec<D> lanes[R][4];
-    for (int jj = 0; jj < 4; ++jj) {
-      prefetch(j + jj);
-      hn::Vec<D> key_lanes[R];
-      row_lanes(j + jj, key_lanes);
-      for (int r = 0; r < R; ++r) lanes[r][jj] = key_lanes[r];
-    }
+    for (int jj = 0; jj < 4; ++jj) prefetch(j + jj);
+    keys_lanes(j, lanes, std::true_type{});
     for (int r = 0; r < R; ++r) SumOfLanes4(d, lanes[r], s[r] + j);
   }
 #endif
   for (; j < cnt; ++j) {
     prefetch(j);
-    hn::Vec<D> lanes[R];
-    row_lanes(j, lanes);
-    for (int r = 0; r < R; ++r) s[r][j] = hn::GetLane(hn::SumOfLanes(d, lanes[r]));
+    keys_lanes(j, lanes, std::false_type{});
+    for (int r = 0; r < R; ++r) s[r][j] = hn::GetLane(hn::SumOfLanes(d, lanes[r][0]));
   }
+}
+
+// keys_lanes for PackScores from row_lanes(j, lanes), the lanes of key j's R dot products: key by key.
+template <int R, class D, class RowLanesOf>
+auto KeyByKey(const RowLanesOf& row_lanes) {
+  return [&row_lanes](index_t j, hn::Vec<D> (*lanes)[4], auto four) HWY_ATTR {
+    for (int jj = 0; jj < (decltype(four)::value ? 4 : 1); ++jj) {
+      hn::Vec<D> key_lanes[R];
+      row_lanes(j + jj, key_lanes);
+      for (int r = 0; r < R; ++r) lanes[r][jj] = key_lanes[r];
+    }
+  };
 }
 
 // Keys with a scale and a minimum per channel shared by a group of 32 tokens (int4_kivi's) and
@@ -482,7 +488,7 @@ void DotsRowsQ4Channels(D d, const float* const* q, const TileRows<Q4Byte>& k, i
   HWY_ALIGN float scaled[R][kFoldedDim];  // q[r] times the group's scales
   hn::Vec<D> minima[R];                    // the lanes of q[r] . the group's minima
   index_t group = -1;
-  PackScores<R>(d, k, dim, cnt, s, then, [&](index_t j, hn::Vec<D>* lanes) HWY_ATTR {
+  PackScores<R>(d, k, dim, cnt, s, then, KeyByKey<R, D>([&](index_t j, hn::Vec<D>* lanes) HWY_ATTR {
     if (k.group(j) != group) {
       group = k.group(j);
       const float* scale = k.scale(j);
@@ -509,7 +515,7 @@ void DotsRowsQ4Channels(D d, const float* const* q, const TileRows<Q4Byte>& k, i
         }
       }
     _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) lanes[r] = hn::Add(a0[r], a1[r]);
-  });
+  }));
 }
 
 // s[r][0, cnt) = q[r] . k_j for R rows, as Dots gives each (dim a multiple of the lanes).
@@ -519,7 +525,20 @@ void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, ind
   if constexpr (std::is_same_v<E, Q4Byte>) {
     if (k.per_channel && dim <= kFoldedDim) return DotsRowsQ4Channels<R>(d, q, k, dim, cnt, s, then);
   }
-  PackScores<R>(d, k, dim, cnt, s, then, [&](index_t j, hn::Vec<D>* lanes) HWY_ATTR { RowLanes<R>(d, q, k, j, dim, lanes); });
+  if constexpr (std::is_same_v<E, Q4Byte>) {
+    PackScores<R>(d, k, dim, cnt, s, then, KeyByKey<R, D>([&](index_t j, hn::Vec<D>* lanes) HWY_ATTR {
+      DotQ4LanesRows<R>(d, q, k, j, dim, lanes);
+    }));
+  } else {
+    PackScores<R>(d, k, dim, cnt, s, then, [&](index_t j, hn::Vec<D> (*lanes)[4], auto four) HWY_ATTR {
+      if constexpr (decltype(four)::value) {
+        FourKeysLanes<R>(d, q, k, j, dim, lanes);
+      } else {
+        const E* row = k.row(j);
+        DotLanesPairs<R, 1>(d, q, &row, dim, lanes);
+      }
+    });
+  }
 }
 
 // s[r][0, cnt) = the scores of R query rows over int8 keys, each query rounded to integers (rounded[r],
@@ -528,12 +547,12 @@ template <int R, class D>
 void DotsRowsInt8(D d, const float* const* q, const std::int16_t* const* rounded, const float* sigma,
                   const TileRows<std::int8_t>& k, index_t dim, index_t cnt, float* const* s,
                   const NextRows<std::int8_t>& then) {
-  PackScores<R>(d, k, dim, cnt, s, then, [&](index_t j, hn::Vec<D>* lanes) HWY_ATTR {
+  PackScores<R>(d, k, dim, cnt, s, then, KeyByKey<R, D>([&](index_t j, hn::Vec<D>* lanes) HWY_ATTR {
     const std::int8_t* row = k.row(j);
     const float* scales[R];
     for (int r = 0; r < R; ++r) scales[r] = k.scale(j);
     DotRoundedLanes<R, true>(d, rounded, &row, scales, dim, lanes);
-  });
+  }));
   for (int r = 0; r < R; ++r)
     ScaleBySigma(d, sigma[r], cnt, s[r], [&](index_t j) HWY_ATTR { return ScoreInt8(d, q[r], k, dim, j); });
 }
