@@ -1166,9 +1166,13 @@ TEST(KvCacheBatch, DecodeResultsDoNotDependOnTheBatch) {
 // 4-bit: each group dequantized once), with heads whose weights are 0 where their pack's others are not.
 // 5 query heads a key head make packs of 4 and 1 on AVX-512, 2, 2 and 1 elsewhere.
 TEST(KvCacheBatch, QueryHeadsSharingAKeyHeadGetTheirOwnResultsBitForBit) {
-  const index_t Hk = 2, group = 5, H = Hk * group, d = 64, L = 1100;
-  for (const KvDtype type : {KvDtype::float32, KvDtype::bfloat16, KvDtype::float8_e4m3, KvDtype::int8, KvDtype::int4,
-                             KvDtype::int4_kivi}) {
+  // Groups of 5 and 7: packs of 4 and 1, 4 and 3 (2, 2 and 1; 2, 2, 2 and 1 where a pack holds 2);
+  // 1,103 keys in blocks of 256: tiles whose keys are not a multiple of 4 (the last ones alone).
+  const index_t Hk = 2, d = 64, L = 1103;
+  for (const index_t group : {5, 7})
+  for (const KvDtype type : {KvDtype::float32, KvDtype::bfloat16, KvDtype::float16, KvDtype::float8_e4m3,
+                             KvDtype::float8_e5m2, KvDtype::int8, KvDtype::int4, KvDtype::int4_kivi}) {
+    const index_t H = Hk * group;
     const Tensor<float> k = random_tensor<float>({Hk, L, d}, 740, -2, 2), v = random_tensor<float>({Hk, L, d}, 741);
     KvCache cache(1, Hk, d, {.dtype = type, .block_size = 256});
     cache.append(0, k.view(), v.view());
@@ -1189,7 +1193,8 @@ TEST(KvCacheBatch, QueryHeadsSharingAKeyHeadGetTheirOwnResultsBitForBit) {
         Tensor<float> qh({1, 1, d}), alone({1, 1, d});
         for (index_t c = 0; c < d; ++c) qh(0, 0, c) = q(h, 0, c);
         one.attend(alone.view(), 0, qh.view());
-        for (index_t c = 0; c < d; ++c) ASSERT_EQ(out(h, 0, c), alone(0, 0, c)) << type_name(type) << ", head " << h << ", column " << c;
+        for (index_t c = 0; c < d; ++c)
+          ASSERT_EQ(out(h, 0, c), alone(0, 0, c)) << type_name(type) << ", group " << group << ", head " << h << ", column " << c;
       }
     }
   }

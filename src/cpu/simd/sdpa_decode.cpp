@@ -80,6 +80,7 @@ constexpr index_t RowBytes(index_t dim) {
 // data in the cache, one thread, and 0.92x from memory, two threads, medians of alternated runs.)
 template <int R, int K, class D, class T, class E, std::size_t kStride>
 HWY_INLINE void DotLanesPairs(D d, const T* const* q, const E* const* k, index_t dim, hn::Vec<D> (*lanes)[kStride]) {
+  static_assert(K <= static_cast<int>(kStride), "lanes holds K keys");
   const index_t L = static_cast<index_t>(hn::Lanes(d));
   _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r)
     _Pragma("GCC unroll 4") for (int jj = 0; jj < K; ++jj) lanes[r][jj] = hn::Zero(d);
@@ -103,14 +104,15 @@ HWY_INLINE hn::Vec<D> DotLanes(D d, const T* HWY_RESTRICT q, const E* HWY_RESTRI
   return lanes[0][0];
 }
 
-// lanes[r][jj] = DotLanesPairs's lanes of q[r] . k_(j + jj) for the tile's keys j to j + 3: 8-bit
-// rows four at a time, wider ones one at a time (four rows read side by side, the float32 and
-// bfloat16 decodes from memory of 32 query heads over 8 key heads took 1.25x to 1.4x the time on a
-// Zen 5, one thread or two).
+// lanes[r][jj] = DotLanesPairs's lanes of q[r] . k_(j + jj) for the tile's keys j to j + 3 (rows of
+// floats, 16-bit or 8-bit floats, widened as loaded): 8-bit float rows four at a time, wider ones
+// one at a time (four rows read side by side, the float32 and bfloat16 decodes from memory of 32
+// query heads over 8 key heads took 1.25x to 1.4x the time on a Zen 5, one thread or two).
 template <int R, class D, class T, class E>
 HWY_INLINE void FourKeysLanes(D d, const T* const* q, const TileRows<E>& k, index_t j, index_t dim,
                               hn::Vec<D> (*lanes)[4]) {
-  if constexpr (sizeof(E) == 1) {
+  static_assert(!std::is_same_v<E, std::int8_t> && !std::is_same_v<E, Q4Byte>, "int8 and 4-bit rows are scaled");
+  if constexpr (std::is_same_v<E, detail::float8_e4m3> || std::is_same_v<E, detail::float8_e5m2>) {
     const E* rows[4] = {k.row(j), k.row(j + 1), k.row(j + 2), k.row(j + 3)};
     DotLanesPairs<R, 4>(d, q, rows, dim, lanes);
   } else {
@@ -315,8 +317,10 @@ HWY_INLINE float ScoreInt8(D d, const float* q, const TileRows<std::int8_t>& k, 
 }
 
 // s[0, cnt) = q . k_j for the tile's keys, d elements each; `then`: the rows read next. Rows one
-// after another: reading four rows side by side was measured 40% slower (keys alone, one thread,
-// (32,1,8192,128): 14.2 ms against 10.1 ms). In float, the lanes of four rows are summed in one
+// after another, but for 8-bit floats (FourKeysLanes): reading four float32 rows side by side was
+// measured 40% slower (keys alone, one thread, (32,1,8192,128): 14.2 ms against 10.1 ms); four
+// float8_e4m3 rows took 0.76x the time with the data in the cache, one thread, and 0.93x-1.04x from
+// memory, two threads or one, (32 heads, 8192, 128) on a Zen 5. In float, the lanes of four rows are summed in one
 // reduction (SumOfLanes4) where d is a multiple of the lanes. An int8 cache's keys are multiplied
 // by the query rounded to integers (rounded, sigma: quant::round_query) where sigma is not 0. (Rounded,
 // the int8 decode (32,1,8192,128) took 5% to 10% less time on a Zen 5 with two threads, and 20%
@@ -391,8 +395,9 @@ void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileR
 // row's dot products and FMAs are those of the row by row path, in the same order (the same results,
 // whichever rows share a pack).
 
-// Rows a pack holds: four where 32 vector registers hold the dot-product chains of four rows by four
-// keys (DotLanesPairs) and the accumulators of four rows' values, two on targets with 16.
+// Rows a pack holds: four where 32 vector registers hold, in turn, the dot-product chains of four
+// rows over four 8-bit float keys (DotLanesPairs) and 16 accumulators of the rows' values, two on
+// targets with 16.
 template <class D>
 constexpr int PackRows(D d) {
   return hn::MaxLanes(d) >= 16 ? 4 : 2;
@@ -465,8 +470,8 @@ void PackScores(D d, const TileRows<E>& k, index_t dim, index_t cnt, float* cons
 
 // keys_lanes for PackScores from row_lanes(j, lanes), the lanes of key j's R dot products: key by key.
 template <int R, class D, class RowLanesOf>
-auto KeyByKey(const RowLanesOf& row_lanes) {
-  return [&row_lanes](index_t j, hn::Vec<D> (*lanes)[4], auto four) HWY_ATTR {
+auto KeyByKey(RowLanesOf row_lanes) {
+  return [row_lanes](index_t j, hn::Vec<D> (*lanes)[4], auto four) HWY_ATTR {
     for (int jj = 0; jj < (decltype(four)::value ? 4 : 1); ++jj) {
       hn::Vec<D> key_lanes[R];
       row_lanes(j + jj, key_lanes);
@@ -524,8 +529,6 @@ void DotsRows(D d, const float* const* q, const TileRows<E>& k, index_t dim, ind
               const NextRows<E>& then) {
   if constexpr (std::is_same_v<E, Q4Byte>) {
     if (k.per_channel && dim <= kFoldedDim) return DotsRowsQ4Channels<R>(d, q, k, dim, cnt, s, then);
-  }
-  if constexpr (std::is_same_v<E, Q4Byte>) {
     PackScores<R>(d, k, dim, cnt, s, then, KeyByKey<R, D>([&](index_t j, hn::Vec<D>* lanes) HWY_ATTR {
       DotQ4LanesRows<R>(d, q, k, j, dim, lanes);
     }));
