@@ -319,13 +319,13 @@ HWY_INLINE float ScoreInt8(D d, const float* q, const TileRows<std::int8_t>& k, 
 // s[0, cnt) = q . k_j for the tile's keys, d elements each; `then`: the rows read next. Rows one
 // after another, but for 8-bit floats (FourKeysLanes): reading four float32 rows side by side was
 // measured 40% slower (keys alone, one thread, (32,1,8192,128): 14.2 ms against 10.1 ms); four
-// float8_e4m3 rows took 0.76x the time with the data in the cache, one thread, and 0.93x-1.04x from
-// memory, two threads or one, (32 heads, 8192, 128) on a Zen 5. In float, the lanes of four rows are summed in one
-// reduction (SumOfLanes4) where d is a multiple of the lanes. An int8 cache's keys are multiplied
-// by the query rounded to integers (rounded, sigma: quant::round_query) where sigma is not 0. (Rounded,
-// the int8 decode (32,1,8192,128) took 5% to 10% less time on a Zen 5 with two threads, and 20%
-// less on its AVX2 path; with its data in the cache, one thread, 10.0-10.7 ns a token against
-// 12.3-13.0.)
+// float8_e4m3 rows of (32 heads, 8192, 128) took 0.76x the time with the data in the cache, one
+// thread, and 0.93x-1.04x from memory, two threads or one, on a Zen 5. In float, the lanes of four
+// rows are summed in one reduction (SumOfLanes4) where d is a multiple of the lanes. An int8
+// cache's keys are multiplied by the query rounded to integers (rounded, sigma: quant::round_query)
+// where sigma is not 0. (Rounded, the int8 decode (32,1,8192,128) took 5% to 10% less time on a
+// Zen 5 with two threads, and 20% less on its AVX2 path; with its data in the cache, one thread,
+// 10.0-10.7 ns a token against 12.3-13.0.)
 template <class D, class T, class E>
 void Dots(D d, const T* q, const std::int16_t* rounded, float sigma, const TileRows<E>& k, index_t dim, index_t cnt,
           T* s, const NextRows<E>& then) {
