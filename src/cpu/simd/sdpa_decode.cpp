@@ -76,8 +76,9 @@ constexpr index_t RowBytes(index_t dim) {
 // and each query vector once for the K keys. A pair's lanes are the same for any R and K; the R x K
 // chains (or the next keys' chains, out of order) overlap their latency. (Against four chains a pair
 // and one key at a time, which loaded each query vector for every key: the decode of 32 query heads
-// over 8 key heads from a float8 KvCache, d = 128, on a Zen 5 (avx3), took 0.73x the time with its
-// data in the cache, one thread, and 0.92x from memory, two threads, medians of alternated runs.)
+// over 8 key heads from a float8 KvCache, d = 128, on a Zen 5 (avx3), took 0.73x-0.83x the time
+// with its data in the cache, one thread, and 0.89x-0.99x from memory, two threads (the same time
+// with one), medians of alternated runs.)
 template <int R, int K, class D, class T, class E, std::size_t kStride>
 HWY_INLINE void DotLanesPairs(D d, const T* const* q, const E* const* k, index_t dim, hn::Vec<D> (*lanes)[kStride]) {
   static_assert(K <= static_cast<int>(kStride), "lanes holds K keys");
