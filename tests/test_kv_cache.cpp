@@ -1164,10 +1164,9 @@ TEST(KvCacheBatch, DecodeResultsDoNotDependOnTheBatch) {
 // sdpa_decode.cpp): each head's output is the one it gets alone over a cache of its key head's rows,
 // bit for bit, on every cache type (int8: each key row widened once for the pack's rounded queries;
 // 4-bit: each group dequantized once), with heads whose weights are 0 where their pack's others are not.
-// 5 query heads a key head make packs of 4 and 1 on AVX-512, 2, 2 and 1 elsewhere.
+// 5 and 7 query heads a key head make packs of 4 and 1, 4 and 3 on AVX-512 (2, 2 and 1; 2, 2, 2 and 1
+// elsewhere); 1,103 keys in blocks of 256 leave a last tile whose keys are not a multiple of 4.
 TEST(KvCacheBatch, QueryHeadsSharingAKeyHeadGetTheirOwnResultsBitForBit) {
-  // Groups of 5 and 7: packs of 4 and 1, 4 and 3 (2, 2 and 1; 2, 2, 2 and 1 where a pack holds 2);
-  // 1,103 keys in blocks of 256: tiles whose keys are not a multiple of 4 (the last ones alone).
   const index_t Hk = 2, d = 64, L = 1103;
   for (const index_t group : {5, 7})
   for (const KvDtype type : {KvDtype::float32, KvDtype::bfloat16, KvDtype::float16, KvDtype::float8_e4m3,
