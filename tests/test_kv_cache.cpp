@@ -982,7 +982,8 @@ TEST(KvCacheBlocks, CountedAgainstTheMemoryLimitOneByOne) {
       EXPECT_EQ(memory_in_use() - before, cache.bytes());
       {
         const testing::ScopedLimit limit(memory_in_use() + block - 1);
-        testing::expect_memory_error([&] { cache.append(1, one_k, one_v); }, {"a block of a KvCache needs"});
+        testing::expect_memory_error([&] { cache.append(1, one_k, one_v); },
+                                     {"KvCache::append: 1 new blocks of ", " bytes for the appended tokens needs"});
         EXPECT_EQ(cache.length(1), 0);
       }
       {
@@ -1239,6 +1240,20 @@ TEST(KvCacheBadInput, SizesAndContradictoryOptionsAreRefusedUpFront) {
   testing::expect_error([&] { KvCache bad(4, 2, 64, {.capacity = index_t(1) << 30}); },
                         {"a KvCache's capacity, 1073741824 tokens for each of 4 sequences", "allocated up front", "needs"});
   testing::expect_error([&] { KvCache bad(2, 1, 32, {.grow = false}); }, {"capacity is 0", "grow is false"});
+  // An append's blocks, all of them, before any is taken or any value read (found by probing: 2^40
+  // tokens took blocks one by one up to the memory limit and kept them; an int8 cache first scanned
+  // their 2^45 values for one that is not finite): refused at once, the cache as it was.
+  const float row[32] = {};
+  const TensorView<const float> endless(row, {1, index_t(1) << 40, 32}, {0, 0, 1});
+  for (const KvDtype dtype : {KvDtype::float32, KvDtype::int8, KvDtype::float8_e4m3, KvDtype::int4}) {
+    KvCache cache(2, 1, 32, {.dtype = dtype});
+    const std::size_t before = memory_in_use();
+    testing::expect_memory_error([&] { cache.append(1, endless, endless); },
+                                 {"KvCache::append: 4294967296 new blocks of ", "for the appended tokens needs"});
+    EXPECT_EQ(cache.length(1), 0);
+    EXPECT_EQ(cache.bytes(), 0u);
+    EXPECT_EQ(memory_in_use(), before);
+  }
   KvCache fits(2, 1, 32, {.dtype = KvDtype::int8, .block_size = 16, .capacity = 40, .grow = false});
   // 3 blocks a sequence, each 16 tokens of 32 keys and 32 values and a scale per 32 of each.
   EXPECT_EQ(fits.bytes(), std::size_t{2 * 3 * (2 * 16 * 32 + 2 * 16 * 4)});
@@ -1374,6 +1389,35 @@ TEST(KvCacheBadInput, MixedBatchesAndDraftTreesAreChecked) {
   testing::expect_error([&] { cache.commit_tree(0, std::vector<index_t>{3}); }, {"accepted[0] is 3; the tree has drafts 0 to 2"});
   cache.commit_tree(0, std::vector<index_t>{0, 2});
   EXPECT_EQ(cache.length(0), 4);
+}
+
+// A batched call that fails part way (here its sinks, checked as its second entry runs) changes no
+// sequence's draft tree: sequence 0's tree of 3 drafts, which the call's first entry (no rows: a
+// tree of no drafts) would have replaced, is still there, so committing none of its drafts drops
+// all three; sequence 1 has no tree to commit.
+TEST(KvCacheBadInput, AFailedBatchLeavesEveryDraftTreeAsItWas) {
+  KvCache cache(2, kKvHeads, kDim, {.block_size = kBlock});
+  const Tensor<float> kv = random_tensor<float>({2, kKvHeads, 10, kDim}, 501);
+  cache.append(kv.view(), kv.view());
+  const Tensor<float> drafts = random_tensor<float>({kHeads, 3, kDim}, 502);
+  Tensor<float> drafts_out({kHeads, 3, kDim});
+  const Tensor<std::int64_t> three({3}, std::vector<std::int64_t>{-1, 0, 0});
+  KvAttendOptions tree;
+  tree.tree_parents = three.view();
+  cache.attend(drafts_out.view(), 0, drafts.view(), tree);  // sequence 0: 7 accepted tokens and 3 drafts
+  const Tensor<float> q = random_tensor<float>({2, kHeads, kDim}, 503);
+  Tensor<float> out({2, kHeads, kDim});
+  const Tensor<std::int32_t> cu({3}, std::vector<std::int32_t>{0, 0, 2});
+  const Tensor<std::int64_t> two({2}, std::vector<std::int64_t>{-1, 0});
+  const Tensor<float> bad_sinks({kHeads + 1});
+  KvAttendOptions o;
+  o.tree_parents = two.view();
+  o.sinks = bad_sinks.view();
+  testing::expect_error([&] { cache.attend_batch(out.view(), q.view(), cu.view(), {}, o); }, {"sinks has shape (5,)"});
+  testing::expect_error([&] { cache.commit_tree(1, std::vector<index_t>{}); }, {"sequence 1 has no draft tree"});
+  cache.commit_tree(0, std::vector<index_t>{});
+  EXPECT_EQ(cache.length(0), 7);
+  EXPECT_EQ(cache.length(1), 10);
 }
 
 }  // namespace

@@ -165,7 +165,9 @@ class KvCache {
   // int4_kivi sequence's bfloat16 tail).
   std::size_t bytes() const;
 
-  // Appends keys and values (kv_heads, t, head_dim) to sequence seq.
+  // Appends keys and values (kv_heads, t, head_dim) to sequence seq. The new blocks it needs, all of
+  // them, are checked against the memory attn may use before any value is read or block taken
+  // (attn::MemoryError, the cache as it was).
   void append(index_t seq, TensorView<const float> keys, TensorView<const float> values);
   // Appends (batch, kv_heads, t, head_dim) to every sequence: all or nothing (every sequence's tokens
   // are checked, and its blocks held, before any is stored).

@@ -334,6 +334,9 @@ struct KvCache::State {
   }
   // The largest region a growing cache takes at once (its blocks' bytes, rounded to whole blocks).
   static constexpr std::size_t kMaxRegionBytes = std::size_t{256} << 20;
+  // The blocks appends of `tokens[seq]` new tokens to every sequence would take beyond those they
+  // hold and the free ones; checked before any value is read or block taken (check_room).
+  void check_room(const char* op, std::span<const index_t> tokens) const;
   void check_append(const char* op, index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values) const;
   void hold(index_t seq, index_t tokens);
   void store(index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values);
@@ -665,13 +668,36 @@ void KvCache::State::check_append(const char* op, index_t seq, const TensorView<
                            " cache stores finite values up to ", top, " times its scale (make the scale larger)");
           }
   }
-  if (!options.grow && length + t > options.capacity)
-    detail::fail(op, ": sequence ", seq, " holds ", length, " of its ", options.capacity, " tokens; ", t,
-                 " more do not fit (the cache was made with grow = false)");
   if (const index_t rows = options.rotary.cos.dim(0); !options.rotary.empty() && t > 0 && length > rows - t)
     detail::fail(op, ": sequence ", seq, " holds ", length, " tokens, so its ", t, " new keys sit at positions ", length,
                  " to ", length + t - 1, ", but the rotary tables (cos, sin) have ", rows,
                  " rows (max_pos): every position must be less than max_pos");
+}
+
+// Before any value of an append is scanned or stored, or any block taken (found by probing: an
+// append of 2^40 tokens took blocks one by one until the memory limit, and kept them; into an int8
+// cache it first scanned its 2^45 values for one that is not finite): each sequence's room in a
+// cache that does not grow, token counts that overflow, and the bytes of the new blocks, all of
+// them, against the memory attn may use (counted, not taken).
+void KvCache::State::check_room(const char* op, std::span<const index_t> tokens) const {
+  std::size_t new_blocks = 0;
+  for (std::size_t seq = 0; seq < tokens.size(); ++seq) {
+    const index_t t = tokens[seq], length = lengths[seq];
+    index_t total = 0;
+    if (__builtin_add_overflow(length, t, &total))
+      detail::fail(op, ": sequence ", seq, " holds ", length, " tokens; ", t, " more overflow a 64-bit count");
+    if (!options.grow && total > options.capacity)
+      detail::fail(op, ": sequence ", seq, " holds ", length, " of its ", options.capacity, " tokens; ", t,
+                   " more do not fit (the cache was made with grow = false)");
+    const auto needed = static_cast<std::size_t>(total / options.block_size + (total % options.block_size != 0));
+    if (__builtin_add_overflow(new_blocks, needed - std::min(needed, table[seq].size()), &new_blocks)) new_blocks = SIZE_MAX;
+  }
+  new_blocks -= std::min(new_blocks, free.size());
+  const std::size_t block_bytes = BlockLayout(options.dtype, static_cast<std::size_t>(block_rows() * head_dim)).counted();
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(new_blocks, block_bytes, &bytes)) bytes = SIZE_MAX;
+  detail::release_memory(detail::reserve_memory(
+      bytes, detail::cat(op, ": ", new_blocks, " new blocks of ", block_bytes, " bytes for the appended tokens").c_str()));
 }
 
 // Blocks enough for `tokens` tokens of sequence seq (a freed one reused, or a new one).
@@ -769,6 +795,9 @@ void KvCache::append(index_t seq, TensorView<const float> keys, TensorView<const
   State& s = *s_;
   s.check_seq(seq, op);
   check_tokens(op, s.batch, s.kv_heads, s.head_dim, keys, values, false);
+  std::vector<index_t> tokens(static_cast<std::size_t>(s.batch), 0);
+  tokens[static_cast<std::size_t>(seq)] = keys.dim(1);
+  s.check_room(op, tokens);
   s.check_append(op, seq, keys, values);
   s.hold(seq, s.lengths[static_cast<std::size_t>(seq)] + keys.dim(1));
   s.store(seq, keys, values);
@@ -781,6 +810,8 @@ void KvCache::append(TensorView<const float> keys, TensorView<const float> value
   const char* op = "KvCache::append";
   State& s = *s_;
   check_tokens(op, s.batch, s.kv_heads, s.head_dim, keys, values, true);
+  const std::vector<index_t> tokens(static_cast<std::size_t>(s.batch), keys.dim(2));
+  s.check_room(op, tokens);
   for (index_t b = 0; b < s.batch; ++b) s.check_append(op, b, sequence_of(keys, b, "keys"), sequence_of(values, b, "values"));
   for (index_t b = 0; b < s.batch; ++b) s.hold(b, s.lengths[static_cast<std::size_t>(b)] + keys.dim(2));
   for (index_t b = 0; b < s.batch; ++b) s.store(b, sequence_of(keys, b, "keys"), sequence_of(values, b, "values"));
@@ -1114,16 +1145,28 @@ void KvCache::attend_batch(TensorView<float> out, TensorView<const float> querie
         for (index_t i = 0; i < n; ++i) std::copy_n(&go(g, h, i, 0), s.head_dim, &to(0, h, i, 0));
     }
   }
-  for (index_t b = 0; b < B; ++b) {
-    const index_t n = rows[static_cast<std::size_t>(b)];
-    if (n == 0 && !trees.empty()) s.trees[static_cast<std::size_t>(seq_of[static_cast<std::size_t>(b)])].emplace();  // no drafts
-    if (n == 0 || (decodes && n <= cpu::fused::kDecodeRows)) continue;
-    KvAttendOptions one = options;
-    if (slopes.rank() == 2) one.alibi_slopes = detail::step(slopes, b, op, "alibi_slopes");
-    if (!trees.empty())  // entry b's drafts: its rows of tree_parents
-      one.tree_parents = TensorView<const std::int64_t>(trees.data() + first[static_cast<std::size_t>(b)] * trees.stride(0), {n},
-                                                        {trees.stride(0)});
-    attend_sequence(rows_of(out, b), seq_of[static_cast<std::size_t>(b)], rows_of(q, b), one, true);
+  // Each entry's attend records its draft tree as it succeeds; a later entry's failure (its sinks,
+  // softcap or scale refused, the memory limit) puts every entry's tree back as it was, so that a
+  // failed call changes no tree (found by probing: commit_tree after such a call kept the drafts it
+  // should have dropped).
+  std::vector<std::optional<std::vector<index_t>>> trees_before;
+  if (!trees.empty())
+    for (index_t b = 0; b < B; ++b) trees_before.push_back(s.trees[static_cast<std::size_t>(seq_of[static_cast<std::size_t>(b)])]);
+  try {
+    for (index_t b = 0; b < B; ++b) {
+      const index_t n = rows[static_cast<std::size_t>(b)];
+      if (n == 0 && !trees.empty()) s.trees[static_cast<std::size_t>(seq_of[static_cast<std::size_t>(b)])].emplace();  // no drafts
+      if (n == 0 || (decodes && n <= cpu::fused::kDecodeRows)) continue;
+      KvAttendOptions one = options;
+      if (slopes.rank() == 2) one.alibi_slopes = detail::step(slopes, b, op, "alibi_slopes");
+      if (!trees.empty())  // entry b's drafts: its rows of tree_parents
+        one.tree_parents = TensorView<const std::int64_t>(trees.data() + first[static_cast<std::size_t>(b)] * trees.stride(0), {n},
+                                                          {trees.stride(0)});
+      attend_sequence(rows_of(out, b), seq_of[static_cast<std::size_t>(b)], rows_of(q, b), one, true);
+    }
+  } catch (...) {
+    for (std::size_t b = 0; b < trees_before.size(); ++b) s.trees[static_cast<std::size_t>(seq_of[b])] = std::move(trees_before[b]);
+    throw;
   }
 }
 
