@@ -532,6 +532,8 @@ TEST(KvCacheFloat8, ScalesAndRoundingAsStated) {
   testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::float8_e5m2, .v_scale = {INFINITY}}); }, {"v_scale holds inf"});
   testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::int8, .k_scale = {2}}); },
                         {"k_scale holds 2; scales belong to float8 caches"});
+  testing::expect_error([&] { KvCache bad(1, 1, 32, {.dtype = KvDtype::float32, .v_scale = {0}}); },
+                        {"v_scale holds 0; scales belong to float8 caches"});
   testing::expect_error([&] { KvCache bad(1, 2, 32, {.dtype = KvDtype::float8_e4m3, .k_scale = {1, 2, 3}}); },
                         {"k_scale has 3 values; it must have 1 (every head) or kv_heads = 2"});
   // A scale whose largest value (448 or 57344 times it) is no float is refused; the largest taken

@@ -346,7 +346,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def _paged(function, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
            causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, sinks):
     """block_table: attn's paged varlen forward (inference only), through
-    paged_varlen_forward(out (total_q, nheads, headdim_v), softmax_lse (nheads, total_q), q, k_cache,
+    paged_varlen_forward(out (total_q, nheads, headdim), softmax_lse (nheads, total_q), q, k_cache,
     v_cache (num_blocks, page_block_size, nheads_k, headdim), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     max_seqlen_k, block_table (batch_size, max_blocks) int32, options)."""
     forward = _bridge.paged_varlen_forward

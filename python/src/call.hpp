@@ -114,6 +114,11 @@ class Call {
     if (!error.empty()) throw py::value_error(rewrite(error));
   }
 
+  // new_array (below) for this call: its MemoryError, too, starts with the call's function (found
+  // by probing: KVCache.attend's result array past the memory limit was refused without a name).
+  template <class T>
+  py::array_t<T> new_array(const std::vector<index_t>& shape, const char* name = "a result array") const;
+
   [[noreturn]] void type_error(const std::string& what) const { throw py::type_error(function_ + ": " + what); }
   [[noreturn]] void value_error(const std::string& what) const { throw py::value_error(function_ + ": " + what); }
 
@@ -159,6 +164,16 @@ template <class T>
 py::array_t<T> new_array(const std::vector<index_t>& shape, const char* name = "a result array") {
   attn::check_allocation(shape, sizeof(T), name);
   return py::array_t<T>(std::vector<py::ssize_t>(shape.begin(), shape.end()));
+}
+
+template <class T>
+py::array_t<T> Call::new_array(const std::vector<index_t>& shape, const char* name) const {
+  try {
+    return attn_py::new_array<T>(shape, name);
+  } catch (const attn::MemoryError& e) {
+    PyErr_SetString(PyExc_MemoryError, (function_ + ": " + e.what()).c_str());
+    throw py::error_already_set();
+  }
 }
 
 // The sizes of dimensions [from, to) of `a`, as a vector to extend; negative indices count from the

@@ -38,7 +38,7 @@ py::array masked_softmax(py::object X, py::object valid_lens, py::object mask, p
   const MaskArgs m = mask_args(call, valid_lens, mask, causal, masked_fill);
   return narrowed(call, dispatch(computed_in(call), [&](auto tag) -> py::array {
     using T = decltype(tag);
-    py::array_t<T> weights = new_array<T>(dims(x));
+    py::array_t<T> weights = call.new_array<T>(dims(x));
     const auto w = view_of<T>(weights);
     const auto s = cview<T>(x);
     const attn::Mask<T> mk = m.mask<T>();
@@ -58,7 +58,7 @@ py::array bmm(py::object a_obj, py::object b_obj, bool transpose_a, bool transpo
   shape.push_back(dim(b, transpose_b ? -2 : -1));
   return narrowed(call, dispatch(computed_in(call), [&](auto tag) -> py::array {
     using T = decltype(tag);
-    py::array_t<T> out = new_array<T>(shape);
+    py::array_t<T> out = call.new_array<T>(shape);
     const auto o = view_of<T>(out);
     const auto av = cview<T>(a), bv = cview<T>(b);
     call.run([&] { attn::bmm_forward<T>(o, av, bv, transpose_a, transpose_b); });
@@ -98,7 +98,7 @@ py::object sdpa_16bit(Call& call, const py::array& q, const py::array& k, const 
                       attn::Mask<float> mk, const attn::SdpaOptions& options, const std::vector<index_t>& out_shape,
                       const std::vector<index_t>& lse_shape, bool return_lse) {
   if (m.additive) mk.additive = cview<float>(m.additive);  // float32 already (Call::mask)
-  py::array_t<float> lse = return_lse ? new_array<float>(lse_shape) : py::array_t<float>();
+  py::array_t<float> lse = return_lse ? call.new_array<float>(lse_shape) : py::array_t<float>();
   const attn::TensorView<float> l = return_lse ? view_of<float>(lse) : attn::TensorView<float>{};
   py::object result;
   if (call.dtype() == DType::f16) {
@@ -117,7 +117,7 @@ py::object sdpa_16bit(Call& call, const py::array& q, const py::array& k, const 
       return t;
     };
     const attn::Tensor<attn::bfloat16> qb = rounded(q), kb = rounded(k), vb = rounded(v);
-    py::array_t<float> out = new_array<float>(out_shape);
+    py::array_t<float> out = call.new_array<float>(out_shape);
     const auto o = view_of<float>(out);
     call.run([&] { attn::sdpa_forward<attn::bfloat16>(o, l, qb.view(), kb.view(), vb.view(), mk, options); });
     result = out;
@@ -131,8 +131,8 @@ py::object sdpa_int8(Call& call, const py::array& q, const py::array& k, const p
                      attn::Mask<float> mk, const attn::SdpaOptions& options, const std::vector<index_t>& out_shape,
                      const std::vector<index_t>& lse_shape, bool return_lse) {
   if (m.additive) mk.additive = cview<float>(m.additive);
-  py::array_t<float> out = new_array<float>(out_shape);
-  py::array_t<float> lse = return_lse ? new_array<float>(lse_shape) : py::array_t<float>();
+  py::array_t<float> out = call.new_array<float>(out_shape);
+  py::array_t<float> lse = return_lse ? call.new_array<float>(lse_shape) : py::array_t<float>();
   const auto o = view_of<float>(out);
   const attn::TensorView<float> l = return_lse ? view_of<float>(lse) : attn::TensorView<float>{};
   const auto qv = cview<float>(q), kv = cview<float>(k), vv = cview<float>(v);
@@ -195,9 +195,9 @@ py::object scaled_dot_product_attention(py::object q_obj, py::object k_obj, py::
   }
   return dispatch(computed_in(call), [&](auto tag) -> py::object {
     using T = decltype(tag);
-    py::array_t<T> out = new_array<T>(out_shape);
-    const py::array weights = return_weights ? py::array(new_array<T>(weights_shape, "the weights")) : no_array();
-    const py::array lse = return_lse ? py::array(new_array<T>(lse_shape)) : no_array();
+    py::array_t<T> out = call.new_array<T>(out_shape);
+    const py::array weights = return_weights ? py::array(call.new_array<T>(weights_shape, "the weights")) : no_array();
+    const py::array lse = return_lse ? py::array(call.new_array<T>(lse_shape)) : no_array();
     const auto o = view_of<T>(out);
     const auto w = return_weights ? view_of<T>(weights) : attn::TensorView<T>{};
     const auto l = return_lse ? view_of<T>(lse) : attn::TensorView<T>{};
@@ -265,8 +265,8 @@ py::object nadaraya_watson(py::object x_train_obj, py::object y_train_obj, py::o
   weights_shape.push_back(m);
   return narrowed(call, dispatch(computed_in(call), [&](auto tag) -> py::object {
     using T = decltype(tag);
-    py::array_t<T> out = new_array<T>(out_shape);
-    const py::array weights = return_weights ? py::array(new_array<T>(weights_shape, "the weights")) : no_array();
+    py::array_t<T> out = call.new_array<T>(out_shape);
+    const py::array weights = return_weights ? py::array(call.new_array<T>(weights_shape, "the weights")) : no_array();
     // The outputs as (1, n, v) and (1, n, m) batches when unbatched: the same C-ordered memory.
     attn::TensorView<T> o = view_of<T>(out), w = return_weights ? view_of<T>(weights) : attn::TensorView<T>{};
     if (!batched) {

@@ -121,7 +121,9 @@ py::array int32_array(Call& call, py::handle obj, const char* name) {
         PyObject_RichCompareBool(highest.ptr(), py::int_(INT32_MAX).ptr(), Py_GT) == 1)
       call.value_error(std::string(name) + " has an entry outside int32's range");
   }
-  return np.attr("ascontiguousarray")(a, py::arg("dtype") = "int32");
+  // In its own shape: ascontiguousarray makes a 0-d array 1-d (found by probing: commit_tree(seq, 3)
+  // kept draft 3 where its rank check should have refused a number).
+  return np.attr("ascontiguousarray")(a, py::arg("dtype") = "int32").attr("reshape")(a.attr("shape"));
 }
 
 // A float8 cache's scale: a number (every head), or one per key head (a list or 1-D array).
@@ -199,7 +201,7 @@ class KVCache {
     options.window = window_from(call, window);
     if (parents) options.tree_parents = cview<std::int64_t>(parents);
     const ScoreArrays kept = read_scores(call, options, alibi_slopes, softcap, scale, sinks);
-    py::array_t<float> out = new_array<float>(dims(q));
+    py::array_t<float> out = call.new_array<float>(dims(q));
     const auto o = view_of<float>(out);
     const auto qv = cview<float>(q);
     if (seq.is_none()) {
@@ -224,7 +226,7 @@ class KVCache {
     const ScoreArrays kept = read_scores(call, options, alibi_slopes, softcap, scale, sinks);
     const py::array parents = tree_parents.is_none() ? no_array() : call.integers(tree_parents, "tree_parents", "[-1, t)");
     if (parents) options.tree_parents = cview<std::int64_t>(parents);
-    py::array_t<float> out = new_array<float>(dims(q));
+    py::array_t<float> out = call.new_array<float>(dims(q));
     const auto o = view_of<float>(out);
     const auto qv = cview<float>(q);
     const auto cuv = cview<std::int32_t>(cu);
@@ -271,7 +273,7 @@ class KVCache {
     const index_t s = call.integer(seq, "seq");
     attn::Tensor<float> t;
     locked(call, [&] { t = values ? cache_->values(s) : cache_->keys(s); });
-    py::array_t<float> out = new_array<float>(t.shape());
+    py::array_t<float> out = call.new_array<float>(t.shape());
     std::copy(t.data(), t.data() + t.numel(), out.mutable_data());
     return out;
   }

@@ -92,7 +92,7 @@ class Layer : public LayerMode {
     weights_shape.push_back(dim(s.keys, -2));
     return dispatch(s.dtype, [&](auto tag) -> py::object {
       using T = decltype(tag);
-      py::array_t<T> out = new_array<T>(out_shape), weights = new_array<T>(weights_shape, "the weights");
+      py::array_t<T> out = call.new_array<T>(out_shape), weights = call.new_array<T>(weights_shape, "the weights");
       const ForwardViews<T> views{view_of<T>(out),  view_of<T>(weights), cview<T>(s.queries),
                                   cview<T>(s.keys), cview<T>(s.values),  s.mask.mask<T>()};
       call.run(forward(views, s));

@@ -111,7 +111,7 @@ class MultiHeadAttention : public LayerMode {
     s.dropout = call_dropout();
     return dispatch(s.dtype, [&](auto tag) -> py::object {
       using T = decltype(tag);
-      py::array_t<T> out = new_array<T>({dim(s.queries, 0), dim(s.queries, 1), D_});
+      py::array_t<T> out = call.new_array<T>({dim(s.queries, 0), dim(s.queries, 1), D_});
       const auto o = view_of<T>(out);
       const auto q = cview<T>(s.queries), k = cview<T>(s.keys), v = cview<T>(s.values);
       const attn::MultiHeadParams<T> p = params<T>(s);
@@ -137,12 +137,12 @@ class MultiHeadAttention : public LayerMode {
     const py::array g = grad_of_last_call(call, grad_out, s.half, s.dtype);
     return narrowed(call, dispatch(s.dtype, [&](auto tag) -> py::dict {
       using T = decltype(tag);
-      py::array_t<T> dq = new_array<T>(dims(s.queries)), dk = new_array<T>(dims(s.keys)),
-                     dv = new_array<T>(dims(s.values));
+      py::array_t<T> dq = call.new_array<T>(dims(s.queries)), dk = call.new_array<T>(dims(s.keys)),
+                     dv = call.new_array<T>(dims(s.values));
       std::array<py::array, 8> dp{no_array(), no_array(), no_array(), no_array(),
                                   no_array(), no_array(), no_array(), no_array()};
       for (std::size_t i = 0; i < kParams.size(); ++i)
-        if (s.params[i]) dp[i] = new_array<T>(dims(s.params[i]));
+        if (s.params[i]) dp[i] = call.new_array<T>(dims(s.params[i]));
       auto grad = [&](std::size_t i) { return dp[i] ? view_of<T>(dp[i]) : attn::TensorView<T>{}; };
       const attn::MultiHeadGrads<T> grads{grad(0), grad(1), grad(2), grad(3), grad(4), grad(5), grad(6), grad(7)};
       const auto dqv = view_of<T>(dq), dkv = view_of<T>(dk), dvv = view_of<T>(dv);
@@ -174,7 +174,7 @@ class MultiHeadAttention : public LayerMode {
       using T = decltype(tag);
       const auto& state = std::get<attn::MultiHeadState<T>>(s.state);
       py::array_t<T> weights =
-          new_array<T>({state.q.dim(0), config_.num_heads, state.q.dim(1), state.k.dim(1)}, "the weights");
+          call.new_array<T>({state.q.dim(0), config_.num_heads, state.q.dim(1), state.k.dim(1)}, "the weights");
       const auto w = view_of<T>(weights);
       attn::Mask<T> mask = s.mask.mask<T>();
       mask.window = s.window;

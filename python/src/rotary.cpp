@@ -62,7 +62,7 @@ py::object apply_rotary(py::object x_obj, py::object cos_obj, py::object sin_obj
   }
   return dispatch(call.dtype(), [&](auto tag) -> py::object {
     using T = decltype(tag);
-    const py::array out = inplace ? x : py::array(new_array<T>(shape));
+    const py::array out = inplace ? x : py::array(call.new_array<T>(shape));
     const auto o = view_of<T>(out);
     const auto xv = cview<T>(x);
     const auto c = cview<T>(cos), s = cview<T>(sin);

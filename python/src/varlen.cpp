@@ -67,7 +67,7 @@ py::object varlen_attention(py::object q_obj, py::object k_obj, py::object v_obj
     if (slopes) mask.alibi_slopes = cview<T>(slopes);
     if (sinks) mask.sinks = cview<T>(sinks);
     const attn::VarlenSeqs seqs{cview<std::int32_t>(cu_q), cview<std::int32_t>(cu_k), max_q, max_k};
-    py::array out = new_array<T>(out_shape, "out"), lse = return_lse ? py::array(new_array<T>(lse_shape, "lse")) : no_array();
+    py::array out = call.new_array<T>(out_shape, "out"), lse = return_lse ? py::array(call.new_array<T>(lse_shape, "lse")) : no_array();
     const auto o = view_of<T>(out);
     const auto l = lse ? view_of<T>(lse) : attn::TensorView<T>{};
     const auto qv = cview<T>(q), kv = cview<T>(k), vv = cview<T>(v);

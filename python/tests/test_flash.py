@@ -490,6 +490,9 @@ def test_block_table_is_the_varlen_call_over_the_gathered_pages():
     with pytest.raises(ValueError, match=r"block_table has shape \(3,\d+\), a row for each of 3 sequences, but "
                                          r"cu_seqlens_q has shape \(5,\): 4 sequences"):
         flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 9, 40, block_table=table[:3])
+    # A v of another headdim than k's named as such (it had been reported as an out of the wrong shape).
+    with pytest.raises(ValueError, match=r"k has shape \(\d+,\d+,\d+,\d+\) but v \(\d+,\d+,\d+,\d+\); they must match"):
+        flash_attn_varlen_func(q, k_cache, torch.cat([v_cache, v_cache[..., :2]], -1), cu_q, cu_k, 9, 40, block_table=table)
     with pytest.raises(ValueError, match="block_table"):
         flash_attn_varlen_func(q.requires_grad_(True), k_cache, v_cache, cu_q, cu_k, 9, 40, block_table=table)
 

@@ -69,3 +69,18 @@ def test_attn_max_bytes_is_read_from_the_environment(value, error, parts):
     assert r.stdout.startswith(error), r.stdout + r.stderr
     for p in parts:
         assert p in r.stdout, r.stdout
+
+
+def test_a_result_array_past_the_limit_names_the_call(limit):
+    """The arrays a call returns count as its buffers do, and their MemoryError names the call too
+    (KVCache.attend's did not)."""
+    cache = attn.KVCache(1, 1, 32)
+    cache.append(np.zeros((1, 4, 32), np.float32), np.zeros((1, 4, 32), np.float32), 0)
+    q = np.zeros((2, 4, 32), np.float32)
+    limit(attn.memory_in_use() + 512)
+    with pytest.raises(MemoryError, match=r"^KVCache.attend: a result array of shape \(2,4,32\) needs 1024 bytes"):
+        cache.attend(q, 0)
+    with pytest.raises(MemoryError, match=r"^KVCache.attend_batch: a result array of shape \(8,1,32\) needs 1024 bytes"):
+        cache.attend_batch(np.zeros((8, 1, 32), np.float32), [0, 8])
+    with pytest.raises(MemoryError, match=r"^scaled_dot_product_attention: "):
+        attn.scaled_dot_product_attention(q, q, q)

@@ -377,6 +377,11 @@ def test_more_bad_input_is_named():
     cache.attend(np.zeros((HEADS, 2, D), np.float32), 0, tree_parents=[-1, 0])
     with pytest.raises(ValueError, match="accepted has an entry outside int32's range"):
         cache.commit_tree(0, [2**63])
+    # A number is not a list of drafts (it had been read as [3]: one draft kept).
+    with pytest.raises(ValueError, match="accepted has 0 dimensions; it must be a list of draft indices"):
+        cache.commit_tree(0, 1)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q has shape \(\); it must be \(B \+ 1,\)"):
+        cache.attend_batch(q, 5)
     # An empty batch: no entry, no sequence named.
     assert cache.attend_batch(np.zeros((0, HEADS, D), np.float32), [0], seqs=np.zeros(0, np.int64)).shape == (0, HEADS, D)
     # A float8 scale whose largest value overflows float32.

@@ -453,11 +453,8 @@ void flash_attn_varlen_paged(TensorView<T> out, TensorView<float> lse, TensorVie
   const char* op = "flash_attn_varlen_func";
   require_layout(op, "q", q, 3, "(total_q, nheads, headdim)");
   const index_t total = q.dim(0), H = q.dim(1), d = q.dim(2);
-  require_layout(op, "out", TensorView<const T>(out), 3, "the shape of q");
-  if (!std::equal(out.shape().begin(), out.shape().end(), q.shape().begin()))
-    detail::fail(op, ": out has shape ", out.shape_string(), "; it must be the shape of q ", q.shape_string());
-  if (!lse.empty() && (lse.rank() != 2 || lse.dim(0) != H || lse.dim(1) != total))
-    detail::fail(op, ": softmax_lse has shape ", lse.shape_string(), "; it must be (nheads, total_q) = (", H, ", ", total, ")");
+  // The caches before out, which the caller shapes from them (found by probing: a v of another
+  // headdim than k was reported as an out of the wrong shape, an argument the caller never passed).
   const char* cache_shape = "(num_blocks, page_block_size, nheads_k, headdim)";
   require_layout(op, "k", p.k_cache, 4, cache_shape);
   require_layout(op, "v", p.v_cache, 4, cache_shape);
@@ -466,6 +463,11 @@ void flash_attn_varlen_paged(TensorView<T> out, TensorView<float> lse, TensorVie
     detail::fail(op, ": k has shape ", kc.shape_string(), " but v ", p.v_cache.shape_string(), "; they must match");
   const index_t num_blocks = kc.dim(0), rows = kc.dim(1), Hk = kc.dim(2);
   if (kc.dim(3) != d) detail::fail(op, ": k has shape ", kc.shape_string(), " but q ", q.shape_string(), "; their headdim must match");
+  require_layout(op, "out", TensorView<const T>(out), 3, "the shape of q");
+  if (!std::equal(out.shape().begin(), out.shape().end(), q.shape().begin()))
+    detail::fail(op, ": out has shape ", out.shape_string(), "; it must be the shape of q ", q.shape_string());
+  if (!lse.empty() && (lse.rank() != 2 || lse.dim(0) != H || lse.dim(1) != total))
+    detail::fail(op, ": softmax_lse has shape ", lse.shape_string(), "; it must be (nheads, total_q) = (", H, ", ", total, ")");
   if (Hk == 0 || H % Hk != 0)
     detail::fail(op, ": q has shape ", q.shape_string(), " with ", H, " heads and k ", kc.shape_string(), " with ", Hk,
                  "; nheads must be a multiple of nheads_k");

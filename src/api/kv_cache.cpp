@@ -529,10 +529,10 @@ KvCache::KvCache(index_t batch, index_t kv_heads, index_t head_dim, const KvCach
     if (scale->size() != 1 && static_cast<index_t>(scale->size()) != kv_heads)
       detail::fail(op, ": ", name, " has ", scale->size(), " values; it must have 1 (every head) or kv_heads = ", kv_heads);
     for (const float x : *scale) {
+      if (x != 1 && !is_float8(options.dtype))  // first: a scale of 0 given to a float32 cache is not a float8 cache's
+        detail::fail(op, ": ", name, " holds ", x, "; scales belong to float8 caches (dtype float8_e4m3 or float8_e5m2)");
       if (!(std::isfinite(x) && x > 0))
         detail::fail(op, ": ", name, " holds ", x, "; a float8 cache's scale must be finite and greater than 0");
-      if (x != 1 && !is_float8(options.dtype))
-        detail::fail(op, ": ", name, " holds ", x, "; scales belong to float8 caches (dtype float8_e4m3 or float8_e5m2)");
       // The cache's values are codes times the scale: its largest code times the scale must be a
       // float (else a key of the largest code reads back as inf, and a stored 0 times it as NaN).
       const bool e4m3 = options.dtype == KvDtype::float8_e4m3;
