@@ -16,6 +16,8 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "attn/config.hpp"
@@ -53,33 +55,54 @@ std::vector<double> dequantized_row(const float* x, const float* center, const s
   return y;
 }
 
+// The keys some query may attend in batch element b: the union of the rows' ranges under the valid
+// lengths (B,), the causal rule and the window (not the masks element by element), [first, end).
+std::pair<index_t, index_t> keys_in_reach(const Mask<float>& mask, index_t n, index_t m, index_t b) {
+  const index_t offset = mask.alignment() == Align::bottom_right ? m - n : 0;
+  index_t lo = m, hi = 0;
+  for (index_t i = 0; i < n; ++i) {
+    const index_t p = i + offset;
+    index_t first = 0, end = mask.valid_lens.empty() ? m : mask.valid_lens.data()[b];
+    if (mask.causal != Causal::none) end = std::min(end, p + 1);
+    if (mask.window && mask.window->left >= 0) first = std::max<index_t>(0, p - mask.window->left);
+    if (mask.window && mask.window->right >= 0) end = std::min(end, p + mask.window->right + 1);
+    end = std::clamp<index_t>(end, 0, m);
+    if (first < end) lo = std::min(lo, first), hi = std::max(hi, end);
+  }
+  return lo < hi ? std::pair{lo, hi} : std::pair<index_t, index_t>{0, 0};
+}
+
 // The int8 forward's scores as a float64 attention of d + 1 columns: queries [q̂, q . mean] and keys
-// [k̂, 1], q̂ and k̂ the dequantized rows (so q̂ . k̂ + q . mean is each score before the scale).
+// [k̂, 1], q̂ and k̂ the dequantized rows (so q̂ . k̂ + q . mean is each score before the scale). The
+// mean, the balance and the quantized rows are those of the keys in reach (the others zeros).
 struct Augmented {
   Tensor<double> q, k;  // (B, H, n, d + 1), (B, Hk, m, d + 1)
 };
-Augmented augmented(const Tensor<float>& q, const Tensor<float>& k, index_t B, index_t H, index_t Hk, index_t n,
-                    index_t m, index_t d) {
+Augmented augmented(const Tensor<float>& q, const Tensor<float>& k, const Mask<float>& mask, index_t B, index_t H,
+                    index_t Hk, index_t n, index_t m, index_t d) {
   Augmented a{Tensor<double>({B, H, n, d + 1}), Tensor<double>({B, Hk, m, d + 1})};
   const index_t group = H / Hk;
   for (index_t b = 0; b < B; ++b)
     for (index_t hk = 0; hk < Hk; ++hk) {
+      const auto [first, end] = keys_in_reach(mask, n, m, b);
       std::vector<float> mean(static_cast<std::size_t>(d));
       std::vector<double> key_top(static_cast<std::size_t>(d)), query_top(static_cast<std::size_t>(d));
       std::vector<double> lambda(static_cast<std::size_t>(d)), inverse(static_cast<std::size_t>(d));
       for (index_t c = 0; c < d; ++c) {
         double sum = 0;
-        for (index_t j = 0; j < m; ++j) sum += k(b, hk, j, c);
-        mean[c] = m > 0 ? static_cast<float>(sum / static_cast<double>(m)) : 0.0f;
-        for (index_t j = 0; j < m; ++j) key_top[c] = std::max(key_top[c], std::abs(static_cast<double>(k(b, hk, j, c)) - mean[c]));
+        for (index_t j = first; j < end; ++j) sum += k(b, hk, j, c);
+        mean[c] = end > first ? static_cast<float>(sum / static_cast<double>(end - first)) : 0.0f;
+        for (index_t j = first; j < end; ++j)
+          key_top[c] = std::max(key_top[c], std::abs(static_cast<double>(k(b, hk, j, c)) - mean[c]));
         for (index_t h = hk * group; h < (hk + 1) * group; ++h)
           for (index_t i = 0; i < n; ++i) query_top[c] = std::max(query_top[c], std::abs(static_cast<double>(q(b, h, i, c))));
         lambda[c] = key_top[c] > 0 && query_top[c] > 0 ? std::sqrt(key_top[c] / query_top[c]) : 1.0;
         inverse[c] = 1 / lambda[c];
       }
       for (index_t j = 0; j < m; ++j) {
+        const bool reached = j >= first && j < end;
         const std::vector<double> row = dequantized_row(k.data() + ((b * Hk + hk) * m + j) * d, mean.data(), inverse, d);
-        for (index_t c = 0; c < d; ++c) a.k(b, hk, j, c) = row[c];
+        for (index_t c = 0; c < d; ++c) a.k(b, hk, j, c) = reached ? row[c] : 0.0;
         a.k(b, hk, j, d) = 1;
       }
       for (index_t h = hk * group; h < (hk + 1) * group; ++h)
@@ -150,7 +173,7 @@ TEST_P(Int8Forward, MatchesTheFloat64AttentionOfItsQuantizedInputs) {
   };
   const std::vector<Tensor<float>> kernel = int8_call(Bf16Kernel::off);
 
-  const Augmented a = augmented(q, k, c.B, c.H, c.Hk, c.n, c.m, c.d);
+  const Augmented a = augmented(q, k, mask, c.B, c.H, c.Hk, c.n, c.m, c.d);
   Tensor<double> oracle_out({c.B, c.H, c.n, c.dv}), oracle_lse({c.B, c.H, c.n});
   Tensor<float> ref_out({c.B, c.H, c.n, c.dv}), ref_lse({c.B, c.H, c.n});
   {
@@ -249,6 +272,52 @@ TEST(Int8ForwardThreads, SameResultsAtOneAndTwoThreads) {
     sdpa_forward_int8(out.view(), lse.view(), q.view(), k.view(), v.view(), mask);
     return std::vector<Tensor<float>>{out, lse};
   });
+}
+
+// Keys no query may attend (past valid_lens, past every query's causal reach, outside every
+// window, a key-padding mask's) are not read, as in float32: whatever they hold, huge or not finite,
+// out and lse are the same bits as with zeros there (found by probing: 1e4 in the padding past
+// valid_lens took out 1.5 from the answer, and NaN there was refused).
+TEST(Int8ForwardMaskedKeys, KeysNoQueryAttendsAreNotRead) {
+  const index_t B = 2, H = 2, n = 40, m = 150, d = 64, dv = 24;
+  const Tensor<float> q = random_tensor<float>({B, H, n, d}, 51), v = random_tensor<float>({B, H, m, dv}, 52);
+  const Tensor<float> k = random_tensor<float>({B, H, m, d}, 53);
+  const Tensor<std::int64_t> lens({B}, std::vector<std::int64_t>{70, 133});
+  Tensor<std::int64_t> row_lens({B, n});
+  for (index_t b = 0; b < B; ++b)
+    for (index_t i = 0; i < n; ++i) row_lens(b, i) = 20 + (7 * i + 11 * b) % 60;  // at most 79
+  Tensor<bool> padding({B, 1, 1, m});
+  for (index_t b = 0; b < B; ++b)
+    for (index_t j = 0; j < m; ++j) padding(b, 0, 0, j) = j < 90 - 30 * b;
+  std::vector<std::pair<const char*, Mask<float>>> masks(5);
+  masks[0] = {"valid_lens (B,)", {}}, masks[0].second.valid_lens = lens.view();
+  masks[1] = {"valid_lens (B, n)", {}}, masks[1].second.valid_lens = row_lens.view();
+  masks[2] = {"causal top-left", {}}, masks[2].second.causal = Causal::top_left;  // keys from n on: no query's
+  masks[3] = {"window (5, 10)", {}}, masks[3].second.window = Window{5, 10};   // keys from n + 10 on
+  masks[4] = {"key padding", {}}, masks[4].second.keep = padding.view();
+  // The keys that mask leaves to no query: from 80 (valid_lens (B, n) reaches at most key 79, valid
+  // lens (B,) 70 in batch 0, the others at most n + 10 = 50 or 90), in both batch elements.
+  for (const auto& [name, mask] : masks) {
+    SCOPED_TRACE(name);
+    Tensor<float> out0({B, H, n, dv}), lse0({B, H, n});
+    const index_t from = std::string_view(name) == "valid_lens (B,)" ? 133 : 90;
+    Tensor<float> zeros = k;
+    for (index_t b = 0; b < B; ++b)
+      for (index_t h = 0; h < H; ++h)
+        for (index_t j = from; j < m; ++j)
+          for (index_t c = 0; c < d; ++c) zeros(b, h, j, c) = 0;
+    sdpa_forward_int8(out0.view(), lse0.view(), q.view(), zeros.view(), v.view(), mask);
+    for (const float fill : {1e4f, -3e38f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      Tensor<float> filled = zeros, out({B, H, n, dv}), lse({B, H, n});
+      for (index_t b = 0; b < B; ++b)
+        for (index_t h = 0; h < H; ++h)
+          for (index_t j = from; j < m; ++j)
+            for (index_t c = 0; c < d; ++c) filled(b, h, j, c) = fill * static_cast<float>(1 + (c % 3));
+      sdpa_forward_int8(out.view(), lse.view(), q.view(), filled.view(), v.view(), mask);
+      EXPECT_EQ(out.values(), out0.values()) << fill;
+      EXPECT_EQ(lse.values(), lse0.values()) << fill;
+    }
+  }
 }
 
 TEST(Int8ForwardErrors, BadInputIsNamed) {

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "attn/memory.hpp"
 #include "cpu/bf16/dot_bf16.hpp"
@@ -326,9 +327,25 @@ Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan
                          static_cast<std::size_t>(B * Hk), d, row,
                          bf16_values ? static_cast<std::size_t>(B * Hk * value_tiles) * tile_words : 0);
   const bool big = (n + m) * d >= (1 << 16);
+  // The keys some query may attend, per batch element: [reach_begin, reach_end), the union of the
+  // rows' ranges (valid lengths, key padding, causal, window; every key under the d2l chapter's
+  // fill). Only those keys feed the mean, the balance and the check for values int8 cannot hold, and
+  // only they are quantized (the others as zeros, whose scores are masked): what no query may read
+  // is not read here either, as in float32 (found by probing: large values in the padding past
+  // valid_lens, or past every query's causal reach, changed the other keys' scales and out; NaN
+  // there was refused). Keys that a keep mask, a -inf bias or segments mask inside the range are read.
+  std::vector<index_t> reach_begin(static_cast<std::size_t>(B), 0), reach_end(static_cast<std::size_t>(B), m);
+  if (!plan.mask.d2l_fill)
+    for (index_t b = 0; b < B; ++b) {
+      index_t lo = m, hi = 0;
+      for (index_t i = 0; i < n; ++i)
+        if (const index_t first = plan.mask.begin(i), end = plan.mask.end(b, i); first < end)
+          lo = std::min(lo, first), hi = std::max(hi, end);
+      reach_begin[static_cast<std::size_t>(b)] = lo < hi ? lo : 0, reach_end[static_cast<std::size_t>(b)] = lo < hi ? hi : 0;
+    }
   // Per key head and channel (tasks of kChannels channels: one head still splits): the mean of the
-  // keys, then the largest |k - mean| and the largest |q| of the queries that read the head, and the
-  // factors that balance them (quant::balance_channels).
+  // keys in reach, then the largest |k - mean| and the largest |q| of the queries that read the head,
+  // and the factors that balance them (quant::balance_channels).
   Int8Refusal refusal;
   constexpr index_t kChannels = 16;
   const index_t channel_groups = (d + kChannels - 1) / kChannels, group = plan.group;
@@ -336,12 +353,13 @@ Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan
     const index_t bh = t / channel_groups, c0 = t % channel_groups * kChannels, w = std::min(kChannels, d - c0);
     const index_t b = bh / Hk, hk = bh % Hk;
     double sum[kChannels] = {}, key_top[kChannels] = {}, query_top[kChannels] = {};
-    const float* keys0 = k.row(b, hk, 0) + c0;  // (rows of a head are sR apart: View4)
-    const index_t bad_key = quant::sum_rows(target, keys0, k.sR, m, w, sum);
-    if (bad_key >= 0) refuse(refusal, true, b, hk, bad_key);
+    const index_t first = reach_begin[static_cast<std::size_t>(b)], count = reach_end[static_cast<std::size_t>(b)] - first;
+    const float* keys0 = k.row(b, hk, first) + c0;  // (rows of a head are sR apart: View4)
+    const index_t bad_key = quant::sum_rows(target, keys0, k.sR, count, w, sum);
+    if (bad_key >= 0) refuse(refusal, true, b, hk, first + bad_key);
     float* mean = in->k_mean + bh * d + c0;
-    for (index_t c = 0; c < w; ++c) mean[c] = m > 0 ? static_cast<float>(sum[c] / static_cast<double>(m)) : 0.0f;
-    quant::top_of_rows(target, keys0, k.sR, m, w, mean, key_top);
+    for (index_t c = 0; c < w; ++c) mean[c] = count > 0 ? static_cast<float>(sum[c] / static_cast<double>(count)) : 0.0f;
+    quant::top_of_rows(target, keys0, k.sR, count, w, mean, key_top);
     for (index_t h = hk * group; h < (hk + 1) * group; ++h) {
       const float* queries0 = q.row(b, h, 0) + c0;
       std::fill(sum, sum + w, 0.0);  // the queries' sums serve only to find a value not finite
@@ -354,13 +372,19 @@ Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan
     for (index_t c = 0; c < w; ++c) in->inverse[bh * d + c0 + c] = 1 / lambda[c];
   });
   if (refusal.tensor != nullptr) return refusal;
-  // The keys less their head's mean over the factors, the queries times them, a row at a time; each
-  // query's q . mean.
+  // The keys in reach less their head's mean over the factors (the others zeros), the queries times
+  // them, a row at a time; each query's q . mean.
   const index_t key_tiles = value_tiles;
   run_tasks(B * Hk * key_tiles, 0, big, [&](index_t t, void*) {
     const index_t bh = t / key_tiles, j0 = t % key_tiles * fused::kBlockK;
+    const auto b = static_cast<std::size_t>(bh / Hk);
     for (index_t j = j0; j < std::min(m, j0 + fused::kBlockK); ++j) {
       const index_t r = bh * m + j;
+      if (j < reach_begin[b] || j >= reach_end[b]) {
+        std::fill_n(in->k8 + r * row, row, std::int8_t{0});
+        in->k_scale[r] = 0, in->k_sum[r] = 0;
+        continue;
+      }
       in->k_scale[r] = quant::quantize_row(target, k.row(bh / Hk, bh % Hk, j), in->k_mean + bh * d, in->inverse + bh * d, d,
                                            in->k8 + r * row, in->k_sum + r);
       if (std::isnan(in->k_scale[r])) refuse(refusal, true, bh / Hk, bh % Hk, j);
