@@ -985,7 +985,7 @@ TEST(KvCacheBlocks, CountedAgainstTheMemoryLimitOneByOne) {
       {
         const testing::ScopedLimit limit(memory_in_use() + block - 1);
         testing::expect_memory_error([&] { cache.append(1, one_k, one_v); },
-                                     {"KvCache::append: 1 new blocks of ", " bytes for the appended tokens needs"});
+                                     {"KvCache::append: 1 new block of ", " bytes for the appended tokens needs"});
         EXPECT_EQ(cache.length(1), 0);
       }
       {

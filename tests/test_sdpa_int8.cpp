@@ -295,8 +295,8 @@ TEST(Int8ForwardMaskedKeys, KeysNoQueryAttendsAreNotRead) {
   masks[2] = {"causal top-left", {}}, masks[2].second.causal = Causal::top_left;  // keys from n on: no query's
   masks[3] = {"window (5, 10)", {}}, masks[3].second.window = Window{5, 10};   // keys from n + 10 on
   masks[4] = {"key padding", {}}, masks[4].second.keep = padding.view();
-  // The keys that mask leaves to no query: from 80 (valid_lens (B, n) reaches at most key 79, valid
-  // lens (B,) 70 in batch 0, the others at most n + 10 = 50 or 90), in both batch elements.
+  // Keys from `from` on are reached by no query in either batch element: valid_lens (B,) stops at
+  // 133, (B, n) at 79, causal top-left at n = 40, the window at n + 10 = 50, the padding at 90.
   for (const auto& [name, mask] : masks) {
     SCOPED_TRACE(name);
     Tensor<float> out0({B, H, n, dv}), lse0({B, H, n});

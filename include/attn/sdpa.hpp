@@ -108,9 +108,9 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
 // is off by at most (|q|_1 s_k + |k - mean|_1 s_q) / 2 + d s_q s_k / 4 before the scale (s the
 // rows' scales); the documented measure is the cosine similarity of out with float64 attention
 // (docs/performance.md). Queries and the keys some query may attend must be finite (an attn::Error
-// names the first row that is not; out and lse are then unspecified); d <= 65536. Runs the cpu backend's fused kernel
-// whatever the backend (attn/config.hpp); shapes and other errors as sdpa_forward<float>, which
-// never computes in int8. Its speed: `attn bench`'s "sdpa forward int8 (1,4096,4096,128)".
+// names the first row that is not; out and lse are then unspecified); d <= 65536. Runs the cpu
+// backend's fused kernel whatever the backend (attn/config.hpp); shapes and other errors as
+// sdpa_forward<float>, which never computes in int8. Its speed: `attn bench`'s "sdpa forward int8 (1,4096,4096,128)".
 void sdpa_forward_int8(TensorView<float> out, TensorView<float> lse, TensorView<const float> queries,
                        TensorView<const float> keys, TensorView<const float> values, const Mask<float>& mask = {},
                        const SdpaOptions& options = {});

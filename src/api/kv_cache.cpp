@@ -334,9 +334,8 @@ struct KvCache::State {
   }
   // The largest region a growing cache takes at once (its blocks' bytes, rounded to whole blocks).
   static constexpr std::size_t kMaxRegionBytes = std::size_t{256} << 20;
-  // The blocks appends of `tokens[seq]` new tokens to every sequence would take beyond those they
-  // hold and the free ones; checked before any value is read or block taken (check_room).
-  void check_room(const char* op, std::span<const index_t> tokens) const;
+  // Whether appends of t tokens to each of sequences [first, last) fit (check_room).
+  void check_room(const char* op, index_t first, index_t last, index_t t) const;
   void check_append(const char* op, index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values) const;
   void hold(index_t seq, index_t tokens);
   void store(index_t seq, const TensorView<const float>& keys, const TensorView<const float>& values);
@@ -679,10 +678,10 @@ void KvCache::State::check_append(const char* op, index_t seq, const TensorView<
 // cache it first scanned its 2^45 values for one that is not finite): each sequence's room in a
 // cache that does not grow, token counts that overflow, and the bytes of the new blocks, all of
 // them, against the memory attn may use (counted, not taken).
-void KvCache::State::check_room(const char* op, std::span<const index_t> tokens) const {
+void KvCache::State::check_room(const char* op, index_t first, index_t last, index_t t) const {
   std::size_t new_blocks = 0;
-  for (std::size_t seq = 0; seq < tokens.size(); ++seq) {
-    const index_t t = tokens[seq], length = lengths[seq];
+  for (index_t seq = first; seq < last; ++seq) {
+    const index_t length = lengths[static_cast<std::size_t>(seq)];
     index_t total = 0;
     if (__builtin_add_overflow(length, t, &total))
       detail::fail(op, ": sequence ", seq, " holds ", length, " tokens; ", t, " more overflow a 64-bit count");
@@ -690,14 +689,16 @@ void KvCache::State::check_room(const char* op, std::span<const index_t> tokens)
       detail::fail(op, ": sequence ", seq, " holds ", length, " of its ", options.capacity, " tokens; ", t,
                    " more do not fit (the cache was made with grow = false)");
     const auto needed = static_cast<std::size_t>(total / options.block_size + (total % options.block_size != 0));
-    if (__builtin_add_overflow(new_blocks, needed - std::min(needed, table[seq].size()), &new_blocks)) new_blocks = SIZE_MAX;
+    const std::size_t held = table[static_cast<std::size_t>(seq)].size();
+    if (__builtin_add_overflow(new_blocks, needed - std::min(needed, held), &new_blocks)) new_blocks = SIZE_MAX;
   }
   new_blocks -= std::min(new_blocks, free.size());
   const std::size_t block_bytes = BlockLayout(options.dtype, static_cast<std::size_t>(block_rows() * head_dim)).counted();
   std::size_t bytes = 0;
   if (__builtin_mul_overflow(new_blocks, block_bytes, &bytes)) bytes = SIZE_MAX;
   detail::release_memory(detail::reserve_memory(
-      bytes, detail::cat(op, ": ", new_blocks, " new blocks of ", block_bytes, " bytes for the appended tokens").c_str()));
+      bytes, detail::cat(op, ": ", new_blocks, new_blocks == 1 ? " new block of " : " new blocks of ", block_bytes,
+                         " bytes for the appended tokens").c_str()));
 }
 
 // Blocks enough for `tokens` tokens of sequence seq (a freed one reused, or a new one).
@@ -795,9 +796,7 @@ void KvCache::append(index_t seq, TensorView<const float> keys, TensorView<const
   State& s = *s_;
   s.check_seq(seq, op);
   check_tokens(op, s.batch, s.kv_heads, s.head_dim, keys, values, false);
-  std::vector<index_t> tokens(static_cast<std::size_t>(s.batch), 0);
-  tokens[static_cast<std::size_t>(seq)] = keys.dim(1);
-  s.check_room(op, tokens);
+  s.check_room(op, seq, seq + 1, keys.dim(1));
   s.check_append(op, seq, keys, values);
   s.hold(seq, s.lengths[static_cast<std::size_t>(seq)] + keys.dim(1));
   s.store(seq, keys, values);
@@ -810,8 +809,7 @@ void KvCache::append(TensorView<const float> keys, TensorView<const float> value
   const char* op = "KvCache::append";
   State& s = *s_;
   check_tokens(op, s.batch, s.kv_heads, s.head_dim, keys, values, true);
-  const std::vector<index_t> tokens(static_cast<std::size_t>(s.batch), keys.dim(2));
-  s.check_room(op, tokens);
+  s.check_room(op, 0, s.batch, keys.dim(2));
   for (index_t b = 0; b < s.batch; ++b) s.check_append(op, b, sequence_of(keys, b, "keys"), sequence_of(values, b, "values"));
   for (index_t b = 0; b < s.batch; ++b) s.hold(b, s.lengths[static_cast<std::size_t>(b)] + keys.dim(2));
   for (index_t b = 0; b < s.batch; ++b) s.store(b, sequence_of(keys, b, "keys"), sequence_of(values, b, "values"));
