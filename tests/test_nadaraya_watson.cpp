@@ -781,6 +781,35 @@ void expect_gaussian_limits(T tiny, T far) {
   EXPECT_EQ(dsigma, T(0));
 }
 
+// A NaN query makes its row NaN, out and weights, and a NaN key every row's, as a NaN score does
+// PyTorch's softmax, for every kernel whose weights read distances (found by probing: a NaN query
+// took the Gaussian's limit of overflowing distances, the values' mean 25; the boxcar and the
+// Epanechnikov dropped a NaN key and returned the others' average). The constant kernel reads no
+// distance. Other rows are untouched.
+TEST(NadarayaWatson, NaNQueryOrKeyMakesItsRowsNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor<double> v({1, 4, 1}, std::vector<double>{10, 20, 30, 40});
+  const Tensor<double> k({1, 4, 1}, std::vector<double>{0, 1, 2, 3}), q({1, 2, 1}, std::vector<double>{nan, 1.2});
+  Tensor<double> k_nan = k;
+  k_nan[1] = nan;
+  const Tensor<double> q_fine({1, 2, 1}, std::vector<double>{0.5, 1.2});
+  for (const Kernel kernel : kKernels) {
+    SCOPED_TRACE(kernel_name(kernel));
+    const bool reads_distances = kernel != Kernel::constant;
+    Tensor<double> out({1, 2, 1}), weights({1, 2, 4}), fine({1, 2, 1}), fine_weights({1, 2, 4});
+    nadaraya_watson_forward<double>(out.view(), weights.view(), q.cview(), k.cview(), v.cview(), kernel, 2.5);
+    nadaraya_watson_forward<double>(fine.view(), fine_weights.view(), q_fine.cview(), k.cview(), v.cview(), kernel, 2.5);
+    EXPECT_EQ(std::isnan(out[0]), reads_distances) << out[0];
+    for (index_t j = 0; j < 4; ++j) EXPECT_EQ(std::isnan(weights(0, 0, j)), reads_distances) << j;
+    EXPECT_EQ(out[1], fine[1]) << "the other row";
+    nadaraya_watson_forward<double>(out.view(), weights.view(), q_fine.cview(), k_nan.cview(), v.cview(), kernel, 2.5);
+    for (index_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(std::isnan(out[i]), reads_distances) << i;
+      for (index_t j = 0; j < 4; ++j) EXPECT_EQ(std::isnan(weights(0, i, j)), reads_distances) << i << ", " << j;
+    }
+  }
+}
+
 TEST(NadarayaWatson, GaussianAtATinyWidthOrFarFromTheKeysIsTheNearestKeysValue) {
   expect_gaussian_limits<float>(1e-10f, 1e20f);
   expect_gaussian_limits<double>(1e-100, 1e155);

@@ -84,9 +84,16 @@ void nearest_keys(T* w, const T* q, const View4<const T>& k, index_t b, index_t 
 // row (then w = 0), and -1 for a Gaussian row whose every squared distance overflowed T (w then
 // undefined: nearest_keys gives the limit). The Gaussian subtracts the nearest key's distance first
 // (the softmax's max subtraction, on squared distances so that a tiny sigma cannot give inf - inf):
-// its Z >= 1.
+// its Z >= 1. A distance that is NaN (a NaN in the query or a key) makes the whole row NaN, w and Z,
+// as a NaN score does PyTorch's softmax (found by probing: a NaN query took the Gaussian's limit of
+// overflowing distances, the values' mean, and the boxcar and Epanechnikov dropped a NaN key), except
+// for the constant kernel, whose weights read no distance.
 template <class T>
 T normalize_row(T* w, const T* d2, index_t m, Kernel kernel, T sigma) {
+  if (kernel != Kernel::constant && std::any_of(d2, d2 + m, [](T x) { return std::isnan(x); })) {
+    std::fill(w, w + m, std::numeric_limits<T>::quiet_NaN());
+    return std::numeric_limits<T>::quiet_NaN();
+  }
   switch (kernel) {
     case Kernel::gaussian: {
       T d2_min = std::numeric_limits<T>::infinity();
