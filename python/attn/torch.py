@@ -30,16 +30,18 @@ torch.manual_seed makes it repeatable; the backward drops the same weights as it
 
 Gradients: for query, key and value (and the parameters and width of the other two operations).
 A float attn_mask and alibi_slopes are constants: passing one that requires grad raises ValueError
-rather than returning no gradient for it. The backward cannot itself be differentiated
-(once_differentiable): gradgradcheck and double backward are refused by PyTorch with a clear error.
+rather than returning no gradient for it; a mask, valid_lens, slopes, segment ids or sinks changed in
+place between the forward and the backward is refused by PyTorch's check of saved tensors. The
+backward cannot itself be differentiated: a backward with create_graph=True (double backward,
+gradgradcheck, gradient penalties) raises RuntimeError rather than leave out attn's terms.
 Errors: attn's checks of shapes and values raise ValueError naming the argument by PyTorch's name;
 dtypes and devices raise RuntimeError as PyTorch's own function does.
 """
+import functools
 import operator
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from . import _attn
 
@@ -182,6 +184,39 @@ def _mask_options(function, attn_mask, valid_lens, is_causal, mask_dtype):
     return options
 
 
+def _save(ctx, tensors, options):
+    """ctx.save_for_backward of the call's tensors and of the tensors among its options (masks, valid
+    lengths, slopes, segment ids, sinks), so that a backward after any of them was changed in place
+    is refused by PyTorch's version check, as for its own saved tensors (found by probing: a
+    valid_lens filled in place between forward and backward changed the gradients silently)."""
+    names = [name for name, x in options.items() if torch.is_tensor(x)]
+    ctx.option_names, ctx.count = names, len(tensors)
+    ctx.options = {name: x for name, x in options.items() if name not in names}
+    ctx.save_for_backward(*tensors, *(options[name] for name in names))
+
+
+def _first_order(backward):
+    """A backward that cannot itself be differentiated: run without a graph, and refused with
+    create_graph=True (grad mode on as it starts). PyTorch's once_differentiable refuses a double
+    backward only where the incoming gradient requires grad, and otherwise returns gradients with no
+    graph, so a gradient penalty through attn silently missed its terms (found by probing)."""
+    @functools.wraps(backward)
+    def first_order(ctx, *grads):
+        if torch.is_grad_enabled():
+            raise RuntimeError("attn's backward cannot itself be differentiated: a gradient computed with "
+                               "create_graph=True would silently miss its terms through attn (double backward, "
+                               "gradgradcheck and gradient penalties are not supported)")
+        with torch.no_grad():
+            return backward(ctx, *grads)
+    return first_order
+
+
+def _saved(ctx):
+    """The tensors and the options _save kept, the options' tensors back in place."""
+    saved = ctx.saved_tensors
+    return saved[:ctx.count], dict(ctx.options, **dict(zip(ctx.option_names, saved[ctx.count:])))
+
+
 # ---- scaled dot-product attention ----------------------------------------------------------------
 
 class _ScaledDotProductAttention(torch.autograd.Function):
@@ -196,25 +231,24 @@ class _ScaledDotProductAttention(torch.autograd.Function):
         lse = torch.empty(heads(query).shape[:-1], dtype=wide)
         options = dict(options, sinks=None if sinks is None else _readable(sinks.detach()))
         _bridge.sdpa_forward(heads(out), lse, heads(query), heads(key), heads(value), options)
-        ctx.save_for_backward(query, key, value, out, lse)
-        ctx.options = options
+        _save(ctx, (query, key, value, out, lse), options)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, grad_out, grad_lse):
-        query, key, value, out, lse = ctx.saved_tensors
-        heads = _heads_of(ctx.options)
+        (query, key, value, out, lse), options = _saved(ctx)
+        heads = _heads_of(options)
         wanted = ctx.needs_input_grad
         grads = [torch.empty(x.shape, dtype=x.dtype) if want else None
                  for x, want in zip((query, key, value), wanted)]
-        sinks = ctx.options["sinks"]
+        sinks = options["sinks"]
         grad_sinks = torch.empty(sinks.shape, dtype=sinks.dtype) if wanted[3] else None
         if any(g is not None for g in grads) or grad_sinks is not None:
             views = [None if g is None else heads(g) for g in grads]
             _bridge.sdpa_backward(*views, heads(_readable(grad_out.to(out.dtype))), heads(query), heads(key),
-                                  heads(value), heads(out), lse, ctx.options, grad_sinks=grad_sinks)
+                                  heads(value), heads(out), lse, options, grad_sinks=grad_sinks)
         return (*grads, grad_sinks, None)
 
 
@@ -341,18 +375,17 @@ class _AdditiveAttention(torch.autograd.Function):
     def forward(ctx, queries, keys, values, W_q, W_k, w_v, options):
         out = torch.empty(queries.shape[:-1] + values.shape[-1:], dtype=queries.dtype)
         _bridge.additive_forward(out, queries, keys, values, W_q, W_k, w_v, options)
-        ctx.save_for_backward(queries, keys, values, W_q, W_k, w_v)
-        ctx.options = options
+        _save(ctx, (queries, keys, values, W_q, W_k, w_v), options)
         return out
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, grad_out):
-        saved = ctx.saved_tensors
+        saved, options = _saved(ctx)
         inputs = [torch.empty(x.shape, dtype=x.dtype) if want else None
                   for x, want in zip(saved[:3], ctx.needs_input_grad[:3])]
         params = [torch.empty(x.shape, dtype=x.dtype) for x in saved[3:]]  # attn writes all three
-        _bridge.additive_backward(*inputs, *params, _readable(grad_out.to(saved[0].dtype)), *saved, ctx.options)
+        _bridge.additive_backward(*inputs, *params, _readable(grad_out.to(saved[0].dtype)), *saved, options)
         params = [g if want else None for g, want in zip(params, ctx.needs_input_grad[3:6])]
         return (*inputs, *params, None)
 
@@ -396,19 +429,18 @@ class _NadarayaWatson(torch.autograd.Function):
     def forward(ctx, queries, keys, values, width, kernel):
         out = torch.empty(queries.shape[:-1] + values.shape[-1:], dtype=queries.dtype)
         _bridge.nadaraya_watson_forward(out, queries, keys, values, kernel, float(width))
-        ctx.save_for_backward(queries, keys, values, width)
-        ctx.kernel = kernel
+        _save(ctx, (queries, keys, values, width), {"kernel": kernel})
         return out
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, grad_out):
-        queries, keys, values, width = ctx.saved_tensors
+        (queries, keys, values, width), options = _saved(ctx)
         grads = [torch.empty(x.shape, dtype=x.dtype) if want else None
                  for x, want in zip((queries, keys, values), ctx.needs_input_grad[:3])]
         want_width = ctx.needs_input_grad[3]
         dwidth = _bridge.nadaraya_watson_backward(*grads, _readable(grad_out.to(queries.dtype)), queries, keys, values,
-                                                  ctx.kernel, float(width), want_width)
+                                                  options["kernel"], float(width), want_width)
         return (*grads, torch.full_like(width, dwidth) if want_width else None, None)
 
 
@@ -574,7 +606,7 @@ class _ApplyRotary(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, grad_out):
         cos, sin, offsets, cu_seqlens = ctx.saved_tensors
         grad = _readable(grad_out)

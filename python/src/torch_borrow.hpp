@@ -59,6 +59,9 @@ attn::TensorView<T> view(const Borrowed& b, const char* name) {
   if (b.dtype != dtype_of<Element>())
     throw py::type_error(std::string("attn.torch: ") + name + " has dtype torch." + b.dtype + " where torch." +
                          dtype_of<Element>() + " was expected");
+  if (b.shape.size() > static_cast<std::size_t>(attn::kMaxRank))  // named here: a TensorView's own error names none
+    throw py::value_error(std::string("attn.torch: ") + name + " has " + std::to_string(b.shape.size()) +
+                          " dimensions; at most " + std::to_string(attn::kMaxRank) + " are supported");
   index_t numel = 1;
   for (index_t s : b.shape) numel *= s;
   T* data = static_cast<T*>(b.data);

@@ -431,6 +431,9 @@ def test_bad_input_raises_what_pytorch_users_expect():
             at.scaled_dot_product_attention(q, k, v, **{name: torch.tensor(0.5, requires_grad=True)})
     with pytest.raises(TypeError, match="scale must be a real number; got 'abc'"):
         at.scaled_dot_product_attention(q, k, v, scale="abc")
+    # An option of more than 4 dimensions named (a TensorView's own message named no argument).
+    with pytest.raises(ValueError, match="attn_mask has 5 dimensions; at most 4 are supported"):
+        at.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(1, 1, 1, L, S, dtype=torch.bool))
     with pytest.raises(ValueError, match="num_heads is 0; it must be at least 1"):
         at.MultiHeadAttention(8, 0)
     with pytest.raises(ValueError, match="num_kv_heads is 0"):
@@ -442,6 +445,32 @@ def test_bad_input_raises_what_pytorch_users_expect():
     with pytest.raises(ValueError, match=r"queries has shape \(3, 8\); it must be \(batch, tokens, features\)"):
         at.MultiHeadAttention(8, 2, query_size=8, key_size=8, value_size=8)(torch.zeros(3, 8), torch.zeros(3, 8),
                                                                              torch.zeros(3, 8))
+
+
+def test_options_changed_in_place_and_double_backward_are_refused():
+    """A mask or valid_lens changed in place after the forward is refused by PyTorch's version check
+    (the gradients had silently followed the new values); a backward with create_graph=True raises
+    (it had returned gradients with no graph, so a gradient penalty lost attn's terms)."""
+    q, k, v = (torch.randn(1, 2, 4, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    for name in ("valid_lens", "attn_mask", "alibi_slopes"):
+        option = {"valid_lens": torch.tensor([2]), "attn_mask": torch.rand(4, 4, dtype=torch.float64) < 0.7,
+                  "alibi_slopes": torch.tensor([0.1, 0.2], dtype=torch.float64)}[name]
+        out = at.scaled_dot_product_attention(q, k, v, **{name: option})
+        grads = torch.autograd.grad(out.sum(), (q, k, v), retain_graph=True)
+        assert all(torch.isfinite(g).all() for g in grads)
+        option.fill_(1 if name != "alibi_slopes" else 0.5)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            torch.autograd.grad(out.sum(), (q, k, v))
+    out = at.scaled_dot_product_attention(q, k, v)
+    with pytest.raises(RuntimeError, match="create_graph=True"):
+        torch.autograd.grad(out.sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="create_graph=True"):
+        torch.autograd.gradgradcheck(lambda a: at.scaled_dot_product_attention(a, k.detach(), v.detach()), (q,))
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    out = at.nadaraya_watson(x, torch.arange(4.0, dtype=torch.float64), torch.arange(4.0, dtype=torch.float64),
+                                     "gaussian", 1.0)
+    with pytest.raises(RuntimeError, match="create_graph=True"):
+        torch.autograd.grad(out.sum(), x, create_graph=True)
 
 
 def test_leading_batch_dimensions_broadcast_as_pytorchs():
