@@ -23,7 +23,8 @@ Masks and options: causal (True or "top_left" as PyTorch's is_causal, or "bottom
 rows of the whole (B, n), e.g. shard(lens, comm=comm, axis=1)), window (left, right), alibi_slopes
 (H,) or (B, H), softcap, scale, and dropout_p with its seed (the weights dropped are those one
 process drops with that seed: the random numbers follow the whole sequence's positions). float32 and float64 (other dtypes are converted to float32). Bad
-arguments on any rank raise the same ValueError on every rank (never a hang); an error one rank meets
+arguments on any rank raise the same ValueError (TypeError for a wrong type) on every rank (never a
+hang; comm itself must be a communicator on every rank); an error one rank meets
 later in the call (its memory limit reached) raises on every rank once the call's exchanges are
 done, MemoryError where that rank ran out of memory.
 
@@ -49,6 +50,23 @@ def _handle(comm):
     return comm.py2f()
 
 
+def _agreed(comm, prepare):
+    """prepare() (this rank's arguments read and converted), then one allgather of what it raised, if
+    anything: an argument refused here on one rank raises on every rank, as the compiled part's own
+    checks do, instead of leaving the others waiting in the call's collectives (found by probing: the
+    other rank hung, or its call was matched with this rank's next one)."""
+    try:
+        prepared, mine = prepare(), None
+    except (TypeError, ValueError, MemoryError) as e:
+        prepared, mine = None, (type(e).__name__, str(e))
+    everyone = comm.allgather(mine)
+    for rank, failed in enumerate(everyone):
+        if failed is not None:
+            kind = {"TypeError": TypeError, "MemoryError": MemoryError}.get(failed[0], ValueError)
+            raise kind(f"{failed[1]} (on rank {rank} of {len(everyone)})")
+    return prepared
+
+
 def _settings(function, causal, layout, algorithm, valid_lens, window, scale, softcap, dropout_p, seed, align=None):
     if layout not in _LAYOUTS:
         raise ValueError(f"{function}: layout is {layout!r}; it must be one of {_LAYOUTS}")
@@ -71,8 +89,13 @@ def _settings(function, causal, layout, algorithm, valid_lens, window, scale, so
             s.causal = align
     s.layout, s.algorithm = layout, algorithm
     if valid_lens is not None:
-        s.valid_lens = np.ascontiguousarray(valid_lens, dtype=np.int64)
+        lens = np.asarray(valid_lens)
+        if lens.dtype.kind not in "iu":  # as one process's attn (a float 2.9 was read as 2, True as 1)
+            raise TypeError(f"{function}: valid_lens has dtype {lens.dtype}; valid lengths are integers")
+        s.valid_lens = np.ascontiguousarray(lens, dtype=np.int64)
     if window is not None:
+        if len(window) != 2:
+            raise ValueError(f"{function}: window is {window!r}; it must be a pair (left, right)")
         left, right = window
         s.window = (int(-1 if left is None else left), int(-1 if right is None else right))
     s.scale = None if scale is None else float(scale)
@@ -95,6 +118,10 @@ def _arrays(dtype, *arrays):
     return [np.ascontiguousarray(a, dtype=dtype) for a in arrays]
 
 
+def _optional(array, dtype):
+    return None if array is None else np.ascontiguousarray(array, dtype=dtype)
+
+
 def scaled_dot_product_attention(queries, keys, values, *, comm, causal=False, layout="contiguous", algorithm="ring",
                                  valid_lens=None, window=None, scale=None, alibi_slopes=None, softcap=None,
                                  dropout_p=0.0, seed=0, return_lse=False, align=None, sinks=None):
@@ -102,14 +129,18 @@ def scaled_dot_product_attention(queries, keys, values, *, comm, causal=False, l
     return_lse=True (lse: (B, [H,] n_r), what backward needs). align places the whole sequences'
     queries (as attn.scaled_dot_product_attention); sinks (H,) are attention sinks, the same on every
     rank. Collective over comm."""
-    s = _settings("scaled_dot_product_attention", causal, layout, algorithm, valid_lens, window, scale, softcap,
-                  dropout_p, seed, align)
-    dtype = _dtype_of(queries, keys, values)
-    q, k, v = _arrays(dtype, queries, keys, values)
-    slopes = None if alibi_slopes is None else np.ascontiguousarray(alibi_slopes, dtype=dtype)
-    sink_logits = None if sinks is None else np.ascontiguousarray(sinks, dtype=dtype)
+    handle = _handle(comm)
+
+    def prepare():
+        s = _settings("scaled_dot_product_attention", causal, layout, algorithm, valid_lens, window, scale, softcap,
+                      dropout_p, seed, align)
+        dtype = _dtype_of(queries, keys, values)
+        return (s, dtype, *_arrays(dtype, queries, keys, values), _optional(alibi_slopes, dtype),
+                _optional(sinks, dtype))
+
+    s, dtype, q, k, v, slopes, sink_logits = _agreed(comm, prepare)
     name = "float64" if dtype == np.float64 else "float32"
-    out, lse = getattr(_distributed, "forward_" + name)(_handle(comm), q, k, v, slopes, sink_logits, s)
+    out, lse = getattr(_distributed, "forward_" + name)(handle, q, k, v, slopes, sink_logits, s)
     return (out, lse) if return_lse else out
 
 
@@ -119,13 +150,18 @@ def backward(grad_out, queries, keys, values, out, lse, *, comm, causal=False, l
     """(dqueries, dkeys, dvalues) of this rank's shards, given the forward's inputs, out and lse and the
     same options; with sinks, (dqueries, dkeys, dvalues, dsinks), dsinks the gradient of the sinks over
     the whole sequences (the same on every rank). Collective over comm."""
-    s = _settings("backward", causal, layout, algorithm, valid_lens, window, scale, softcap, dropout_p, seed, align)
-    dtype = _dtype_of(grad_out, queries, keys, values, out, lse)
-    g, q, k, v, o, l = _arrays(dtype, grad_out, queries, keys, values, out, lse)
-    slopes = None if alibi_slopes is None else np.ascontiguousarray(alibi_slopes, dtype=dtype)
-    sink_logits = None if sinks is None else np.ascontiguousarray(sinks, dtype=dtype)
+    handle = _handle(comm)
+
+    def prepare():
+        s = _settings("backward", causal, layout, algorithm, valid_lens, window, scale, softcap, dropout_p, seed,
+                      align)
+        dtype = _dtype_of(grad_out, queries, keys, values, out, lse)
+        return (s, dtype, *_arrays(dtype, grad_out, queries, keys, values, out, lse), _optional(alibi_slopes, dtype),
+                _optional(sinks, dtype))
+
+    s, dtype, g, q, k, v, o, l, slopes, sink_logits = _agreed(comm, prepare)
     name = "float64" if dtype == np.float64 else "float32"
-    return getattr(_distributed, "backward_" + name)(_handle(comm), g, q, k, v, o, l, slopes, sink_logits, s)
+    return getattr(_distributed, "backward_" + name)(handle, g, q, k, v, o, l, slopes, sink_logits, s)
 
 
 def shard_rows(length, ranks, rank, layout="contiguous"):

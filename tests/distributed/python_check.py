@@ -169,6 +169,22 @@ try:
 except ValueError as e:
     check("bad layout", "layout is 'diagonal'" in str(e), str(e))
 
+# Arguments the Python layer itself refuses, on the last rank only: every rank raises, naming that
+# rank, and the next call pairs with the next call (the others had hung, or been matched with it).
+mine = [dist.shard(x, comm=comm) for x in (q, k, v)]
+good = dist.scaled_dot_product_attention(*mine, comm=comm)
+for bad, kind, words in (({"layout": "diagonal"}, ValueError, "layout is 'diagonal'"),
+                         ({"window": (1,)}, ValueError, "window is (1,); it must be a pair"),
+                         ({"valid_lens": np.array([2.9] * q.shape[0])}, TypeError, "valid lengths are integers"),
+                         ({"seed": 0.5}, TypeError, "seed is 0.5")):
+    try:
+        dist.scaled_dot_product_attention(*mine, comm=comm, **(bad if me == P - 1 else {}))
+        message = "no error"
+    except kind as e:
+        message = str(e)
+    check(f"{bad} on one rank", words in message and f"(on rank {P - 1} of {P})" in message, message)
+    check(f"{bad}: the call after it", np.array_equal(dist.scaled_dot_product_attention(*mine, comm=comm), good))
+
 for seed, kind in ((-1, ValueError), (2**64, ValueError), (0.5, TypeError)):
     try:
         dist.scaled_dot_product_attention(*mine, comm=comm, dropout_p=0.5, seed=seed)
