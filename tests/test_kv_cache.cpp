@@ -968,6 +968,31 @@ TEST(KvCacheInt4, BadInputIsNamed) {
 // A cache's blocks count against attn's memory limit one by one, as they are taken (their regions
 // never do): the bytes attn holds are the blocks' bytes, a block past the limit is refused by name,
 // and every byte is given back with the cache. A capacity's blocks are counted at construction.
+// An int4_kivi sequence's first append also takes its bfloat16 tail: the room counts it with the
+// blocks, so a limit that holds the block but not the tail refuses the append with nothing taken
+// (found by review: the block was taken, then the tail refused under another name).
+TEST(KvCacheBlocks, AKiviAppendCountsItsTailBeforeTakingABlock) {
+  const Tensor<float> kv = random_tensor<float>({1, 4, 32}, 9);
+  KvCache probe(1, 1, 32, {.dtype = KvDtype::int4_kivi, .block_size = 32});
+  const std::size_t before = memory_in_use();
+  probe.append(0, kv.view(), kv.view());
+  const std::size_t blocks = probe.bytes(), both = memory_in_use() - before;
+  ASSERT_GT(both, blocks) << "the tail is counted";
+  KvCache cache(1, 1, 32, {.dtype = KvDtype::int4_kivi, .block_size = 32});
+  const std::size_t at = memory_in_use();
+  {
+    const testing::ScopedLimit limit(at + blocks);  // the block would fit, its tail not
+    testing::expect_memory_error([&] { cache.append(0, kv.view(), kv.view()); },
+                                 {"KvCache::append: 1 new block of ", " and 1 bfloat16 tail of "});
+  }
+  EXPECT_EQ(cache.length(0), 0);
+  EXPECT_EQ(cache.bytes(), 0u);
+  EXPECT_EQ(memory_in_use(), at);
+  const testing::ScopedLimit limit(at + both);
+  cache.append(0, kv.view(), kv.view());
+  EXPECT_EQ(cache.length(0), 4);
+}
+
 TEST(KvCacheBlocks, CountedAgainstTheMemoryLimitOneByOne) {
   const Tensor<float> k = random_tensor<float>({kKvHeads, 40, kDim}, 1), v = random_tensor<float>({kKvHeads, 40, kDim}, 2);
   const TensorView<const float> one_k(k.data(), {kKvHeads, 1, kDim}, {40 * kDim, kDim, 1});

@@ -55,8 +55,9 @@ std::vector<double> dequantized_row(const float* x, const float* center, const s
   return y;
 }
 
-// The keys some query may attend in batch element b: the union of the rows' ranges under the valid
-// lengths (B,), the causal rule and the window (not the masks element by element), [first, end).
+// The keys the int8 forward reads in batch element b, [first, end): from the first some query may
+// attend to the last under the valid lengths (B,), the causal rule and the window (the span of the
+// rows' ranges; the masks element by element do not narrow it).
 std::pair<index_t, index_t> keys_in_reach(const Mask<float>& mask, index_t n, index_t m, index_t b) {
   const index_t offset = mask.alignment() == Align::bottom_right ? m - n : 0;
   index_t lo = m, hi = 0;

@@ -96,8 +96,9 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
 // ---- int8 products (SageAttention's scheme, on the CPU) -----------------------------------------
 // The forward with Q K^T in int8, an approximation opted into for speed: each query row, and each
 // key row less the mean of its head's keys, quantized to int8 with one float32 scale a row (the keys
-// some query may attend: those past every query's valid length, causal reach or window are read by
-// nothing, as in float32; keys masked element by element inside that span are read)
+// from the first that some query may attend to the last: those outside that span, past every
+// query's valid length, causal reach or window, are read by nothing, as in float32; every key inside
+// it is read, masked or not)
 // (s = max |x| / 127, round to nearest even); Q K^T summed exactly in int32 (vpdpbusd on CPUs with
 // AVX512-VNNI, 16-bit products elsewhere, the same sums) and scaled back to float32, with q . mean
 // added back, so that scores are the true ones up to the rounding of q and k (subtracting the mean
@@ -107,7 +108,7 @@ void sdpa_backward(TensorView<H> dqueries, TensorView<H> dkeys, TensorView<H> dv
 // is chosen (bf16_kernel_chosen in attn/config.hpp), accumulated in float32. Accuracy: each score
 // is off by at most (|q|_1 s_k + |k - mean|_1 s_q) / 2 + d s_q s_k / 4 before the scale (s the
 // rows' scales); the documented measure is the cosine similarity of out with float64 attention
-// (docs/performance.md). Queries and the keys some query may attend must be finite (an attn::Error
+// (docs/performance.md). Queries and the keys of that span must be finite (an attn::Error
 // names the first row that is not; out and lse are then unspecified); d <= 65536. Runs the cpu
 // backend's fused kernel whatever the backend (attn/config.hpp); shapes and other errors as
 // sdpa_forward<float>, which never computes in int8. Its speed: `attn bench`'s "sdpa forward int8 (1,4096,4096,128)".

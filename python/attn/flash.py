@@ -75,12 +75,11 @@ import math
 import operator
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _attn
 from ._flash_args import window_bounds
 from ._flash_kvcache import flash_attn_with_kvcache
-from .torch import _dropout_seed, _number, _ScaledDotProductAttention
+from .torch import _dropout_seed, _first_order, _number, _save, _saved, _ScaledDotProductAttention
 
 _bridge = _attn._torch
 
@@ -202,23 +201,22 @@ class _FlashAttnVarlen(torch.autograd.Function):
         lse = torch.empty((q.shape[1], q.shape[0]), dtype=wide)
         options = dict(options, sinks=None if sinks is None else _contiguous_last(sinks.detach()))
         _bridge.varlen_forward(out, lse, None, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, options)
-        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+        _save(ctx, (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k), options)
         ctx.sizes = (max_seqlen_q, max_seqlen_k)
-        ctx.options = options
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
-    @once_differentiable
+    @_first_order
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+        (q, k, v, out, lse, cu_q, cu_k), options = _saved(ctx)
         wanted = ctx.needs_input_grad
         grads = [torch.empty(x.shape, dtype=x.dtype) if want else None for x, want in zip((q, k, v), wanted)]
-        sinks = ctx.options["sinks"]
+        sinks = options["sinks"]
         grad_sinks = torch.empty(sinks.shape, dtype=sinks.dtype) if wanted[3] else None
         if any(g is not None for g in grads) or grad_sinks is not None:
             _bridge.varlen_backward(*grads, _contiguous_last(grad_out.to(out.dtype)), q, k, v, out, lse, cu_q, cu_k,
-                                    *ctx.sizes, ctx.options, grad_sinks=grad_sinks)
+                                    *ctx.sizes, options, grad_sinks=grad_sinks)
         return (*grads, grad_sinks, None, None, None, None, None)
 
 

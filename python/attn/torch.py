@@ -32,8 +32,9 @@ Gradients: for query, key and value (and the parameters and width of the other t
 A float attn_mask and alibi_slopes are constants: passing one that requires grad raises ValueError
 rather than returning no gradient for it; a mask, valid_lens, slopes, segment ids or sinks changed in
 place between the forward and the backward is refused by PyTorch's check of saved tensors. The
-backward cannot itself be differentiated: a backward with create_graph=True (double backward,
-gradgradcheck, gradient penalties) raises RuntimeError rather than leave out attn's terms.
+attention functions' backward cannot itself be differentiated: a backward with create_graph=True
+(double backward, gradgradcheck, gradient penalties) raises RuntimeError rather than leave out attn's
+terms (apply_rotary's, linear in x, is once_differentiable).
 Errors: attn's checks of shapes and values raise ValueError naming the argument by PyTorch's name;
 dtypes and devices raise RuntimeError as PyTorch's own function does.
 """
@@ -42,6 +43,7 @@ import operator
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from . import _attn
 
@@ -192,7 +194,9 @@ def _save(ctx, tensors, options):
     names = [name for name, x in options.items() if torch.is_tensor(x)]
     ctx.option_names, ctx.count = names, len(tensors)
     ctx.options = {name: x for name, x in options.items() if name not in names}
-    ctx.save_for_backward(*tensors, *(options[name] for name in names))
+    # A tensor made under torch.inference_mode (a cached mask) cannot be saved: a copy of it is.
+    kept = (options[name].clone() if options[name].is_inference() else options[name] for name in names)
+    ctx.save_for_backward(*tensors, *kept)
 
 
 def _first_order(backward):
@@ -606,7 +610,7 @@ class _ApplyRotary(torch.autograd.Function):
         return out
 
     @staticmethod
-    @_first_order
+    @once_differentiable  # linear in x with constant tables: no second-order term is lost
     def backward(ctx, grad_out):
         cos, sin, offsets, cu_seqlens = ctx.saved_tensors
         grad = _readable(grad_out)

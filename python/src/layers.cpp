@@ -49,10 +49,10 @@ struct ForwardViews {
   attn::Mask<T> mask;
 };
 
-// A new array shaped like `a`, in precision T.
+// A new array shaped like `a`, in precision T (a MemoryError names the call).
 template <class T>
-py::array_t<T> like(const py::array& a) {
-  return new_array<T>(dims(a));
+py::array_t<T> like(const Call& call, const py::array& a) {
+  return call.new_array<T>(dims(a));
 }
 
 // What the two layers share besides the mode (LayerMode): the last call's weights and saved inputs.
@@ -138,7 +138,7 @@ class DotProductAttention : public Layer {
     const py::array g = grad_of_last_call(call, grad_out, s.half, s.dtype);
     return narrowed(call, dispatch(s.dtype, [&](auto tag) -> py::dict {
       using T = decltype(tag);
-      py::array_t<T> dq = like<T>(s.queries), dk = like<T>(s.keys), dv = like<T>(s.values);
+      py::array_t<T> dq = like<T>(call, s.queries), dk = like<T>(call, s.keys), dv = like<T>(call, s.values);
       const auto dqv = view_of<T>(dq), dkv = view_of<T>(dk), dvv = view_of<T>(dv);
       const auto gv = cview<T>(g), q = cview<T>(s.queries), k = cview<T>(s.keys), v = cview<T>(s.values);
       const attn::Mask<T> mask = s.mask.mask<T>();
@@ -203,8 +203,8 @@ class AdditiveAttention : public Layer {
     const py::array g = grad_of_last_call(call, grad_out, s.half, s.dtype);
     return narrowed(call, dispatch(s.dtype, [&](auto tag) -> py::dict {
       using T = decltype(tag);
-      py::array_t<T> dq = like<T>(s.queries), dk = like<T>(s.keys), dv = like<T>(s.values);
-      py::array_t<T> dw_q = like<T>(s.w_q), dw_k = like<T>(s.w_k), dw_v = like<T>(s.w_v);
+      py::array_t<T> dq = like<T>(call, s.queries), dk = like<T>(call, s.keys), dv = like<T>(call, s.values);
+      py::array_t<T> dw_q = like<T>(call, s.w_q), dw_k = like<T>(call, s.w_k), dw_v = like<T>(call, s.w_v);
       const auto dqv = view_of<T>(dq), dkv = view_of<T>(dk), dvv = view_of<T>(dv);
       const attn::AdditiveGrads<T> grads{view_of<T>(dw_q), view_of<T>(dw_k), view_of<T>(dw_v)};
       const auto gv = cview<T>(g), q = cview<T>(s.queries), k = cview<T>(s.keys), v = cview<T>(s.values);

@@ -369,6 +369,14 @@ def test_flash_attn_varlen_func_gradcheck():
     for kwargs in (dict(causal=True), dict(window_size=(1, 0), alibi_slopes=slopes, softcap=1.5)):
         assert torch.autograd.gradcheck(
             lambda q, k, v, s: flash_attn_varlen_func(q, k, v, cu_q, cu_k, 3, 3, **kwargs, sinks=s), (q, k, v, sinks))
+    # Not twice: create_graph=True raises (it had returned a gradient with no graph), and slopes changed
+    # in place after the forward are refused by PyTorch's check of saved tensors.
+    out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 3, 3, alibi_slopes=slopes)
+    with pytest.raises(RuntimeError, match="create_graph=True"):
+        torch.autograd.grad(out.sum(), q, create_graph=True)
+    slopes.add_(0.5)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(out.sum(), q)
 
 
 def test_flash_attn_varlen_func_empty_sequences():

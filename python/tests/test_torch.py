@@ -461,6 +461,12 @@ def test_options_changed_in_place_and_double_backward_are_refused():
         option.fill_(1 if name != "alibi_slopes" else 0.5)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             torch.autograd.grad(out.sum(), (q, k, v))
+    # A mask made under inference_mode (a cached one) cannot be saved as it is: a copy of it is.
+    with torch.inference_mode():
+        cached = torch.rand(4, 4) < 0.7
+    out = at.scaled_dot_product_attention(q, k, v, attn_mask=cached)
+    expected = at.scaled_dot_product_attention(q, k, v, attn_mask=cached.clone())
+    assert torch.equal(torch.autograd.grad(out.sum(), q)[0], torch.autograd.grad(expected.sum(), q)[0])
     out = at.scaled_dot_product_attention(q, k, v)
     with pytest.raises(RuntimeError, match="create_graph=True"):
         torch.autograd.grad(out.sum(), q, create_graph=True)

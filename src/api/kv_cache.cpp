@@ -679,8 +679,9 @@ void KvCache::State::check_append(const char* op, index_t seq, const TensorView<
 // cache that does not grow, token counts that overflow, and the bytes of the new blocks, all of
 // them, against the memory attn may use (counted, not taken).
 void KvCache::State::check_room(const char* op, index_t first, index_t last, index_t t) const {
-  std::size_t new_blocks = 0;
+  std::size_t new_blocks = 0, new_tails = 0;  // tails: int4_kivi's bfloat16 rows, taken by a first append
   for (index_t seq = first; seq < last; ++seq) {
+    new_tails += kivi() && t > 0 && tails[static_cast<std::size_t>(seq)].size() == 0;
     const index_t length = lengths[static_cast<std::size_t>(seq)];
     index_t total = 0;
     if (__builtin_add_overflow(length, t, &total))
@@ -694,11 +695,15 @@ void KvCache::State::check_room(const char* op, index_t first, index_t last, ind
   }
   new_blocks -= std::min(new_blocks, free.size());
   const std::size_t block_bytes = BlockLayout(options.dtype, static_cast<std::size_t>(block_rows() * head_dim)).counted();
-  std::size_t bytes = 0;
-  if (__builtin_mul_overflow(new_blocks, block_bytes, &bytes)) bytes = SIZE_MAX;
+  const auto tail_bytes = static_cast<std::size_t>(2 * kv_heads * 32 * head_dim) * sizeof(std::uint16_t);
+  std::size_t bytes = 0, tails_total = 0;
+  if (__builtin_mul_overflow(new_blocks, block_bytes, &bytes) || __builtin_mul_overflow(new_tails, tail_bytes, &tails_total) ||
+      __builtin_add_overflow(bytes, tails_total, &bytes))
+    bytes = SIZE_MAX;
   detail::release_memory(detail::reserve_memory(
-      bytes, detail::cat(op, ": ", new_blocks, new_blocks == 1 ? " new block of " : " new blocks of ", block_bytes,
-                         " bytes for the appended tokens").c_str()));
+      bytes, detail::cat(op, ": ", new_blocks, new_blocks == 1 ? " new block of " : " new blocks of ", block_bytes, " bytes",
+                         new_tails > 0 ? detail::cat(" and ", new_tails, new_tails == 1 ? " bfloat16 tail of " : " bfloat16 tails of ", tail_bytes, " bytes") : "",
+                         " for the appended tokens").c_str()));
 }
 
 // Blocks enough for `tokens` tokens of sequence seq (a freed one reused, or a new one).

@@ -327,13 +327,14 @@ Int8Refusal sdpa_forward_int8(View4<float> out, View4<float> lse, const SdpaPlan
                          static_cast<std::size_t>(B * Hk), d, row,
                          bf16_values ? static_cast<std::size_t>(B * Hk * value_tiles) * tile_words : 0);
   const bool big = (n + m) * d >= (1 << 16);
-  // The keys some query may attend, per batch element: [reach_begin, reach_end), the union of the
-  // rows' ranges (valid lengths, key padding, causal, window; every key under the d2l chapter's
-  // fill). Only those keys feed the mean, the balance and the check for values int8 cannot hold, and
-  // only they are quantized (the others as zeros, whose scores are masked): what no query may read
-  // is not read here either, as in float32 (found by probing: large values in the padding past
-  // valid_lens, or past every query's causal reach, changed the other keys' scales and out; NaN
-  // there was refused). Keys that a keep mask, a -inf bias or segments mask inside the range are read.
+  // The keys from the first some query may attend to the last, per batch element: [reach_begin,
+  // reach_end), the span of the rows' ranges (valid lengths, key padding, causal, window; every key
+  // under the d2l chapter's fill). Only those keys feed the mean, the balance and the check for
+  // values int8 cannot hold, and only they are quantized (the others as zeros, whose scores are
+  // masked): what no query may read is not read here either, as in float32 (found by probing: large
+  // values in the padding past valid_lens, or past every query's causal reach, changed the other
+  // keys' scales and out; NaN there was refused). Every key inside the span is read, masked or not
+  // (a gap between rows' ranges too).
   std::vector<index_t> reach_begin(static_cast<std::size_t>(B), 0), reach_end(static_cast<std::size_t>(B), m);
   if (!plan.mask.d2l_fill)
     for (index_t b = 0; b < B; ++b) {

@@ -176,7 +176,8 @@ good = dist.scaled_dot_product_attention(*mine, comm=comm)
 for bad, kind, words in (({"layout": "diagonal"}, ValueError, "layout is 'diagonal'"),
                          ({"window": (1,)}, ValueError, "window is (1,); it must be a pair"),
                          ({"valid_lens": np.array([2.9] * q.shape[0])}, TypeError, "valid lengths are integers"),
-                         ({"seed": 0.5}, TypeError, "seed is 0.5")):
+                         ({"seed": 0.5}, TypeError, "seed is 0.5"),
+                         ({"window": (float("inf"), 0)}, ValueError, "cannot convert float infinity to integer")):
     try:
         dist.scaled_dot_product_attention(*mine, comm=comm, **(bad if me == P - 1 else {}))
         message = "no error"
