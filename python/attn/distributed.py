@@ -96,8 +96,12 @@ def _settings(function, causal, layout, algorithm, valid_lens, window, scale, so
     if window is not None:
         if len(window) != 2:
             raise ValueError(f"{function}: window is {window!r}; it must be a pair (left, right)")
-        left, right = window
-        s.window = (int(-1 if left is None else left), int(-1 if right is None else right))
+        bounds = []
+        for i, bound in enumerate(window):  # integers, as one process's attn takes them (2.5 was cut to 2)
+            if bound is not None and (isinstance(bound, bool) or not hasattr(bound, "__index__")):
+                raise TypeError(f"{function}: window[{i}] must be an integer or None; got {bound!r}")
+            bounds.append(-1 if bound is None else int(bound))
+        s.window = tuple(bounds)
     s.scale = None if scale is None else float(scale)
     s.softcap = None if softcap is None else float(softcap)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):

@@ -98,6 +98,14 @@ class MultiHeadAttention : public LayerMode {
                        "value_size); they have " + std::to_string(s.queries.ndim()) + ", " +
                        std::to_string(s.keys.ndim()) + " and " + std::to_string(s.values.ndim()) + " dimensions");
     if (!initialized()) init(call, dim(s.queries, -1), dim(s.keys, -1), dim(s.values, -1));  // nn.LazyLinear
+    // The layer's sizes, fixed by its first call: an argument of other features is named as such (its
+    // weight matrix had been named instead, "W_v has shape (8,12) but must be (8,13)").
+    for (const auto& [a, name, param] : {std::tuple{&s.queries, "queries", 0}, std::tuple{&s.keys, "keys", 1},
+                                         std::tuple{&s.values, "values", 2}})
+      if (const index_t size = dim(params_[static_cast<std::size_t>(param)], 1); dim(*a, -1) != size)
+        call.value_error(std::string(name) + " has shape " + attn::shape_string(dims(*a)) + ", " +
+                         std::to_string(dim(*a, -1)) + " features, but the layer was sized for " + std::to_string(size) +
+                         " (by its first call, or its query_size, key_size and value_size)");
     const char* dt = dtype_name(s.dtype);
     for (std::size_t i = 0; i < kParams.size(); ++i)
       if (params_[i]) s.params[i] = params_[i].attr("astype")(dt, py::arg("copy") = false);

@@ -181,7 +181,10 @@ def test_errors_name_the_argument(rng):
     layer = attn.MultiHeadAttention(12, 3, 0.0, query_size=4, key_size=4, value_size=4)
     with pytest.raises(RuntimeError, match="has not been called yet"):
         layer.backward(np.zeros((1, 2, 12), np.float32))
-    with pytest.raises(ValueError, match="W_q has shape \\(12,4\\) but must be \\(12,5\\)"):
+    # An argument of other features than the layer's sizes is named, not the weight matrix it meets.
+    with pytest.raises(ValueError, match="queries has shape \\(1,2,5\\), 5 features, but the layer was sized for 4"):
         layer(f32(rng, 1, 2, 5), f32(rng, 1, 3, 4), f32(rng, 1, 3, 4))
+    with pytest.raises(ValueError, match="values has shape \\(1,3,7\\), 7 features, but the layer was sized for 4"):
+        layer(f32(rng, 1, 2, 4), f32(rng, 1, 3, 4), f32(rng, 1, 3, 7))
     with pytest.raises(ValueError, match="queries, keys and values must be 3-D"):
         layer(f32(rng, 1, 1, 2, 4), f32(rng, 1, 3, 4), f32(rng, 1, 3, 4))

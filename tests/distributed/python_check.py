@@ -177,7 +177,9 @@ for bad, kind, words in (({"layout": "diagonal"}, ValueError, "layout is 'diagon
                          ({"window": (1,)}, ValueError, "window is (1,); it must be a pair"),
                          ({"valid_lens": np.array([2.9] * q.shape[0])}, TypeError, "valid lengths are integers"),
                          ({"seed": 0.5}, TypeError, "seed is 0.5"),
-                         ({"window": (float("inf"), 0)}, ValueError, "cannot convert float infinity to integer")):
+                         ({"window": (float("inf"), 0)}, TypeError, "window[0] must be an integer or None; got inf"),
+                         ({"window": (2.5, 0)}, TypeError, "window[0] must be an integer or None; got 2.5"),
+                         ({"scale": 10**400}, ValueError, "int too large to convert to float")):
     try:
         dist.scaled_dot_product_attention(*mine, comm=comm, **(bad if me == P - 1 else {}))
         message = "no error"
