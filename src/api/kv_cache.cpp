@@ -281,6 +281,12 @@ struct KvCache::State {
   std::vector<detail::Buffer<std::uint16_t>> tails;
 
   index_t block_rows() const { return kv_heads * options.block_size; }
+  // The blocks that hold `tokens` tokens (rounded up without forming tokens + block_size - 1).
+  std::size_t blocks_for(index_t tokens) const {
+    return static_cast<std::size_t>(tokens / options.block_size + (tokens % options.block_size != 0));
+  }
+  // The bfloat16 values of an int4_kivi sequence's tail: keys then values, (2, kv_heads, 32, head_dim).
+  std::size_t tail_values() const { return static_cast<std::size_t>(2 * kv_heads * 32 * head_dim); }
   bool kivi() const { return options.dtype == KvDtype::int4_kivi; }
   // Bytes of `values` stored values (a multiple of 32 for the 4-bit types: two codes a byte).
   index_t bytes_of(index_t values) const { return is_int4(options.dtype) ? values / 2 : values * elem; }
@@ -689,13 +695,13 @@ void KvCache::State::check_room(const char* op, index_t first, index_t last, ind
     if (!options.grow && total > options.capacity)
       detail::fail(op, ": sequence ", seq, " holds ", length, " of its ", options.capacity, " tokens; ", t,
                    " more do not fit (the cache was made with grow = false)");
-    const auto needed = static_cast<std::size_t>(total / options.block_size + (total % options.block_size != 0));
+    const std::size_t needed = blocks_for(total);
     const std::size_t held = table[static_cast<std::size_t>(seq)].size();
     if (__builtin_add_overflow(new_blocks, needed - std::min(needed, held), &new_blocks)) new_blocks = SIZE_MAX;
   }
   new_blocks -= std::min(new_blocks, free.size());
   const std::size_t block_bytes = BlockLayout(options.dtype, static_cast<std::size_t>(block_rows() * head_dim)).counted();
-  const auto tail_bytes = static_cast<std::size_t>(2 * kv_heads * 32 * head_dim) * sizeof(std::uint16_t);
+  const std::size_t tail_bytes = tail_values() * sizeof(std::uint16_t);
   std::size_t bytes = 0, tails_total = 0;
   if (__builtin_mul_overflow(new_blocks, block_bytes, &bytes) || __builtin_mul_overflow(new_tails, tail_bytes, &tails_total) ||
       __builtin_add_overflow(bytes, tails_total, &bytes))
@@ -709,10 +715,10 @@ void KvCache::State::check_room(const char* op, index_t first, index_t last, ind
 // Blocks enough for `tokens` tokens of sequence seq (a freed one reused, or a new one).
 void KvCache::State::hold(index_t seq, index_t tokens) {
   auto& ids = table[static_cast<std::size_t>(seq)];
-  const auto needed = static_cast<std::size_t>((tokens + options.block_size - 1) / options.block_size);
+  const std::size_t needed = blocks_for(tokens);
   while (ids.size() < needed) ids.push_back(new_block(needed - ids.size()));
   if (kivi() && tails[static_cast<std::size_t>(seq)].size() == 0)
-    tails[static_cast<std::size_t>(seq)].resize(static_cast<std::size_t>(2 * kv_heads * 32 * head_dim));
+    tails[static_cast<std::size_t>(seq)].resize(tail_values());
 }
 
 // Stores checked tokens after sequence seq's, in blocks it holds already (hold).
