@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev librandom123-dev libhwy-dev libpng-dev libfreetype-dev
           fonts-dejavu-core python3-numpy python3-torch python3-dev pybind11-dev python3-pytest python3-hypothesis clang libclang-rt-dev libomp-dev
           pkg-config python3-pip python3-setuptools python3-wheel python3-venv libopenmpi-dev openmpi-bin python3-mpi4py
-          doxygen python3-statsmodels r-cran-kernsmooth)
+          doxygen python3-statsmodels r-cran-kernsmooth libbenchmark-dev)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 missing=()

@@ -2,7 +2,9 @@
 // (each either way round), against a float64 sum of products on every SIMD target, on sizes around
 // the row tiles (96 rows), row groups (12 on AVX-512, 6 elsewhere, and the remainders), panels (64
 // columns) and depth blocks (64); rows of B marked as zero kept out even when they hold NaN; the
-// same bits at 1 and 2 threads.
+// same bits at 1 and 2 threads. And the fused kernels' block product alone (block_product) against
+// the same sums.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +12,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <hwy/aligned_allocator.h>
 
 #include "attn/config.hpp"
 #include "cpu/simd/matmul.hpp"
@@ -87,6 +91,55 @@ TEST(Matmul, EveryLayoutAgainstFloat64Sums) {
         check_products<float>(a_t, b_t, acc);
         check_products<double>(a_t, b_t, acc);
       }
+}
+
+// block_product: C (rows, 64) (+)= A (rows, depth) Bm (depth, 64) for every row count of a tile
+// (the micro-tiles of 8 rows on AVX-512, 6 elsewhere, and each remainder) and depths across its
+// depth blocks of 64, A read as rows or transposed; the row past `rows` untouched.
+template <class T>
+void check_block_product(bool a_transposed, bool accumulate) {
+  constexpr index_t cols = cpu::fused::kBlockQ;
+  std::mt19937_64 gen(5);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  const auto at = [](index_t i) { return static_cast<std::size_t>(i); };
+  for (const index_t depth : {1, 7, 64, 65, 130})
+    for (index_t rows = 1; rows <= cols; ++rows) {
+      const index_t lda = (a_transposed ? rows : depth) + 3;  // padded leading dimension
+      std::vector<T> A(at(lda * (a_transposed ? depth : rows))), C(at((rows + 1) * cols));
+      const auto Bm = hwy::AllocateAligned<T>(at(depth * cols));  // Bm and C aligned, as the kernels' blocks
+      const auto out = hwy::AllocateAligned<T>(C.size());
+      for (T& x : A) x = static_cast<T>(uniform(gen));
+      for (index_t i = 0; i < depth * cols; ++i) Bm[at(i)] = static_cast<T>(uniform(gen));
+      for (T& x : C) x = static_cast<T>(uniform(gen));
+      std::copy(C.begin(), C.end(), out.get());
+      const index_t a_r = a_transposed ? 1 : lda, a_k = a_transposed ? lda : 1;
+      cpu::fused::block_product<T>(out.get(), A.data(), a_r, a_k, Bm.get(), rows, depth, accumulate,
+                                   cpu::simd::current());
+      for (index_t c = 0; c < cols; ++c)
+        ASSERT_EQ(out[at(rows * cols + c)], C[at(rows * cols + c)]) << "row past the tile, depth " << depth;
+      for (index_t r = 0; r < rows; ++r)
+        for (index_t c = 0; c < cols; ++c) {
+          double sum = 0, magnitude = 0;
+          for (index_t k = 0; k < depth; ++k) {
+            const double p = static_cast<double>(A[at(r * a_r + k * a_k)]) * static_cast<double>(Bm[at(k * cols + c)]);
+            sum += p, magnitude += std::abs(p);
+          }
+          const double old = static_cast<double>(C[at(r * cols + c)]);
+          const double want = accumulate ? sum + old : sum;
+          const double tol = 4 * (static_cast<double>(depth) + 2) * std::numeric_limits<T>::epsilon() * (magnitude + std::abs(old));
+          ASSERT_NEAR(static_cast<double>(out[at(r * cols + c)]), want, tol)
+              << "rows " << rows << " depth " << depth << " at " << r << ", " << c;
+        }
+    }
+}
+
+TEST(BlockProduct, EveryRowCountAndDepthAgainstFloat64Sums) {
+  for (const bool a_t : {false, true})
+    for (const bool acc : {false, true}) {
+      SCOPED_TRACE(std::string("A ") + (a_t ? "transposed" : "rows") + (acc ? ", accumulating" : ""));
+      check_block_product<float>(a_t, acc);
+      check_block_product<double>(a_t, acc);
+    }
 }
 
 }  // namespace
