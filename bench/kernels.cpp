@@ -125,7 +125,7 @@ void BM_SdpaBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_SdpaBackward)->ArgNames({"B", "n", "d"})->Args({4, 1024, 64})->Args({1, 4096, 128})->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// Args: M, N, K (C (M, N) = A (M, K) B (K, N), rows along K for both).
+// Args: M, N, K (C (M, N) = A (M, K) B (K, N), all three row-major).
 void BM_Matmul(benchmark::State& state) {
   const index_t M = state.range(0), N = state.range(1), K = state.range(2);
   std::vector<float> A(static_cast<std::size_t>(M * K)), B(static_cast<std::size_t>(K * N)), C(static_cast<std::size_t>(M * N));

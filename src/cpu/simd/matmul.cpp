@@ -126,7 +126,7 @@ void MatmulRows(const Matmul<T>& p, index_t r0, index_t rows, void* work) {
 // block_product (matmul.hpp). A read transposed (a_r = 1) takes BlockGemm with a_r written 1, as the
 // fused kernels call it (the values of the output's product, the keys of dQ's): with a_r known only
 // at run time, GCC keeps the micro-tile's row offsets in vector registers and on the stack, a move
-// before each broadcast (64 x 64 x 64 on a Zen 5, one thread, avx3: 144-164 GFLOP/s against 185-200).
+// before each broadcast (64 x 64 x 64 on a Zen 5, one thread, avx3: 144-164 GFLOP/s against 205-217).
 template <class T>
 void BlockProduct(T* C, const T* A, index_t a_r, index_t a_k, const T* Bm, index_t rows, index_t depth,
                   bool accumulate) {

@@ -64,8 +64,9 @@ template <class T>
 void matmul_rows(const Matmul<T>& p, index_t r0, index_t rows, void* work);
 
 // C (rows, kBlockQ) (+)= A (rows, depth) Bm (depth, kBlockQ), a(r, k) = A[r a_r + k a_k], Bm and C
-// dense and aligned to HWY_ALIGNMENT (whole vectors are loaded and stored): the fused kernels' block product (gemm-inl.h's BlockGemm, each of the backward's five
-// products and the forward's two) alone on the calling thread, for its test and bench/kernels.cpp.
+// dense and aligned to HWY_ALIGNMENT (whole vectors are loaded and stored): the fused kernels' block
+// product (gemm-inl.h's BlockGemm: each of the backward's five products and the forward's two)
+// alone on the calling thread, for its test and bench/kernels.cpp.
 template <class T>
 void block_product(T* C, const T* A, index_t a_r, index_t a_k, const T* Bm, index_t rows, index_t depth, bool accumulate,
                    simd::Target simd);
