@@ -50,7 +50,7 @@ class CMakeBuild(build_ext):
         else:
             build_dir = pathlib.Path(self.build_temp).resolve() / "cmake"
             subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-                            "-DATTN_BUILD_TESTS=OFF", "-DATTN_BUILD_EXAMPLES=OFF",
+                            "-DATTN_BUILD_TESTS=OFF", "-DATTN_BUILD_EXAMPLES=OFF", "-DATTN_BUILD_BENCH=OFF",
                             f"-DPython3_EXECUTABLE={sys.executable}"], check=True)
         module = ext.name.split(".")[-1]
         subprocess.run(["cmake", "--build", str(build_dir), "--target", TARGETS[ext.name], "-j", str(os.cpu_count() or 1)],

@@ -1,8 +1,8 @@
 // Google Benchmark programs of attn's compute kernels, each against the machine's FMA peak measured
 // in the same process (attn/machine.hpp), for looking inside `attn bench`'s figures:
-//   BM_BlockProduct   the fused kernels' block product alone (64 x 64 tiles, the depth a head's size),
-//                     one thread, its operands in the L1 cache: the ceiling of the fused forward and
-//                     backward, which are built from it
+//   BM_BlockProduct   the fused kernels' block product alone on the shapes of a head of 64 or 128,
+//                     one thread, its operands in the L1 or L2 cache: the ceiling of the fused forward
+//                     and backward, which are built from it
 //   BM_SdpaForward    sdpa_forward (B, n, n, d), every thread: 4 d FLOPs a (query, key) pair
 //   BM_SdpaBackward   sdpa_backward alone, every thread: counted as 8 d a pair (what `attn bench`
 //                     counts), while it computes five products of 2 d (the scores again, dP, dV, dK,
@@ -66,28 +66,31 @@ bool all_finite(const float* x, std::size_t count) {
   return true;
 }
 
-// Args: A transposed (0: rows of A along the depth, as the keys of the scores' product; 1: columns,
-// as the values of the output's), depth.
+// Args: A transposed, head size d. 0: the scores' product, C (64 keys, 64 queries) = keys (64, d)
+// Q^T (d, 64), A's rows along the depth; 1: the output's, C (d, 64 queries) = V^T (d, 64 keys) W^T
+// (64, 64), A read transposed (a_r = 1) from the values' rows. Their operands (48 KiB at d = 64, 80
+// at d = 128) fill or pass the L1 cache of 48 KiB: the L1 and L2 rates.
 void BM_BlockProduct(benchmark::State& state) {
-  constexpr index_t rows = 64, cols = attn::cpu::fused::kBlockQ;
+  constexpr index_t tile = attn::cpu::fused::kBlockQ;
   const bool a_transposed = state.range(0) != 0;
-  const index_t depth = state.range(1);
-  const std::size_t a_count = static_cast<std::size_t>(rows * depth), b_count = static_cast<std::size_t>(depth * cols),
-                    c_count = static_cast<std::size_t>(rows * cols);
+  const index_t d = state.range(1);
+  const index_t rows = a_transposed ? d : tile, depth = a_transposed ? tile : d;
+  const std::size_t a_count = static_cast<std::size_t>(rows * depth), b_count = static_cast<std::size_t>(depth * tile),
+                    c_count = static_cast<std::size_t>(rows * tile);
   const auto A = hwy::AllocateAligned<float>(a_count), Bm = hwy::AllocateAligned<float>(b_count),
              C = hwy::AllocateAligned<float>(c_count);  // Bm and C aligned, as the kernels' blocks
   fill_uniform(A.get(), a_count, 1);
   fill_uniform(Bm.get(), b_count, 2);
   const index_t a_r = a_transposed ? 1 : depth, a_k = a_transposed ? rows : 1;
   const attn::cpu::simd::Target target = attn::cpu::simd::current();
-  timed(state, 2.0 * rows * cols * static_cast<double>(depth), 1, [&] {
+  timed(state, 2.0 * static_cast<double>(rows) * tile * static_cast<double>(depth), 1, [&] {
     attn::cpu::fused::block_product<float>(C.get(), A.get(), a_r, a_k, Bm.get(), rows, depth, false, target);
     benchmark::DoNotOptimize(C.get());
     benchmark::ClobberMemory();
   });
   if (!all_finite(C.get(), c_count)) state.SkipWithError("block_product: non-finite result");
 }
-BENCHMARK(BM_BlockProduct)->ArgNames({"a_transposed", "depth"})->ArgsProduct({{0, 1}, {64, 128}});
+BENCHMARK(BM_BlockProduct)->ArgNames({"a_transposed", "d"})->ArgsProduct({{0, 1}, {64, 128}});
 
 // (B, n, n, d) attention operands: queries, keys, values, an output gradient.
 struct Attention {
@@ -125,14 +128,15 @@ void BM_SdpaBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_SdpaBackward)->ArgNames({"B", "n", "d"})->Args({4, 1024, 64})->Args({1, 4096, 128})->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// Args: M, N, K (C (M, N) = A (M, K) B (K, N), all three row-major).
+// Args: M, N, K: C (M, N) = A (M, K) W^T, W (N, K) as nn.Linear's weight, all row-major: the
+// layers' forward projections (their backward's products read W and the inputs the other way round).
 void BM_Matmul(benchmark::State& state) {
   const index_t M = state.range(0), N = state.range(1), K = state.range(2);
-  std::vector<float> A(static_cast<std::size_t>(M * K)), B(static_cast<std::size_t>(K * N)), C(static_cast<std::size_t>(M * N));
+  std::vector<float> A(static_cast<std::size_t>(M * K)), W(static_cast<std::size_t>(N * K)), C(static_cast<std::size_t>(M * N));
   fill_uniform(A.data(), A.size(), 4);
-  fill_uniform(B.data(), B.size(), 5);
+  fill_uniform(W.data(), W.size(), 5);
   timed(state, 2.0 * M * N * static_cast<double>(K), 0, [&] {
-    attn::cpu::fused::matmul<float>(C.data(), N, A.data(), K, 1, B.data(), 1, N, M, N, K, false);
+    attn::cpu::fused::matmul<float>(C.data(), N, A.data(), K, 1, W.data(), K, 1, M, N, K, false);
     benchmark::DoNotOptimize(C.data());
     benchmark::ClobberMemory();
   });

@@ -94,16 +94,20 @@ TEST(Matmul, EveryLayoutAgainstFloat64Sums) {
 }
 
 // block_product: C (rows, 64) (+)= A (rows, depth) Bm (depth, 64) for every row count of a tile
-// (the micro-tiles of 8 rows on AVX-512, 6 elsewhere, and each remainder) and depths across its
-// depth blocks of 64, A read as rows or transposed; the row past `rows` untouched.
+// (the micro-tiles of 8 rows on AVX-512, 6 elsewhere, and each remainder) and past it (the output's
+// product has a row per value column), depths across its depth blocks of 64, A read as rows or
+// transposed; the row past `rows` untouched.
 template <class T>
 void check_block_product(bool a_transposed, bool accumulate) {
   constexpr index_t cols = cpu::fused::kBlockQ;
   std::mt19937_64 gen(5);
   std::uniform_real_distribution<double> uniform(-1, 1);
   const auto at = [](index_t i) { return static_cast<std::size_t>(i); };
+  std::vector<index_t> row_counts;
+  for (index_t rows = 1; rows <= cols; ++rows) row_counts.push_back(rows);
+  row_counts.insert(row_counts.end(), {128, 133});
   for (const index_t depth : {1, 7, 64, 65, 130})
-    for (index_t rows = 1; rows <= cols; ++rows) {
+    for (const index_t rows : row_counts) {
       const index_t lda = (a_transposed ? rows : depth) + 3;  // padded leading dimension
       std::vector<T> A(at(lda * (a_transposed ? depth : rows))), C(at((rows + 1) * cols));
       const auto Bm = hwy::AllocateAligned<T>(at(depth * cols));  // Bm and C aligned, as the kernels' blocks
