@@ -1,13 +1,15 @@
 """Arguments that attn.flash's functions share, normalised as FlashAttention's C++ does."""
 import operator
 
+import numpy
+
 
 def window_bounds(function, causal, window_size, seqlen_k):
     """(left, right) of window_size, -1 for unbounded: a bound at or past seqlen_k (the keys' length,
     max_seqlen_k for varlen, the cache's capacity for a KV cache) is no bound, and causal is a window
     with nothing on the right, as FlashAttention's mha_fwd, mha_varlen_fwd and mha_fwd_kvcache make them."""
-    if not isinstance(causal, bool):
-        raise TypeError(f"{function}: causal must be a bool; got {causal!r}")
+    if not isinstance(causal, (bool, numpy.bool_)):  # FlashAttention's bool argument takes NumPy's bool too
+        raise TypeError(f"{function}: causal must be a bool; got {causal!r} of type {type(causal).__name__}")
     try:
         left, right = window_size
         left, right = operator.index(left), operator.index(right)  # a float is refused, not truncated

@@ -41,6 +41,8 @@ dtypes and devices raise RuntimeError as PyTorch's own function does.
 import functools
 import operator
 
+import numpy
+
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
@@ -146,15 +148,22 @@ def _window(window, function):
     return (bound(left, 0), bound(right, 1))
 
 
+def _plain_bool(x):
+    """NumPy's bool as Python's (numpy.bool_(True) is not True), anything else as it is: PyTorch's bool
+    arguments take either."""
+    return bool(x) if isinstance(x, numpy.bool_) else x
+
+
 def _causal(is_causal, function):
+    is_causal = _plain_bool(is_causal)
     if is_causal is True or is_causal == "top_left":
         return "top_left"
     if is_causal is False or is_causal is None:
         return "none"
     if is_causal == "bottom_right":
         return "bottom_right"
-    raise ValueError(f"{function}: is_causal is {is_causal!r}; it must be False, True (top-left), "
-                     f"'top_left' or 'bottom_right'")
+    raise ValueError(f"{function}: is_causal is {is_causal!r} of type {type(is_causal).__name__}; it must be False, "
+                     f"True (top-left), 'top_left' or 'bottom_right'")
 
 
 def _align(align, function):
@@ -345,7 +354,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     mask_dtype = torch.float32 if sixteen else query.dtype
     options = _mask_options(function, _batch_mask(attn_mask, query, function), valid_lens, is_causal, mask_dtype)
     options["align"] = _align(align, function)
-    if align == "bottom_right" and options["causal"] == "top_left" and is_causal is True:
+    if align == "bottom_right" and options["causal"] == "top_left" and _plain_bool(is_causal) is True:
         options["causal"] = "bottom_right"
     options["window"] = _window(window, function)
     if alibi_slopes is not None:

@@ -17,6 +17,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -118,6 +119,17 @@ class Call {
   // by probing: KVCache.attend's result array past the memory limit was refused without a name).
   template <class T>
   py::array_t<T> new_array(const std::vector<index_t>& shape, const char* name = "a result array") const;
+
+  // x in T, the floating type the call computes in: a finite nonzero x that T cannot hold (1e-50 or
+  // 1e300 in float32) is refused naming the value given, not the 0 or inf it would have become.
+  template <class T>
+  T narrowed(double x, const char* name) const {
+    const T t = static_cast<T>(x);
+    if (std::isfinite(x) && x != 0 && (t == T(0) || !std::isfinite(t)))
+      value_error(std::string(name) + " is " + str_of(py::float_(x)) + ", which is " + str_of(py::float_(t)) + " in " +
+                  (sizeof(T) == 4 ? "float32" : "float64") + "; it must be positive and finite in the call's dtype");
+    return t;
+  }
 
   [[noreturn]] void type_error(const std::string& what) const { throw py::type_error(function_ + ": " + what); }
   [[noreturn]] void value_error(const std::string& what) const { throw py::value_error(function_ + ": " + what); }

@@ -43,6 +43,8 @@ CASES = {
     "bmm batch": (lambda: attn.bmm(f32(2, 3, 4), f32(3, 4, 6)), ValueError, r"^bmm: .*their batch dimensions must match"),
     "bmm dtype": (lambda: attn.bmm(f32(2, 3, 4), np.ones((2, 4, 6))), TypeError, r"^bmm: b has dtype float64 but a has float32"),
     "bmm rank": (lambda: attn.bmm(f32(3, 4), f32(4, 6)), ValueError, r"^bmm: a has shape \(3,4\); it must have 3 to 4"),
+    "bmm ranks": (lambda: attn.bmm(f32(2, 3, 4), f32(2, 1, 4, 6)), ValueError,
+                  r"^bmm: b has shape \(2,1,4,6\) with 4 dimensions but a has 3; all tensors"),
     # scaled_dot_product_attention
     "sdpa k": (lambda: attn.scaled_dot_product_attention(Q, f32(2, 10, 3), V), ValueError,
                r"^scaled_dot_product_attention: k \(keys\) has shape \(2,10,3\) but must be \(2,10,2\)"),
@@ -65,6 +67,11 @@ CASES = {
                   r"^nadaraya_watson: kernel: unknown kernel \"triangle\"; the known kernels are gaussian, boxcar, epanechnikov, constant"),
     "nw kernel type": (lambda: attn.nadaraya_watson(x1, x1, x1, kernel=1), TypeError, r"kernel must be a str"),
     "nw width": (lambda: attn.nadaraya_watson(x1, x1, x1, width=0), ValueError, r"^nadaraya_watson: width is 0; it must be positive and finite$"),
+    # A width that float32 cannot hold is named as given, not as the 0 or inf it would become.
+    "nw width underflows": (lambda: attn.nadaraya_watson(*(x1.astype(np.float32),) * 3, width=1e-50), ValueError,
+                            r"^nadaraya_watson: width is 1e-50, which is 0\.0 in float32; it must be positive"),
+    "nw width overflows": (lambda: attn.nadaraya_watson(*(x1.astype(np.float32),) * 3, width=1e300), ValueError,
+                           r"^nadaraya_watson: width is 1e\+300, which is inf in float32"),
     "nw y_train": (lambda: attn.nadaraya_watson(x1, x1[:4], x1), ValueError,
                    r"^nadaraya_watson: y_train \(values\) has shape \(1,4,1\) but must be \(1,5,1\).*y_train \(4,\) is passed to attn as \(1,4,1\)"),
     "nw features": (lambda: attn.nadaraya_watson(np.ones((5, 2)), x1, np.ones((3, 3))), ValueError, r"x_train \(keys\) has shape \(1,5,2\) but must be \(1,5,3\)"),

@@ -458,6 +458,17 @@ def test_flash_attn_func_bad_input_is_named():
             flash_attn_func(q.to("meta"), k, v)
 
 
+def test_numpy_bool_is_a_bool_and_other_types_are_named():
+    """causal=numpy.bool_(True), as FlashAttention's bool argument takes it; a tensor is refused
+    naming its type (its repr alone, True, read as if True itself were refused)."""
+    import numpy as np
+    q, k, v = random_qkv(1, 5, 9, 2, 2, 8, torch.float32)
+    assert torch.equal(flash_attn_func(q, k, v, causal=np.bool_(True)), flash_attn_func(q, k, v, causal=True))
+    assert torch.equal(flash_attn_func(q, k, v, causal=np.bool_(False)), flash_attn_func(q, k, v))
+    with pytest.raises(TypeError, match=r"causal must be a bool; got tensor\(True\) of type Tensor"):
+        flash_attn_func(q, k, v, causal=torch.tensor(True))
+
+
 def test_deterministic_is_accepted():
     q, k, v = random_qkv(1, 9, 9, 2, 2, 8, torch.float32)
     assert torch.equal(flash_attn_func(q, k, v, deterministic=True), flash_attn_func(q, k, v))

@@ -447,6 +447,21 @@ def test_bad_input_raises_what_pytorch_users_expect():
                                                                              torch.zeros(3, 8))
 
 
+def test_is_causal_takes_numpy_bool_and_names_other_types():
+    """is_causal=numpy.bool_(True) is True (top-left, or bottom-right under align='bottom_right',
+    n != m); a 0-d tensor is refused naming its type."""
+    torch.manual_seed(3)
+    q, k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 9, 8), torch.randn(1, 2, 9, 8)
+    for align in (None, "bottom_right"):
+        extra = {} if align is None else {"align": align}
+        want = at.scaled_dot_product_attention(q, k, v, is_causal=True, **extra)
+        assert torch.equal(at.scaled_dot_product_attention(q, k, v, is_causal=np.bool_(True), **extra), want)
+    assert torch.equal(at.scaled_dot_product_attention(q, k, v, is_causal=np.bool_(False)),
+                       at.scaled_dot_product_attention(q, k, v))
+    with pytest.raises(ValueError, match=r"is_causal is tensor\(True\) of type Tensor; it must be"):
+        at.scaled_dot_product_attention(q, k, v, is_causal=torch.tensor(True))
+
+
 def test_options_changed_in_place_and_double_backward_are_refused():
     """A mask or valid_lens changed in place after the forward is refused by PyTorch's version check
     (the gradients had silently followed the new values); a backward with create_graph=True raises

@@ -18,7 +18,7 @@ template <class T>
 BmmSizes check_bmm(const TensorView<const T>& a, const TensorView<const T>& b, bool transpose_a, bool transpose_b,
                    const char* op) {
   const View4<const T> av = detail::require_tensor(a, op, "a", 0);
-  const View4<const T> bv = detail::require_tensor(b, op, "b", a.rank());
+  const View4<const T> bv = detail::require_tensor(b, op, "b", a.rank(), "a");
   if (av.B != bv.B || av.H != bv.H)
     detail::fail(op, ": a has shape ", a.shape_string(), " and b has shape ", b.shape_string(),
                  "; their batch dimensions must match");
@@ -36,7 +36,7 @@ template <class T>
 void bmm_forward(TensorView<T> out, TensorView<const T> a, TensorView<const T> b, bool transpose_a, bool transpose_b) {
   const char* op = "bmm_forward";
   const BmmSizes z = check_bmm(a, b, transpose_a, transpose_b, op);
-  const View4<T> o = detail::require_tensor(out, op, "out", z.rank);
+  const View4<T> o = detail::require_tensor(out, op, "out", z.rank, "a");
   detail::require_shape(out, detail::caller_dims(z.rank, z.B, z.H, z.rows, z.cols), op, "out",
                         "the batch of a and b, the rows of op(a) and the columns of op(b)");
   detail::require_no_aliasing<T>(op, {{"out", out}}, {{"a", a}, {"b", b}});
@@ -49,11 +49,11 @@ void bmm_backward(TensorView<T> da, TensorView<T> db, TensorView<const T> dout, 
                   TensorView<const T> b, bool transpose_a, bool transpose_b) {
   const char* op = "bmm_backward";
   const BmmSizes z = check_bmm(a, b, transpose_a, transpose_b, op);
-  const View4<const T> g = detail::require_tensor(dout, op, "dout", z.rank);
+  const View4<const T> g = detail::require_tensor(dout, op, "dout", z.rank, "a");
   detail::require_shape(dout, detail::caller_dims(z.rank, z.B, z.H, z.rows, z.cols), op, "dout",
                         "the shape of bmm_forward's out");
-  const View4<T> dav = detail::optional_tensor(da, op, "da", z.rank);
-  const View4<T> dbv = detail::optional_tensor(db, op, "db", z.rank);
+  const View4<T> dav = detail::optional_tensor(da, op, "da", z.rank, "a");
+  const View4<T> dbv = detail::optional_tensor(db, op, "db", z.rank, "a");
   if (!da.empty()) detail::require_shape(da, {a.shape().begin(), a.shape().end()}, op, "da", "the shape of a");
   if (!db.empty()) detail::require_shape(db, {b.shape().begin(), b.shape().end()}, op, "db", "the shape of b");
   detail::require_no_aliasing<T>(op, {{"da", da}, {"db", db}}, {{"dout", dout}, {"a", a}, {"b", b}});

@@ -28,21 +28,24 @@ void require_shape(const TensorView<T>& t, const std::vector<index_t>& expected,
     fail(op, ": ", name, " has shape ", t.shape_string(), " but must be ", dims_string(expected), ": ", why);
 }
 
-// A required tensor argument: present, and of rank 3 or 4 equal to `rank` when rank > 0.
+// A required tensor argument: present, and of rank 3 or 4 equal to `rank` when rank > 0, the rank of
+// the call's first tensor, named `like` in the message.
 template <class T>
-View4<T> require_tensor(const TensorView<T>& t, const char* op, const char* name, int rank) {
+View4<T> require_tensor(const TensorView<T>& t, const char* op, const char* name, int rank,
+                        const char* like = "queries") {
   if (t.empty()) fail(op, ": ", name, " is required but was not given");
   View4<T> v = to_view4(t, op, name);
   if (rank > 0 && t.rank() != rank)
-    fail(op, ": ", name, " has shape ", t.shape_string(), " with ", t.rank(), " dimensions but queries has ", rank,
+    fail(op, ": ", name, " has shape ", t.shape_string(), " with ", t.rank(), " dimensions but ", like, " has ", rank,
          "; all tensors of a call must have the same rank");
   return v;
 }
 
 // An optional tensor argument: empty, or a tensor that require_tensor accepts.
 template <class T>
-View4<T> optional_tensor(const TensorView<T>& t, const char* op, const char* name, int rank) {
-  return t.empty() ? View4<T>{} : require_tensor(t, op, name, rank);
+View4<T> optional_tensor(const TensorView<T>& t, const char* op, const char* name, int rank,
+                         const char* like = "queries") {
+  return t.empty() ? View4<T>{} : require_tensor(t, op, name, rank, like);
 }
 
 // ---- memory: outputs never overlap themselves, each other or an input ---------------------------

@@ -23,7 +23,7 @@ template <class T>
 void masked_softmax_forward(TensorView<T> weights, TensorView<const T> scores, const Mask<T>& mask) {
   const char* op = "masked_softmax_forward";
   const View4<const T> s = detail::require_tensor(scores, op, "scores", 0);
-  const View4<T> w = detail::require_tensor(weights, op, "weights", scores.rank());
+  const View4<T> w = detail::require_tensor(weights, op, "weights", scores.rank(), "scores");
   detail::require_shape(weights, {scores.shape().begin(), scores.shape().end()}, op, "weights",
                         "the same shape as scores");
   // In place (weights the very view of scores), or memory of its own.
@@ -40,9 +40,9 @@ void masked_softmax_backward(TensorView<T> dscores, TensorView<const T> dweights
   const char* op = "masked_softmax_backward";
   const View4<const T> w = detail::require_tensor(weights, op, "weights", 0);
   const std::vector<index_t> shape(weights.shape().begin(), weights.shape().end());
-  const View4<const T> dw = detail::require_tensor(dweights, op, "dweights", weights.rank());
+  const View4<const T> dw = detail::require_tensor(dweights, op, "dweights", weights.rank(), "weights");
   detail::require_shape(dweights, shape, op, "dweights", "the same shape as weights");
-  const View4<T> ds = detail::require_tensor(dscores, op, "dscores", weights.rank());
+  const View4<T> ds = detail::require_tensor(dscores, op, "dscores", weights.rank(), "weights");
   detail::require_shape(dscores, shape, op, "dscores", "the same shape as weights");
   // In place over dweights (the very same view), or memory of its own.
   detail::require_no_aliasing<T>(
