@@ -73,6 +73,7 @@ def _settings(function, causal, layout, algorithm, valid_lens, window, scale, so
     if algorithm not in _ALGORITHMS:
         raise ValueError(f"{function}: algorithm is {algorithm!r}; it must be one of {_ALGORITHMS}")
     s = _distributed.Settings()
+    causal = bool(causal) if isinstance(causal, np.bool_) else causal  # NumPy's bool, as Python's
     if causal is True or causal == "top_left":
         s.causal = "top_left"
     elif causal == "bottom_right":
@@ -80,7 +81,8 @@ def _settings(function, causal, layout, algorithm, valid_lens, window, scale, so
     elif causal is False or causal is None:
         s.causal = ""
     else:
-        raise ValueError(f"{function}: causal is {causal!r}; it must be True, False, 'top_left' or 'bottom_right'")
+        raise ValueError(f"{function}: causal is {causal!r} of type {type(causal).__name__}; it must be True, False, "
+                         f"'top_left' or 'bottom_right'")
     if align not in (None, "top_left", "bottom_right"):
         raise ValueError(f"{function}: align is {align!r}; it must be None, 'top_left' or 'bottom_right'")
     if align is not None:

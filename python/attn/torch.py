@@ -39,6 +39,7 @@ Errors: attn's checks of shapes and values raise ValueError naming the argument 
 dtypes and devices raise RuntimeError as PyTorch's own function does.
 """
 import functools
+import math
 import operator
 
 import numpy
@@ -479,9 +480,14 @@ def nadaraya_watson(queries, keys, values, kernel="gaussian", width=1.0):
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
         _floating(x, name, function, (torch.float32, torch.float64))
     _same_dtype(function, "queries", queries, keys=keys, values=values)
-    width_tensor = width if isinstance(width, torch.Tensor) else torch.tensor(float(width), dtype=queries.dtype)
+    width_tensor = width if isinstance(width, torch.Tensor) else torch.tensor(float(width), dtype=torch.float64)
     if width_tensor.numel() != 1:
         raise ValueError(f"{function}: width has shape {tuple(width_tensor.shape)}; it must hold one number")
+    given = float(width_tensor.detach())
+    narrowed = float(torch.tensor(given, dtype=queries.dtype))
+    if given > 0 and math.isfinite(given) and not (narrowed > 0 and math.isfinite(narrowed)):
+        raise ValueError(f"{function}: width is {given!r}, which is {narrowed!r} in {str(queries.dtype)[6:]}, the "
+                         f"dtype the call computes in; it must be positive and finite there")
     batched = queries.dim() > 2
     q, k, v = (_readable(_as_batch(x)) for x in (queries, keys, values))
     out = _NadarayaWatson.apply(q, k, v, width_tensor.to(queries.dtype), str(kernel))

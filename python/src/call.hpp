@@ -120,14 +120,16 @@ class Call {
   template <class T>
   py::array_t<T> new_array(const std::vector<index_t>& shape, const char* name = "a result array") const;
 
-  // x in T, the floating type the call computes in: a finite nonzero x that T cannot hold (1e-50 or
-  // 1e300 in float32) is refused naming the value given, not the 0 or inf it would have become.
+  // A positive scalar x in T, the floating type the call computes in: a positive finite x that T
+  // cannot hold (1e-50 or 1e300 in float32) is refused naming the value given, not the 0 or inf it
+  // would have become; any other x (0, negative, NaN, inf) is left to attn's own check.
   template <class T>
-  T narrowed(double x, const char* name) const {
+  T positive_in(double x, const char* name) const {
     const T t = static_cast<T>(x);
-    if (std::isfinite(x) && x != 0 && (t == T(0) || !std::isfinite(t)))
+    if (x > 0 && std::isfinite(x) && (t == T(0) || !std::isfinite(t)))
       value_error(std::string(name) + " is " + str_of(py::float_(x)) + ", which is " + str_of(py::float_(t)) + " in " +
-                  (sizeof(T) == 4 ? "float32" : "float64") + "; it must be positive and finite in the call's dtype");
+                  (sizeof(T) == 4 ? "float32" : "float64") +
+                  ", the dtype the call computes in; it must be positive and finite there");
     return t;
   }
 

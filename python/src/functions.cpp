@@ -276,7 +276,7 @@ py::object nadaraya_watson(py::object x_train_obj, py::object y_train_obj, py::o
     const auto keys = as_batch<T>(call, x_train, "x_train");
     const auto values = as_batch<T>(call, y_train, "y_train");
     const auto queries = as_batch<T>(call, x_query, "x_query");
-    const T sigma = auto_width ? T(0) : call.narrowed<T>(width, "width");
+    const T sigma = auto_width ? T(0) : call.positive_in<T>(width, "width");
     call.run([&] {
       if (!auto_width) {
         attn::nadaraya_watson_forward<T>(o, w, queries, keys, values, kernel, sigma);

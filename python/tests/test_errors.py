@@ -69,7 +69,7 @@ CASES = {
     "nw width": (lambda: attn.nadaraya_watson(x1, x1, x1, width=0), ValueError, r"^nadaraya_watson: width is 0; it must be positive and finite$"),
     # A width that float32 cannot hold is named as given, not as the 0 or inf it would become.
     "nw width underflows": (lambda: attn.nadaraya_watson(*(x1.astype(np.float32),) * 3, width=1e-50), ValueError,
-                            r"^nadaraya_watson: width is 1e-50, which is 0\.0 in float32; it must be positive"),
+                            r"^nadaraya_watson: width is 1e-50, which is 0\.0 in float32, the dtype the call computes in; it must be positive"),
     "nw width overflows": (lambda: attn.nadaraya_watson(*(x1.astype(np.float32),) * 3, width=1e300), ValueError,
                            r"^nadaraya_watson: width is 1e\+300, which is inf in float32"),
     "nw y_train": (lambda: attn.nadaraya_watson(x1, x1[:4], x1), ValueError,

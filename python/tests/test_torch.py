@@ -317,6 +317,14 @@ def test_nadaraya_watson_gradcheck_including_the_width(kernel):
     assert torch.autograd.gradcheck(lambda q, k, v, w: at.nadaraya_watson(q, k, v, kernel, w), tensors)
 
 
+def test_nadaraya_watson_width_the_dtype_cannot_hold_is_named_as_given():
+    x = torch.linspace(0, 1, 5)
+    for width, becomes in ((1e-50, "0.0"), (1e300, "inf")):
+        with pytest.raises(ValueError, match=re.escape(f"width is {width!r}, which is {becomes} in float32, the dtype")):
+            at.nadaraya_watson(x, x, x, width=width)
+    assert torch.isfinite(at.nadaraya_watson(x.double(), x.double(), x.double(), width=1e-50)).all()
+
+
 def test_nadaraya_watson_matches_the_d2l_and_learns_its_width():
     x_train = torch.sort(torch.rand(50, generator=torch.Generator().manual_seed(1)) * 5).values.double()
     y_train = 2 * torch.sin(x_train) + x_train ** 0.8

@@ -264,7 +264,7 @@ void multi_head_attention_weights(TensorView<T> weights, const MultiHeadState<T>
   const std::string why = "the state of a forward with the same config";
   detail::require_shape(state.k.cview(), {B, m, Hk * dh}, op, "state.k", why);
   detail::require_shape(state.v.cview(), {B, m, Hk * dh}, op, "state.v", why);
-  detail::require_tensor(weights, op, "weights", 4);
+  detail::require_tensor_of_rank(weights, op, "weights", 4);
   detail::require_shape(weights, {B, H, n, m}, op, "weights", "(B, num_heads, n, m)");
   SdpaOptions no_dropout = options;
   no_dropout.dropout = {};

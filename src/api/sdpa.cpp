@@ -354,7 +354,7 @@ void sdpa_merge(TensorView<T> out, TensorView<T> lse, TensorView<const T> out_pa
   const char* op = "sdpa_merge";
   const View4<T> o = detail::require_tensor(out, op, "out", 0);
   const int rank = out.rank();
-  const View4<const T> p = detail::require_tensor(out_part, op, "out_part", rank);
+  const View4<const T> p = detail::require_tensor(out_part, op, "out_part", rank, "out");
   detail::require_shape(out_part, {out.shape().begin(), out.shape().end()}, op, "out_part", "the shape of out");
   const SdpaCall<T> rows = rows_of(o, rank);
   if (lse.empty()) detail::fail(op, ": lse is required: the log-sum-exp of each row of out");
@@ -403,7 +403,7 @@ void sdpa_sinks_backward(TensorView<T> dsinks, TensorView<const T> dout, TensorV
   const char* op = "sdpa_sinks_backward";
   const View4<const T> o = detail::require_tensor(out, op, "out", 0);
   const int rank = out.rank();
-  const View4<const T> g = detail::require_tensor(dout, op, "dout", rank);
+  const View4<const T> g = detail::require_tensor(dout, op, "dout", rank, "out");
   detail::require_shape(dout, {out.shape().begin(), out.shape().end()}, op, "dout", "the shape of out");
   if (lse.empty()) detail::fail(op, ": lse is required: the log-sum-exp of each row of out, with the sinks");
   const View4<const T> l = lse_view(lse, rows_of(o, rank), op);

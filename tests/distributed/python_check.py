@@ -123,6 +123,12 @@ for layout in ("contiguous", "zigzag"):
         check(f"dropout {layout} {algorithm}", np.allclose(got, want, rtol=0, atol=1e-10),
               f"max diff {np.max(np.abs(got - want))}")
 
+# causal=numpy.bool_(True), as attn.torch's and attn.flash's take it: the same as True.
+mine = [dist.shard(x, comm=comm, layout="contiguous") for x in (q, k, v)]
+as_bool = dist.scaled_dot_product_attention(*mine, comm=comm, causal=True)
+check("causal numpy.bool_", np.array_equal(dist.scaled_dot_product_attention(*mine, comm=comm, causal=np.bool_(True)),
+                                           as_bool))
+
 # A window aligned bottom-right without a causal mask, and attention sinks: out and lse against attn's
 # single-process result, the gradients (d(sinks) summed over the ranks) against attn.torch's.
 import torch  # noqa: E402
