@@ -965,9 +965,6 @@ TEST(KvCacheInt4, BadInputIsNamed) {
   }
 }
 
-// A cache's blocks count against attn's memory limit one by one, as they are taken (their regions
-// never do): the bytes attn holds are the blocks' bytes, a block past the limit is refused by name,
-// and every byte is given back with the cache. A capacity's blocks are counted at construction.
 // An int4_kivi sequence's first append also takes its bfloat16 tail: the room counts it with the
 // blocks, so a limit that holds the block but not the tail refuses the append with nothing taken
 // (found by review: the block was taken, then the tail refused under another name).
@@ -993,6 +990,9 @@ TEST(KvCacheBlocks, AKiviAppendCountsItsTailBeforeTakingABlock) {
   EXPECT_EQ(cache.length(0), 4);
 }
 
+// A cache's blocks count against attn's memory limit one by one, as they are taken (their regions
+// never do): the bytes attn holds are the blocks' bytes, a block past the limit is refused by name,
+// and every byte is given back with the cache. A capacity's blocks are counted at construction.
 TEST(KvCacheBlocks, CountedAgainstTheMemoryLimitOneByOne) {
   const Tensor<float> k = random_tensor<float>({kKvHeads, 40, kDim}, 1), v = random_tensor<float>({kKvHeads, 40, kDim}, 2);
   const TensorView<const float> one_k(k.data(), {kKvHeads, 1, kDim}, {40 * kDim, kDim, 1});

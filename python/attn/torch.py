@@ -483,6 +483,7 @@ def nadaraya_watson(queries, keys, values, kernel="gaussian", width=1.0):
     width_tensor = width if isinstance(width, torch.Tensor) else torch.tensor(float(width), dtype=torch.float64)
     if width_tensor.numel() != 1:
         raise ValueError(f"{function}: width has shape {tuple(width_tensor.shape)}; it must hold one number")
+    # Checked here, before the width is narrowed to the call's dtype (the bridge gets it narrowed).
     given = float(width_tensor.detach())
     narrowed = float(torch.tensor(given, dtype=queries.dtype))
     if given > 0 and math.isfinite(given) and not (narrowed > 0 and math.isfinite(narrowed)):

@@ -242,8 +242,7 @@ void nw_forward(py::handle out_t, py::handle q_t, py::handle k_t, py::handle v_t
     using T = decltype(tag);
     const auto ov = view<T>(out, "out");
     const auto qv = view<const T>(q, "queries"), kv = view<const T>(k, "keys"), vv = view<const T>(v, "values");
-    const T sigma = call.positive_in<T>(width, "width");
-    call.run([&] { attn::nadaraya_watson_forward<T>(ov, {}, qv, kv, vv, kernel, sigma); });
+    call.run([&] { attn::nadaraya_watson_forward<T>(ov, {}, qv, kv, vv, kernel, static_cast<T>(width)); });
   });
 }
 
@@ -262,9 +261,9 @@ double nw_backward(py::handle dq_t, py::handle dk_t, py::handle dv_t, py::handle
     const auto dov = view<const T>(dout, "grad_output");
     const auto qv = view<const T>(q, "queries"), kv = view<const T>(k, "keys"), vv = view<const T>(v, "values");
     T ds{};
-    const T sigma = call.positive_in<T>(width, "width");
     call.run([&] {
-      attn::nadaraya_watson_backward<T>(dqv, dkv, dvv, want_dwidth ? &ds : nullptr, dov, qv, kv, vv, kernel, sigma);
+      attn::nadaraya_watson_backward<T>(dqv, dkv, dvv, want_dwidth ? &ds : nullptr, dov, qv, kv, vv, kernel,
+                                        static_cast<T>(width));
     });
     dwidth = static_cast<double>(ds);
   });

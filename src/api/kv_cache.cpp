@@ -703,12 +703,16 @@ void KvCache::State::check_room(const char* op, index_t first, index_t last, ind
   const std::size_t block_bytes = BlockLayout(options.dtype, static_cast<std::size_t>(block_rows() * head_dim)).counted();
   const std::size_t tail_bytes = tail_values() * sizeof(std::uint16_t);
   std::size_t bytes = 0, tails_total = 0;
-  if (__builtin_mul_overflow(new_blocks, block_bytes, &bytes) || __builtin_mul_overflow(new_tails, tail_bytes, &tails_total) ||
-      __builtin_add_overflow(bytes, tails_total, &bytes))
+  if (__builtin_mul_overflow(new_blocks, block_bytes, &bytes) ||
+      __builtin_mul_overflow(new_tails, tail_bytes, &tails_total) || __builtin_add_overflow(bytes, tails_total, &bytes))
     bytes = SIZE_MAX;
   detail::release_memory(detail::reserve_memory(
-      bytes, detail::cat(op, ": ", new_blocks, new_blocks == 1 ? " new block of " : " new blocks of ", block_bytes, " bytes",
-                         new_tails > 0 ? detail::cat(" and ", new_tails, new_tails == 1 ? " bfloat16 tail of " : " bfloat16 tails of ", tail_bytes, " bytes") : "",
+      bytes, detail::cat(op, ": ", new_blocks, new_blocks == 1 ? " new block of " : " new blocks of ", block_bytes,
+                         " bytes",
+                         new_tails > 0 ? detail::cat(" and ", new_tails,
+                                                     new_tails == 1 ? " bfloat16 tail of " : " bfloat16 tails of ",
+                                                     tail_bytes, " bytes")
+                                       : "",
                          " for the appended tokens").c_str()));
 }
 
